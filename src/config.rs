@@ -1,0 +1,415 @@
+//! Configuration: the TOML file format, its documented defaults, validation with line numbers,
+//! and the embedded default used when `ringgate` runs without a file.
+//!
+//! Owns: `Config` and its sections, `ConfigError`, `Config::embedded()`.
+//! Must not: open sockets, read secrets' values (only env-var *names* live here), or be consulted
+//! on the hot path (shards build their own route tables from it at start-up).
+
+use std::net::SocketAddr;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::provider::ProviderKind;
+use crate::upstream::endpoint::Endpoint;
+
+/// The whole file. Every field has a default; see README "Configuration".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub upstream: UpstreamConfig,
+    #[serde(default, rename = "provider")]
+    pub providers: Vec<ProviderConfig>,
+    #[serde(default, rename = "model")]
+    pub models: Vec<ModelConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub listen: Spanned<String>,
+    /// Number of shards (pinned threads). Default: the CPUs this process may run on.
+    pub shards: Option<usize>,
+    /// Pin shard i to the i-th allowed CPU. Default true.
+    pub pin: bool,
+    /// `auto` (io_uring with task-run flags → plain io_uring → epoll), `io_uring`, or `epoll`.
+    /// The env var `RINGGATE_DRIVER=epoll` overrides it.
+    pub driver: Spanned<String>,
+    /// Largest request head (request line + headers). Default 16 KiB → 431 beyond.
+    pub max_head_bytes: usize,
+    /// Most request headers. Default 64 → 431 beyond.
+    pub max_headers: usize,
+    /// Time allowed to receive a full head once its first byte arrived. Default 10 s → 408.
+    pub header_timeout_ms: u64,
+    /// Time allowed to receive the whole body. Default 30 s → 408.
+    pub body_timeout_ms: u64,
+    /// Idle keep-alive time between requests. Default 60 s, then the connection is closed.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: Spanned::new(0..0, "127.0.0.1:8080".to_string()),
+            shards: None,
+            pin: true,
+            driver: Spanned::new(0..0, "auto".to_string()),
+            max_head_bytes: 16 * 1024,
+            max_headers: 64,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TCP (+TLS) connect timeout. Default 5 s → 502.
+    pub connect_timeout_ms: u64,
+    /// Time from request sent to the first response byte. Default 300 s → 504.
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence between two chunks of a response body/stream. Default 120 s.
+    pub stream_gap_timeout_ms: u64,
+    /// Whole exchange. Default 900 s.
+    pub total_timeout_ms: u64,
+    /// Idle keep-alive connections kept per (host, port, tls) per shard. Default 256.
+    pub max_idle_per_host: usize,
+    /// An idle pooled connection older than this is closed instead of reused. Default 30 s.
+    pub idle_ttl_ms: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout_ms: 5_000,
+            first_byte_timeout_ms: 300_000,
+            stream_gap_timeout_ms: 120_000,
+            total_timeout_ms: 900_000,
+            max_idle_per_host: 256,
+            idle_ttl_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub name: Spanned<String>,
+    pub kind: Spanned<ProviderKind>,
+    /// As you would give it to that provider's own SDK, e.g. `https://api.openai.com/v1`.
+    /// Not needed for `kind = "mock"`.
+    #[serde(default)]
+    pub base_url: Option<Spanned<String>>,
+    /// Name of the environment variable holding the API key (never the key itself).
+    #[serde(default)]
+    pub api_key_env: Option<Spanned<String>>,
+    /// `kind = "mock"` only: `instant` (default) or `seed`.
+    #[serde(default)]
+    pub profile: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// What clients send. A trailing `*` makes it a prefix pattern (`gpt-*`).
+    pub name: Spanned<String>,
+    pub provider: Spanned<String>,
+    /// Name sent upstream. Default: the client's model name.
+    #[serde(default)]
+    pub upstream_model: Option<String>,
+}
+
+/// One problem in a config file, with the 1-based line it was found on when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "line {l}: {}", self.message),
+            None => write!(f, "{}", self.message),
+        }
+    }
+}
+
+impl Config {
+    /// Parse and validate. Returns every problem found, not just the first.
+    pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            vec![ConfigError {
+                line: e.span().map(|s| line_of(text, s.start)),
+                message: e.message().trim().to_string(),
+            }]
+        })?;
+        let errors = cfg.validate(text);
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(errors)
+        }
+    }
+
+    pub fn load(path: &str) -> Result<Config, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError {
+                line: None,
+                message: format!("cannot read {path}: {e}"),
+            }]
+        })?;
+        Config::parse(&text)
+    }
+
+    /// The built-in default: loopback, a model `mock` served in-process, and OpenAI/Anthropic
+    /// model names routed to the real providers when their API-key env vars are set.
+    pub fn embedded() -> Config {
+        let mut text = String::from(
+            "[server]\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[provider]]\nname = \"mock\"\nkind = \"mock\"\nprofile = \"instant\"\n\n\
+             [[model]]\nname = \"mock\"\nprovider = \"mock\"\n",
+        );
+        if std::env::var_os("OPENAI_API_KEY").is_some() {
+            text.push_str(
+                "\n[[provider]]\nname = \"openai\"\nkind = \"openai\"\n\
+                 base_url = \"https://api.openai.com/v1\"\napi_key_env = \"OPENAI_API_KEY\"\n",
+            );
+            for pat in [
+                "gpt-*",
+                "o1*",
+                "o3*",
+                "o4*",
+                "chatgpt-*",
+                "text-embedding-*",
+            ] {
+                text.push_str(&format!(
+                    "\n[[model]]\nname = \"{pat}\"\nprovider = \"openai\"\n"
+                ));
+            }
+        }
+        // The embedded text is a constant shape; failing to parse it is a programming error
+        // caught by the `embedded_parses` test, so fall back to a bare config rather than panic.
+        Config::parse(&text).unwrap_or_else(|_| Config::bare())
+    }
+
+    fn bare() -> Config {
+        Config {
+            server: ServerConfig::default(),
+            upstream: UpstreamConfig::default(),
+            providers: Vec::new(),
+            models: Vec::new(),
+        }
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        self.server
+            .listen
+            .get_ref()
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("listen {:?}: {e}", self.server.listen.get_ref()))
+    }
+
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name.get_ref() == name)
+    }
+
+    fn validate(&self, text: &str) -> Vec<ConfigError> {
+        let mut errs = Vec::new();
+        let mut err = |span: Range<usize>, message: String| {
+            errs.push(ConfigError {
+                line: (span.end > 0).then(|| line_of(text, span.start)),
+                message,
+            });
+        };
+        if let Err(e) = self.listen_addr() {
+            err(self.server.listen.span(), e);
+        }
+        if self.server.shards == Some(0) || self.server.shards.is_some_and(|s| s > 1024) {
+            err(0..0, "server.shards must be between 1 and 1024".into());
+        }
+        if !matches!(
+            self.server.driver.get_ref().as_str(),
+            "auto" | "io_uring" | "epoll"
+        ) {
+            err(
+                self.server.driver.span(),
+                format!(
+                    "server.driver {:?}: expected auto, io_uring or epoll",
+                    self.server.driver.get_ref()
+                ),
+            );
+        }
+        for (i, p) in self.providers.iter().enumerate() {
+            let name = p.name.get_ref();
+            if name.is_empty() {
+                err(p.name.span(), "provider name must not be empty".into());
+            }
+            if self.providers[..i].iter().any(|q| q.name.get_ref() == name) {
+                err(p.name.span(), format!("duplicate provider name {name:?}"));
+            }
+            let kind = *p.kind.get_ref();
+            match (&p.base_url, kind) {
+                (None, ProviderKind::Mock) => {}
+                (Some(u), ProviderKind::Mock) => err(
+                    u.span(),
+                    format!("provider {name:?}: kind mock takes no base_url"),
+                ),
+                (None, _) => err(
+                    p.name.span(),
+                    format!("provider {name:?}: base_url is required for kind {kind:?}"),
+                ),
+                (Some(u), _) => {
+                    if let Err(e) = Endpoint::parse(u.get_ref()) {
+                        err(u.span(), format!("provider {name:?}: {e}"));
+                    }
+                }
+            }
+            if let Some(env) = &p.api_key_env {
+                let v = env.get_ref();
+                if v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    err(
+                        env.span(),
+                        format!("provider {name:?}: api_key_env must be an env var NAME like OPENAI_API_KEY, not a key"),
+                    );
+                }
+            }
+            if let Some(prof) = &p.profile {
+                if kind != ProviderKind::Mock {
+                    err(
+                        prof.span(),
+                        format!("provider {name:?}: profile is only for kind mock"),
+                    );
+                } else if crate::mock::Profile::parse(prof.get_ref()).is_none() {
+                    err(
+                        prof.span(),
+                        format!(
+                            "provider {name:?}: unknown mock profile {:?}",
+                            prof.get_ref()
+                        ),
+                    );
+                }
+            }
+        }
+        for (i, m) in self.models.iter().enumerate() {
+            let name = m.name.get_ref();
+            if name.is_empty() || name == "*" {
+                err(
+                    m.name.span(),
+                    "model name must not be empty or a bare *".into(),
+                );
+            }
+            if self.models[..i].iter().any(|o| o.name.get_ref() == name) {
+                err(m.name.span(), format!("duplicate model name {name:?}"));
+            }
+            if self.provider(m.provider.get_ref()).is_none() {
+                err(
+                    m.provider.span(),
+                    format!(
+                        "model {name:?} refers to unknown provider {:?}",
+                        m.provider.get_ref()
+                    ),
+                );
+            }
+        }
+        errs
+    }
+
+    /// Non-fatal findings for `ringgate check`: API-key env vars that are not set right now.
+    pub fn warnings(&self) -> Vec<String> {
+        self.providers
+            .iter()
+            .filter_map(|p| {
+                let env = p.api_key_env.as_ref()?.get_ref();
+                std::env::var_os(env).is_none().then(|| {
+                    format!(
+                        "provider {:?}: env var {env} is not set (requests will go without a key)",
+                        p.name.get_ref()
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTRACT: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+shards = 1
+
+[[provider]]
+name = "local"
+kind = "openai"                    # later: anthropic, gemini, azure, openai-compatible
+base_url = "http://127.0.0.1:9000/v1"   # as you would give it to that provider's own SDK
+api_key_env = "LOCAL_API_KEY"      # optional; the env var that holds the key
+
+[[model]]
+name = "gpt-4o-mini"               # what clients send
+provider = "local"
+upstream_model = "gpt-4o-mini"     # optional, defaults to name
+"#;
+
+    #[test]
+    fn contract_file_parses() {
+        let c = Config::parse(CONTRACT).unwrap();
+        assert_eq!(c.server.shards, Some(1));
+        assert_eq!(c.providers[0].kind.get_ref(), &ProviderKind::OpenAi);
+        assert_eq!(c.models[0].upstream_model.as_deref(), Some("gpt-4o-mini"));
+    }
+
+    #[test]
+    fn embedded_parses() {
+        let c = Config::embedded();
+        assert!(c.models.iter().any(|m| m.name.get_ref() == "mock"));
+    }
+
+    #[test]
+    fn errors_carry_line_numbers() {
+        let text = "[[provider]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"ftp://x\"\n\n[[model]]\nname = \"m\"\nprovider = \"nope\"\n";
+        let errs = Config::parse(text).unwrap_err();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert_eq!(errs[0].line, Some(4));
+        assert!(errs[0].message.contains("http://"));
+        assert_eq!(errs[1].line, Some(8));
+        assert!(errs[1].message.contains("unknown provider"));
+    }
+
+    #[test]
+    fn syntax_and_unknown_fields_have_lines() {
+        let errs = Config::parse("[server]\nlisten = \"x\"\nlisen = 3\n").unwrap_err();
+        assert_eq!(errs[0].line, Some(3), "{errs:?}");
+        let errs = Config::parse("[[provider]]\nname = \"a\"\nkind = \"bogus\"\n").unwrap_err();
+        assert_eq!(errs[0].line, Some(3), "{errs:?}");
+        let errs = Config::parse("[server]\nlisten = \"nope\"\n").unwrap_err();
+        assert_eq!(errs[0].line, Some(2));
+    }
+
+    #[test]
+    fn key_in_api_key_env_is_refused() {
+        let errs = Config::parse(
+            "[[provider]]\nname=\"a\"\nkind=\"openai\"\nbase_url=\"http://h\"\napi_key_env=\"sk-abc-123\"\n",
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("NAME"));
+    }
+}

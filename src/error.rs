@@ -1,0 +1,254 @@
+//! The gateway's error type: every failure knows its HTTP status, which side caused it
+//! (client, upstream, internal), whether retrying it on another connection may help, and how to
+//! render itself in the client's dialect.
+//!
+//! Owns: `Error`, `Kind`, `Side`, and the OpenAI-/Anthropic-shaped error bodies.
+//! Must not: do IO or log; callers decide what to do with an error.
+
+use std::fmt;
+
+/// Which party is at fault. Drives status codes, metrics labels and retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Upstream,
+    Internal,
+}
+
+/// What went wrong, coarse enough to be a metrics label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Malformed HTTP framing or head (400, connection closed).
+    BadRequest,
+    /// Well-framed request whose JSON body is unusable (400).
+    InvalidBody,
+    /// Unknown path (404).
+    NotFound,
+    /// Wrong method for a known path (405).
+    MethodNotAllowed,
+    /// Model name not routed (404).
+    UnknownModel,
+    /// Head too large (431) or body over the limit (413).
+    HeadTooLarge,
+    BodyTooLarge,
+    /// Client too slow to send its head/body (408).
+    ClientTimeout,
+    /// Transfer-Encoding other than chunked (501).
+    NotImplemented,
+    /// Admission refused the request (503 + Retry-After).
+    Overloaded,
+    /// Could not connect to the upstream (502).
+    UpstreamConnect,
+    /// Upstream timed out (504).
+    UpstreamTimeout,
+    /// Upstream spoke broken HTTP or closed early (502).
+    UpstreamProtocol,
+    /// Missing credentials or configuration problem discovered at request time (500).
+    Internal,
+}
+
+/// Dialect an error body is rendered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    OpenAi,
+    Anthropic,
+}
+
+#[derive(Debug, Clone)]
+pub struct Error {
+    pub kind: Kind,
+    pub message: String,
+    /// True when a retry on a fresh connection may succeed (nothing reached the client yet).
+    pub retryable: bool,
+}
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    pub fn retryable(mut self) -> Self {
+        self.retryable = true;
+        self
+    }
+
+    pub fn status(&self) -> u16 {
+        match self.kind {
+            Kind::BadRequest | Kind::InvalidBody => 400,
+            Kind::NotFound | Kind::UnknownModel => 404,
+            Kind::MethodNotAllowed => 405,
+            Kind::ClientTimeout => 408,
+            Kind::BodyTooLarge => 413,
+            Kind::HeadTooLarge => 431,
+            Kind::NotImplemented => 501,
+            Kind::UpstreamConnect | Kind::UpstreamProtocol => 502,
+            Kind::Overloaded => 503,
+            Kind::UpstreamTimeout => 504,
+            Kind::Internal => 500,
+        }
+    }
+
+    pub fn side(&self) -> Side {
+        match self.kind {
+            Kind::BadRequest
+            | Kind::InvalidBody
+            | Kind::NotFound
+            | Kind::MethodNotAllowed
+            | Kind::UnknownModel
+            | Kind::HeadTooLarge
+            | Kind::BodyTooLarge
+            | Kind::ClientTimeout
+            | Kind::NotImplemented => Side::Client,
+            Kind::UpstreamConnect | Kind::UpstreamTimeout | Kind::UpstreamProtocol => {
+                Side::Upstream
+            }
+            Kind::Overloaded | Kind::Internal => Side::Internal,
+        }
+    }
+
+    /// The connection must be closed after answering: framing can no longer be trusted.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::BadRequest
+                | Kind::HeadTooLarge
+                | Kind::BodyTooLarge
+                | Kind::ClientTimeout
+                | Kind::NotImplemented
+        )
+    }
+
+    /// OpenAI `error.type` / Anthropic `error.type`.
+    fn type_str(&self, shape: ErrorShape) -> &'static str {
+        match (shape, self.kind) {
+            (ErrorShape::OpenAi, Kind::Overloaded) => "server_error",
+            (ErrorShape::OpenAi, k) if self.side() == Side::Client => match k {
+                Kind::NotFound | Kind::UnknownModel => "not_found_error",
+                _ => "invalid_request_error",
+            },
+            (ErrorShape::OpenAi, _) => {
+                if self.side() == Side::Upstream {
+                    "upstream_error"
+                } else {
+                    "server_error"
+                }
+            }
+            (ErrorShape::Anthropic, Kind::Overloaded) => "overloaded_error",
+            (ErrorShape::Anthropic, Kind::NotFound | Kind::UnknownModel) => "not_found_error",
+            (ErrorShape::Anthropic, Kind::BodyTooLarge) => "request_too_large",
+            (ErrorShape::Anthropic, _) if self.side() == Side::Client => "invalid_request_error",
+            (ErrorShape::Anthropic, Kind::UpstreamTimeout) => "timeout_error",
+            (ErrorShape::Anthropic, _) => "api_error",
+        }
+    }
+
+    /// OpenAI `error.code`: a stable machine-readable string.
+    pub fn code(&self) -> &'static str {
+        match self.kind {
+            Kind::BadRequest => "bad_request",
+            Kind::InvalidBody => "invalid_body",
+            Kind::NotFound => "not_found",
+            Kind::MethodNotAllowed => "method_not_allowed",
+            Kind::UnknownModel => "model_not_found",
+            Kind::HeadTooLarge => "head_too_large",
+            Kind::BodyTooLarge => "body_too_large",
+            Kind::ClientTimeout => "client_timeout",
+            Kind::NotImplemented => "not_implemented",
+            Kind::Overloaded => "overloaded",
+            Kind::UpstreamConnect => "upstream_connect_error",
+            Kind::UpstreamTimeout => "upstream_timeout",
+            Kind::UpstreamProtocol => "upstream_protocol_error",
+            Kind::Internal => "internal_error",
+        }
+    }
+
+    /// Render the JSON error body in the client's dialect.
+    pub fn body(&self, shape: ErrorShape) -> Vec<u8> {
+        let mut out = Vec::with_capacity(96 + self.message.len());
+        match shape {
+            ErrorShape::OpenAi => {
+                out.extend_from_slice(b"{\"error\":{\"message\":");
+                push_json_str(&mut out, &self.message);
+                out.extend_from_slice(b",\"type\":\"");
+                out.extend_from_slice(self.type_str(shape).as_bytes());
+                out.extend_from_slice(b"\",\"param\":null,\"code\":\"");
+                out.extend_from_slice(self.code().as_bytes());
+                out.extend_from_slice(b"\"}}");
+            }
+            ErrorShape::Anthropic => {
+                out.extend_from_slice(b"{\"type\":\"error\",\"error\":{\"type\":\"");
+                out.extend_from_slice(self.type_str(shape).as_bytes());
+                out.extend_from_slice(b"\",\"message\":");
+                push_json_str(&mut out, &self.message);
+                out.extend_from_slice(b"}}");
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code(), self.status(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Append `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires.
+pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for &b in s.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 0xf) as usize]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_shape_is_valid_json_with_fields() {
+        let e = Error::new(Kind::UnknownModel, "model \"x\"\n not found");
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
+        assert_eq!(v["error"]["message"], "model \"x\"\n not found");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(e.status(), 404);
+        assert_eq!(e.side(), Side::Client);
+    }
+
+    #[test]
+    fn anthropic_shape() {
+        let e = Error::new(Kind::Overloaded, "busy");
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "overloaded_error");
+        assert_eq!(e.status(), 503);
+    }
+
+    #[test]
+    fn control_chars_escaped() {
+        let mut out = Vec::new();
+        push_json_str(&mut out, "a\u{1}b");
+        assert_eq!(out, b"\"a\\u0001b\"");
+    }
+}

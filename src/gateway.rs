@@ -1,0 +1,169 @@
+//! Starting the gateway: bind the listeners, build each shard's state (route table, upstream
+//! client, metrics) on its own thread, run its accept loop until shutdown.
+//!
+//! Owns: `Shard` (everything one core needs, shared with nobody) and `Running` (the handle
+//! tests and `main` hold). Must not: handle requests — that is `pipeline`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use monoio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::conn::{ClientConn, Limits};
+use crate::metrics::{MetricsHub, ShardMetrics};
+use crate::pipeline;
+use crate::route::RouteTable;
+use crate::shard::{self, DriverChoice};
+use crate::shutdown::Shutdown;
+use crate::upstream::Client;
+
+/// Everything one shard owns. Lives in an `Rc` on its thread.
+pub struct Shard {
+    pub id: usize,
+    pub driver: &'static str,
+    pub limits: Limits,
+    pub max_body: u64,
+    pub routes: RouteTable,
+    pub upstream: Client,
+    pub metrics: ShardMetrics,
+    pub hub: MetricsHub,
+}
+
+/// A started gateway.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub shards: usize,
+    pub shutdown: Shutdown,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Signal every shard to stop accepting and wait for the threads to end.
+    pub fn stop(self) {
+        self.shutdown.fire();
+        self.wait();
+    }
+
+    pub fn wait(self) {
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Default cap on request bodies until admission control configures it.
+pub const DEFAULT_MAX_BODY: u64 = 32 * 1024 * 1024;
+
+pub fn start(cfg: Config) -> io::Result<Running> {
+    let addr = cfg
+        .listen_addr()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let n = cfg
+        .server
+        .shards
+        .unwrap_or_else(shard::available_cpus)
+        .max(1);
+    let (listeners, bound) = shard::bind_listeners(addr, n)?;
+    let driver = DriverChoice::resolve(cfg.server.driver.get_ref());
+    let needs_tls = cfg.providers.iter().any(|p| {
+        p.base_url
+            .as_ref()
+            .is_some_and(|u| u.get_ref().starts_with("https://"))
+    });
+    let tls = needs_tls.then(crate::upstream::tls::client_config);
+    let cfg = Arc::new(cfg);
+    let shutdown = Shutdown::new();
+    let hub = MetricsHub::new(n);
+    let pin = cfg.server.pin;
+    let sd = shutdown.clone();
+    let handles = shard::spawn(
+        listeners,
+        driver,
+        pin,
+        move |id, std_listener, driver_name| {
+            let cfg = cfg.clone();
+            let tls = tls.clone();
+            let sd = sd.clone();
+            let hub = hub.clone();
+            async move {
+                let s = &cfg.server;
+                let shard = Rc::new(Shard {
+                    id,
+                    driver: driver_name,
+                    limits: Limits {
+                        max_head: s.max_head_bytes,
+                        max_headers: s.max_headers,
+                        header_timeout: Duration::from_millis(s.header_timeout_ms),
+                        body_timeout: Duration::from_millis(s.body_timeout_ms),
+                        idle_timeout: Duration::from_millis(s.idle_timeout_ms),
+                        write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
+                    },
+                    max_body: DEFAULT_MAX_BODY,
+                    routes: RouteTable::build(&cfg),
+                    upstream: Client::new(
+                        &cfg.upstream,
+                        tls.map(monoio_rustls::TlsConnector::from),
+                    ),
+                    metrics: ShardMetrics::default(),
+                    hub,
+                });
+                drop(cfg);
+                accept_loop(std_listener, shard, sd).await;
+            }
+        },
+    )?;
+    Ok(Running {
+        addr: bound,
+        shards: n,
+        shutdown,
+        handles,
+    })
+}
+
+async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shutdown: Shutdown) {
+    let listener = match TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::log::info(format_args!(
+                "shard {}: cannot adopt listener: {e}",
+                shard.id
+            ));
+            return;
+        }
+    };
+    monoio::spawn(publish_metrics(shard.clone()));
+    let mut stop = std::pin::pin!(shutdown.wait());
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok((stream, _peer)) => {
+                    monoio::spawn(pipeline::serve_connection(ClientConn::new(stream), shard.clone()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    crate::log::info(format_args!("shard {}: accept: {e}", shard.id));
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Publish this shard's metrics for scrapes served by other shards, once a second.
+async fn publish_metrics(shard: Rc<Shard>) {
+    if shard.hub.shards() < 2 {
+        return;
+    }
+    loop {
+        let mut text = String::new();
+        pipeline::render_shard_metrics(&shard, &mut text);
+        shard.hub.publish(shard.id, text);
+        monoio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

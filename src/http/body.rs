@@ -1,0 +1,92 @@
+//! Reading a request body that follows a parsed head, by Content-Length or chunked framing,
+//! within a size limit and a deadline.
+//!
+//! Owns: moving body bytes out of the connection buffer (leaving any pipelined next request in
+//! it) and reading the rest from the socket. Must not: parse the body.
+
+use std::time::Instant;
+
+use monoio::io::AsyncReadRent;
+
+use super::chunked::ChunkedDecoder;
+use super::head::BodyFraming;
+use super::io::{read_more, read_upto};
+use crate::error::{Error, Kind};
+
+/// Read the body of the request whose head takes `head_len` bytes at the start of `buf`.
+/// On success `buf` holds only what follows the body (a pipelined next request, if any).
+pub async fn read_body<S: AsyncReadRent>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    head_len: usize,
+    framing: BodyFraming,
+    max_body: u64,
+    deadline: Instant,
+) -> Result<Vec<u8>, Error> {
+    match framing {
+        BodyFraming::None => {
+            buf.drain(..head_len.min(buf.len()));
+            Ok(Vec::new())
+        }
+        BodyFraming::Length(n) => {
+            if n > max_body {
+                return Err(too_large(max_body));
+            }
+            let n = n as usize;
+            let avail = buf.len().saturating_sub(head_len);
+            if avail >= n {
+                let body = buf[head_len..head_len + n].to_vec();
+                buf.drain(..head_len + n);
+                return Ok(body);
+            }
+            let mut body = Vec::with_capacity(n);
+            body.extend_from_slice(&buf[head_len..]);
+            buf.clear();
+            while body.len() < n {
+                let got = read_upto(s, &mut body, n, deadline)
+                    .await
+                    .map_err(client_read)?;
+                if got == 0 {
+                    return Err(Error::new(
+                        Kind::BadRequest,
+                        "client closed before sending the whole body",
+                    ));
+                }
+            }
+            Ok(body)
+        }
+        BodyFraming::Chunked => {
+            let mut dec = ChunkedDecoder::new(max_body);
+            let mut body = Vec::new();
+            let used = dec.decode(&buf[head_len..], &mut body)?;
+            buf.drain(..head_len + used);
+            while !dec.is_done() {
+                let got = read_more(s, buf, deadline).await.map_err(client_read)?;
+                if got == 0 {
+                    return Err(Error::new(
+                        Kind::BadRequest,
+                        "client closed before the end of the chunked body",
+                    ));
+                }
+                let used = dec.decode(buf, &mut body)?;
+                buf.drain(..used);
+            }
+            Ok(body)
+        }
+    }
+}
+
+fn too_large(max: u64) -> Error {
+    Error::new(
+        Kind::BodyTooLarge,
+        format!("request body is larger than the {max}-byte limit"),
+    )
+}
+
+fn client_read(e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        Error::new(Kind::ClientTimeout, "timed out reading the request body")
+    } else {
+        Error::new(Kind::BadRequest, format!("reading request body: {e}"))
+    }
+}

@@ -1,0 +1,322 @@
+//! Request-head parsing on httparse. The head stays in the connection's read buffer; a parsed
+//! `RequestHead` holds byte ranges into that buffer (zero-copy), plus the few facts the pipeline
+//! needs (method, framing, keep-alive, auth headers).
+//!
+//! Owns: RFC 9112 request framing decisions (CL/TE conflicts, duplicate or invalid
+//! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host) and head limits.
+//! Must not: read from sockets or look at the body.
+
+use std::ops::Range;
+
+use crate::error::{Error, Kind};
+
+/// Hard ceiling on header count regardless of configuration (stack array size).
+pub const MAX_HEADERS_CAP: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Head,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    pub method: Method,
+    /// Request target, as a range into the read buffer (path + query).
+    pub target: Range<usize>,
+    /// Bytes taken by the head, including the final CRLF CRLF.
+    pub len: usize,
+    pub body: BodyFraming,
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+    pub authorization: Option<Range<usize>>,
+    pub x_api_key: Option<Range<usize>>,
+    pub anthropic_version: Option<Range<usize>>,
+}
+
+impl RequestHead {
+    /// The path without the query string.
+    pub fn path<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        let t = buf.get(self.target.clone()).unwrap_or_default();
+        match memchr::memchr(b'?', t) {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+
+    /// The query string without the `?`, if any.
+    pub fn query<'b>(&self, buf: &'b [u8]) -> Option<&'b [u8]> {
+        let t = buf.get(self.target.clone())?;
+        memchr::memchr(b'?', t).map(|i| &t[i + 1..])
+    }
+
+    pub fn header<'b>(&self, buf: &'b [u8], r: &Option<Range<usize>>) -> Option<&'b [u8]> {
+        r.as_ref().and_then(|r| buf.get(r.clone()))
+    }
+}
+
+/// Parse a head from the start of `buf`. `Ok(None)` means "need more bytes".
+pub fn parse(
+    buf: &[u8],
+    max_head: usize,
+    max_headers: usize,
+) -> Result<Option<RequestHead>, Error> {
+    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let n = max_headers.clamp(1, MAX_HEADERS_CAP);
+    let mut req = httparse::Request::new(&mut storage[..n]);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= max_head {
+                return Err(Error::new(Kind::HeadTooLarge, "request head too large"));
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(Error::new(Kind::HeadTooLarge, "too many request headers"));
+        }
+        Err(e) => {
+            return Err(Error::new(
+                Kind::BadRequest,
+                format!("malformed request head: {e}"),
+            ));
+        }
+    };
+    if len > max_head {
+        return Err(Error::new(Kind::HeadTooLarge, "request head too large"));
+    }
+    let method = match req.method {
+        Some("GET") => Method::Get,
+        Some("POST") => Method::Post,
+        Some("HEAD") => Method::Head,
+        _ => Method::Other,
+    };
+    let version = req.version.unwrap_or(1);
+    let target = range_of(buf, req.path.unwrap_or("").as_bytes());
+
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te_seen = false;
+    let mut host_count = 0usize;
+    let mut conn_close = false;
+    let mut conn_keep_alive = false;
+    let mut expect_continue = false;
+    let mut authorization = None;
+    let mut x_api_key = None;
+    let mut anthropic_version = None;
+
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        if value.iter().any(|&b| b == b'\r' || b == b'\n') {
+            return Err(Error::new(
+                Kind::BadRequest,
+                "obsolete line folding is not allowed",
+            ));
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if content_length.is_some() {
+                return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
+            }
+            content_length = Some(parse_content_length(value)?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if te_seen {
+                return Err(Error::new(Kind::BadRequest, "duplicate Transfer-Encoding"));
+            }
+            te_seen = true;
+            if trim(value).eq_ignore_ascii_case(b"chunked") {
+                chunked = true;
+            } else {
+                return Err(Error::new(
+                    Kind::NotImplemented,
+                    "only Transfer-Encoding: chunked is supported",
+                ));
+            }
+        } else if name.eq_ignore_ascii_case(b"host") {
+            host_count += 1;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for tok in value.split(|&b| b == b',') {
+                let tok = trim(tok);
+                if tok.eq_ignore_ascii_case(b"close") {
+                    conn_close = true;
+                } else if tok.eq_ignore_ascii_case(b"keep-alive") {
+                    conn_keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if trim(value).eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            }
+        } else if name.eq_ignore_ascii_case(b"authorization") {
+            authorization = Some(range_of(buf, value));
+        } else if name.eq_ignore_ascii_case(b"x-api-key") {
+            x_api_key = Some(range_of(buf, value));
+        } else if name.eq_ignore_ascii_case(b"anthropic-version") {
+            anthropic_version = Some(range_of(buf, value));
+        }
+    }
+
+    if te_seen && content_length.is_some() {
+        return Err(Error::new(
+            Kind::BadRequest,
+            "Content-Length and Transfer-Encoding must not both be present",
+        ));
+    }
+    if te_seen && version == 0 {
+        return Err(Error::new(
+            Kind::BadRequest,
+            "Transfer-Encoding in an HTTP/1.0 request",
+        ));
+    }
+    if version == 1 && host_count != 1 {
+        return Err(Error::new(
+            Kind::BadRequest,
+            "HTTP/1.1 requests need exactly one Host header",
+        ));
+    }
+    let body = if chunked {
+        BodyFraming::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => BodyFraming::None,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    let keep_alive = if version == 0 {
+        conn_keep_alive && !conn_close
+    } else {
+        !conn_close
+    };
+    Ok(Some(RequestHead {
+        method,
+        target,
+        len,
+        body,
+        keep_alive,
+        expect_continue,
+        authorization,
+        x_api_key,
+        anthropic_version,
+    }))
+}
+
+/// Strict Content-Length: 1*DIGIT, no sign, no list, at most 19 digits.
+pub fn parse_content_length(v: &[u8]) -> Result<u64, Error> {
+    let v = trim(v);
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(Error::new(Kind::BadRequest, "invalid Content-Length"));
+    }
+    Ok(v.iter()
+        .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')))
+}
+
+pub fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// Position of `part` (a sub-slice of `buf`) as a range of `buf`.
+fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
+    let start = (part.as_ptr() as usize).saturating_sub(buf.as_ptr() as usize);
+    start..start + part.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Option<RequestHead>, Error> {
+        parse(s.as_bytes(), 16 * 1024, 64)
+    }
+
+    #[test]
+    fn framing_table() {
+        // (request, expected Ok framing or Err status)
+        let cases: &[(&str, Result<BodyFraming, u16>)] = &[
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(BodyFraming::None)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Ok(BodyFraming::Length(5))),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", Ok(BodyFraming::None)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", Ok(BodyFraming::Chunked)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", Err(501)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Err(501)),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
+            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
+            ("GET / HTTP/1.1\r\n\r\n", Err(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", Err(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX-Long: a\r\n b\r\n\r\n", Err(400)),
+            ("GET / HTTP/1.1\r\nHo st: a\r\n\r\n", Err(400)),
+            ("GARBAGE\r\n\r\n", Err(400)),
+        ];
+        for (req, want) in cases {
+            let got = p(req).map(|h| h.map(|h| h.body));
+            match (got, want) {
+                (Ok(Some(f)), Ok(w)) => assert_eq!(f, *w, "{req:?}"),
+                (Err(e), Err(s)) => assert_eq!(e.status(), *s, "{req:?}: {e}"),
+                (g, w) => panic!("{req:?}: got {g:?}, want {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn partial_and_limits() {
+        assert!(p("GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "a".repeat(200)
+        );
+        assert_eq!(parse(big.as_bytes(), 64, 64).unwrap_err().status(), 431);
+        let partial_big = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(200));
+        assert_eq!(
+            parse(partial_big.as_bytes(), 64, 64).unwrap_err().status(),
+            431
+        );
+        let many: String = (0..10).map(|i| format!("X{i}: v\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+        assert_eq!(parse(req.as_bytes(), 4096, 5).unwrap_err().status(), 431);
+    }
+
+    #[test]
+    fn zero_copy_fields() {
+        let raw = b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\nx-api-key: sk\r\nConnection: close\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!(h.path(raw), b"/v1/chat/completions");
+        assert_eq!(h.query(raw), Some(&b"x=1"[..]));
+        assert_eq!(h.header(raw, &h.authorization), Some(&b"Bearer k"[..]));
+        assert_eq!(h.header(raw, &h.x_api_key), Some(&b"sk"[..]));
+        assert!(!h.keep_alive);
+        assert!(h.expect_continue);
+        assert_eq!(&raw[h.len..], b"{}");
+    }
+
+    #[test]
+    fn http10_keep_alive_rules() {
+        let h = p("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+        let h = p("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keep_alive);
+    }
+}

@@ -1,0 +1,96 @@
+//! Moving bytes between owned `Vec<u8>` buffers and monoio streams (which take buffers by
+//! value), with deadlines.
+//!
+//! Owns: `read_more`, `write_all`, deadline helpers. Must not: interpret the bytes.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
+
+/// Smallest spare capacity offered to a read.
+const MIN_READ: usize = 4096;
+
+/// Read whatever is available, appending to `buf`. `Ok(0)` means EOF. On timeout the
+/// error kind is `TimedOut` (the buffer's unread contents survive only on success or IO error).
+pub async fn read_more<S: AsyncReadRent>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> io::Result<usize> {
+    if buf.capacity() - buf.len() < MIN_READ {
+        buf.reserve(MIN_READ);
+    }
+    let owned = std::mem::take(buf);
+    let len = owned.len();
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        *buf = owned;
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+    }
+    match monoio::time::timeout(left, s.read(owned.slice_mut(len..))).await {
+        Ok((res, slice)) => {
+            *buf = slice.into_inner();
+            res
+        }
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+    }
+}
+
+/// Write all of `data`, giving the buffer back (cleared) for reuse.
+pub async fn write_all<S: AsyncWriteRent>(
+    s: &mut S,
+    mut data: Vec<u8>,
+) -> (io::Result<()>, Vec<u8>) {
+    if data.is_empty() {
+        return (Ok(()), data);
+    }
+    let (res, mut back) = s.write_all(data).await;
+    back.clear();
+    data = back;
+    (res.map(|_| ()), data)
+}
+
+/// Write all of `data` with a deadline (used towards clients that may stop reading).
+pub async fn write_all_timeout<S: AsyncWriteRent>(
+    s: &mut S,
+    data: Vec<u8>,
+    timeout: Duration,
+) -> io::Result<Vec<u8>> {
+    match monoio::time::timeout(timeout, write_all(s, data)).await {
+        Ok((Ok(()), back)) => Ok(back),
+        Ok((Err(e), _)) => Err(e),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+    }
+}
+
+pub fn deadline(ms: u64) -> Instant {
+    Instant::now() + Duration::from_millis(ms)
+}
+
+/// Read into `buf` without letting it grow past `limit` bytes (exact-size bodies: bytes of a
+/// pipelined next request must not land in this buffer). `Ok(0)` means EOF.
+pub async fn read_upto<S: AsyncReadRent>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    deadline: Instant,
+) -> io::Result<usize> {
+    if buf.len() >= limit {
+        return Ok(0);
+    }
+    if buf.capacity() < limit {
+        buf.reserve_exact(limit - buf.len());
+    }
+    let owned = std::mem::take(buf);
+    let len = owned.len();
+    let left = deadline.saturating_duration_since(Instant::now());
+    match monoio::time::timeout(left, s.read(owned.slice_mut(len..limit))).await {
+        Ok((res, slice)) => {
+            *buf = slice.into_inner();
+            res
+        }
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+    }
+}

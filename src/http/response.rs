@@ -1,0 +1,99 @@
+//! Writing HTTP/1.1 response heads and chunk frames into owned buffers.
+//!
+//! Owns: status lines, framing headers (Content-Length / chunked), the terminating chunk.
+//! Must not: do IO or decide statuses (callers pass them in).
+
+use std::io::Write;
+
+/// How the body that follows the head is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+/// Append a response head. `extra` is raw header lines, each ending in CRLF.
+pub fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &[u8],
+    framing: Framing,
+    keep_alive: bool,
+    extra: &[u8],
+) {
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason(status));
+    out.extend_from_slice(b"content-type: ");
+    out.extend_from_slice(content_type);
+    out.extend_from_slice(b"\r\n");
+    match framing {
+        Framing::Length(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append one chunk frame (no-op for empty data: an empty chunk would end the body).
+pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    let _ = write!(out, "{:x}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_and_chunks() {
+        let mut out = Vec::new();
+        write_head(
+            &mut out,
+            503,
+            b"application/json",
+            Framing::Length(2),
+            false,
+            b"retry-after: 1\r\n",
+        );
+        assert_eq!(
+            out,
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\nretry-after: 1\r\n\r\n"
+        );
+        let mut c = Vec::new();
+        write_chunk(&mut c, b"hello world, 17 b");
+        write_chunk(&mut c, b"");
+        assert_eq!(c, b"11\r\nhello world, 17 b\r\n");
+    }
+}

@@ -1,0 +1,31 @@
+//! ringgate: a thread-per-core LLM gateway appliance.
+//!
+//! Module map by pipeline stage (see `pipeline` for the request path, top to bottom):
+//! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
+//! - `http`: HTTP/1.1 heads, bodies, responses, client connections
+//! - `extract`: model/stream lookup for same-dialect passthrough
+//! - `route`, `provider`: model → provider routing, the closed provider enum
+//! - `upstream`: pooled upstream connections, TLS, response framing
+//! - `relay`: upstream → client byte path (SSE per event)
+//! - `mock`: the upstream simulator
+//! - `config`, `error`, `metrics`, `log`
+
+#![forbid(unsafe_code)]
+
+pub mod admit;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod gateway;
+pub mod http;
+pub mod log;
+pub mod metrics;
+pub mod mock;
+pub mod pipeline;
+pub mod provider;
+pub mod relay;
+pub mod route;
+pub mod shard;
+pub mod shutdown;
+pub mod translate;
+pub mod upstream;

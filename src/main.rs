@@ -1,0 +1,199 @@
+//! The `ringgate` binary: `serve` (default), `check`, `mock`.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use mimalloc::MiMalloc;
+use ringgate::config::Config;
+use ringgate::mock::Profile;
+use ringgate::shard::DriverChoice;
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+const USAGE: &str = "\
+ringgate — a thread-per-core LLM gateway
+
+USAGE:
+  ringgate [serve] [--config FILE] [--listen ADDR]   run the gateway (no config: built-in default)
+  ringgate check --config FILE                       validate a config file
+  ringgate mock [--listen ADDR] [--profile instant|seed] [--shards N]
+                                                     run the upstream simulator
+  ringgate --version | --help
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match args.first().map(String::as_str) {
+        Some("serve") | Some("check") | Some("mock") => (args[0].as_str(), &args[1..]),
+        Some("--help") | Some("-h") | Some("help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--version") | Some("-V") => {
+            println!("ringgate {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => ("serve", &args[..]),
+    };
+    let opts = match Opts::parse(rest) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("ringgate: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match cmd {
+        "check" => check(&opts),
+        "mock" => mock(&opts),
+        _ => serve(&opts),
+    }
+}
+
+#[derive(Default)]
+struct Opts {
+    config: Option<String>,
+    listen: Option<String>,
+    profile: Option<String>,
+    shards: Option<usize>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let (key, inline) = match a.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_string())),
+                None => (a.as_str(), None),
+            };
+            let mut val = || {
+                inline
+                    .clone()
+                    .or_else(|| it.next().cloned())
+                    .ok_or(format!("{key} needs a value"))
+            };
+            match key {
+                "--config" | "-c" => o.config = Some(val()?),
+                "--listen" | "-l" => o.listen = Some(val()?),
+                "--profile" => o.profile = Some(val()?),
+                "--shards" => {
+                    o.shards = Some(val()?.parse().map_err(|_| "--shards needs a number")?)
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+fn load(opts: &Opts) -> Result<Config, ExitCode> {
+    let path = opts
+        .config
+        .clone()
+        .or_else(|| std::env::var("RINGGATE_CONFIG").ok());
+    let mut cfg = match path {
+        Some(p) => Config::load(&p).map_err(|errs| {
+            for e in errs {
+                eprintln!("{p}: {e}");
+            }
+            ExitCode::from(1)
+        })?,
+        None => Config::embedded(),
+    };
+    if let Some(l) = &opts.listen {
+        cfg.server.listen = toml::Spanned::new(0..0, l.clone());
+    }
+    if let Some(n) = opts.shards {
+        cfg.server.shards = Some(n);
+    }
+    Ok(cfg)
+}
+
+fn serve(opts: &Opts) -> ExitCode {
+    let t0 = Instant::now();
+    let cfg = match load(opts) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let models: Vec<String> = cfg
+        .models
+        .iter()
+        .map(|m| m.name.get_ref().clone())
+        .collect();
+    match ringgate::gateway::start(cfg) {
+        Ok(running) => {
+            ringgate::log::info(format_args!(
+                "listening on http://{} with {} shard(s), models [{}], started in {:?}",
+                running.addr,
+                running.shards,
+                models.join(", "),
+                t0.elapsed()
+            ));
+            running.wait();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ringgate: cannot start: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn check(opts: &Opts) -> ExitCode {
+    let Some(path) = &opts.config else {
+        eprintln!("ringgate check: --config FILE is required");
+        return ExitCode::from(2);
+    };
+    match Config::load(path) {
+        Ok(cfg) => {
+            for w in cfg.warnings() {
+                eprintln!("{path}: warning: {w}");
+            }
+            println!(
+                "{path}: ok ({} provider(s), {} model(s))",
+                cfg.providers.len(),
+                cfg.models.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errs) => {
+            for e in &errs {
+                eprintln!("{path}: {e}");
+            }
+            eprintln!("{path}: {} problem(s) found", errs.len());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn mock(opts: &Opts) -> ExitCode {
+    let listen = opts
+        .listen
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1:9000".into());
+    let Ok(addr) = listen.parse() else {
+        eprintln!("ringgate mock: bad --listen {listen:?}");
+        return ExitCode::from(2);
+    };
+    let profile_name = opts.profile.clone().unwrap_or_else(|| "instant".into());
+    let Some(profile) = Profile::parse(&profile_name) else {
+        eprintln!("ringgate mock: unknown profile {profile_name:?} (instant, seed)");
+        return ExitCode::from(2);
+    };
+    let driver = DriverChoice::resolve("auto");
+    match ringgate::mock::server::start(addr, profile, opts.shards.unwrap_or(1), driver) {
+        Ok(m) => {
+            ringgate::log::info(format_args!(
+                "mock listening on http://{} (profile {profile_name})",
+                m.addr
+            ));
+            m.wait();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ringgate mock: cannot start: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The request path, top to bottom, in one place:
+//! accept → parse head → admit → read body → route → translate → upstream → translate back →
+//! respond. Each stage calls into its own module; this file only sequences them and turns
+//! their errors into responses in the client's dialect.
+//!
+//! Owns: the per-connection loop and the order of stages. Must not: parse bytes, build
+//! upstream requests or relay bodies itself (see `http`, `extract`, `route`, `relay`).
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use crate::error::{Error, ErrorShape, Kind};
+use crate::gateway::Shard;
+use crate::http::body::read_body;
+use crate::http::conn::ClientConn;
+use crate::http::{BodyFraming, Method, RequestHead};
+use crate::metrics::{bump, dec};
+use crate::provider::ProviderKind;
+use crate::{extract, mock, relay};
+
+/// What a request head asks for, decided before any body byte is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    ChatCompletions,
+    Models,
+    Healthz,
+    Readyz,
+    Metrics,
+}
+
+/// Metrics endpoint index (see `metrics::ENDPOINTS`).
+fn endpoint_index(t: Option<Target>) -> usize {
+    match t {
+        Some(Target::ChatCompletions) => 0,
+        Some(Target::Models) => 1,
+        Some(Target::Healthz | Target::Readyz) => 2,
+        Some(Target::Metrics) => 3,
+        None => 4,
+    }
+}
+
+pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
+    bump(&shard.metrics.connections);
+    bump(&shard.metrics.connections_total);
+    loop {
+        // parse head
+        let head = match conn.read_head(&shard.limits).await {
+            Ok(Some(h)) => h,
+            Ok(None) => break,
+            Err(e) => {
+                shard.metrics.count(endpoint_index(None), e.status());
+                conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+                    .await;
+                break;
+            }
+        };
+        bump(&shard.metrics.in_flight);
+        let keep = handle(&mut conn, head, &shard).await;
+        dec(&shard.metrics.in_flight);
+        if !keep {
+            break;
+        }
+    }
+    dec(&shard.metrics.connections);
+}
+
+/// One request. Returns whether the connection may carry another one.
+async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
+    let wt = shard.limits.write_timeout;
+    let shape = ErrorShape::OpenAi;
+    let keep_alive = head.keep_alive;
+    let body_pending = head.body != BodyFraming::None;
+
+    // route by path (head only)
+    let target = match classify(head.method, head.path(&conn.buf)) {
+        Ok(t) => t,
+        Err(e) => {
+            shard.metrics.count(endpoint_index(None), e.status());
+            // The body was not read: close rather than desynchronise.
+            return conn
+                .respond_error(&e, shape, keep_alive && !body_pending, wt)
+                .await;
+        }
+    };
+    let ep = endpoint_index(Some(target));
+    if target != Target::ChatCompletions {
+        let keep = keep_alive && !body_pending;
+        let (status, body): (u16, Vec<u8>) = match target {
+            Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
+            Target::Readyz => (200, b"{\"status\":\"ready\"}".to_vec()),
+            Target::Models => (200, shard.routes.models_body().to_vec()),
+            _ => (200, render_metrics(shard).into_bytes()),
+        };
+        let ct: &[u8] = if target == Target::Metrics {
+            b"text/plain; version=0.0.4"
+        } else {
+            b"application/json"
+        };
+        shard.metrics.count(ep, status);
+        return conn.respond(status, ct, b"", &body, keep, wt).await && keep;
+    }
+
+    // admit: decided on the head, before the body is allocated
+    if let BodyFraming::Length(n) = head.body {
+        if n > shard.max_body {
+            let e = Error::new(
+                Kind::BodyTooLarge,
+                format!(
+                    "request body of {n} bytes is over the {}-byte limit",
+                    shard.max_body
+                ),
+            );
+            shard.metrics.count(ep, e.status());
+            return conn.respond_error(&e, shape, false, wt).await;
+        }
+    }
+    if head.expect_continue && body_pending {
+        let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+        if conn.write_raw(buf, wt).await.is_none() {
+            return false;
+        }
+    }
+
+    // read body (bounded)
+    let body_deadline = Instant::now() + shard.limits.body_timeout;
+    let body = match read_body(
+        &mut conn.stream,
+        &mut conn.buf,
+        head.len,
+        head.body,
+        shard.max_body,
+        body_deadline,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => {
+            shard.metrics.count(ep, e.status());
+            return conn.respond_error(&e, shape, false, wt).await;
+        }
+    };
+
+    // route by model
+    let fields = match extract::routing_fields(&body) {
+        Ok(f) => f,
+        Err(e) => {
+            shard.metrics.count(ep, e.status());
+            return conn.respond_error(&e, shape, keep_alive, wt).await;
+        }
+    };
+    let Some(route) = shard.routes.resolve(&fields.model) else {
+        let e = Error::new(
+            Kind::UnknownModel,
+            format!(
+                "The model `{}` does not exist or is not routed by this gateway",
+                fields.model
+            ),
+        );
+        shard.metrics.count(ep, e.status());
+        return conn.respond_error(&e, shape, keep_alive, wt).await;
+    };
+
+    // translate → upstream → translate back → respond (one dispatch point per provider kind)
+    let provider = &route.provider;
+    let outcome = match provider.kind {
+        ProviderKind::Mock => match mock::MockRequest::parse(&body) {
+            Ok(mut req) => {
+                if let Some(m) = &route.upstream_model {
+                    req.model.clone_from(m);
+                }
+                let ok =
+                    mock::chat::respond(&mut conn.stream, &req, provider.mock_profile, keep_alive)
+                        .await
+                        .is_ok();
+                relay::Outcome {
+                    status: 200,
+                    keep_alive: ok && keep_alive,
+                }
+            }
+            Err(msg) => {
+                relay::Outcome::error(
+                    conn,
+                    &Error::new(Kind::InvalidBody, msg),
+                    shape,
+                    keep_alive,
+                    wt,
+                )
+                .await
+            }
+        },
+        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Azure => {
+            relay::passthrough_chat(conn, shard, route, &body, &fields, keep_alive).await
+        }
+        ProviderKind::Anthropic | ProviderKind::Gemini => {
+            let e = Error::new(
+                Kind::NotImplemented,
+                format!("provider kind {} is not wired yet", provider.kind.as_str()),
+            );
+            relay::Outcome::error(conn, &e, shape, keep_alive, wt).await
+        }
+    };
+    shard.metrics.count(ep, outcome.status);
+    outcome.keep_alive
+}
+
+fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
+    let target = match path {
+        b"/v1/chat/completions" | b"/chat/completions" => Target::ChatCompletions,
+        b"/v1/models" | b"/models" => Target::Models,
+        b"/healthz" => Target::Healthz,
+        b"/readyz" => Target::Readyz,
+        b"/metrics" => Target::Metrics,
+        _ => {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("no route for {}", String::from_utf8_lossy(path)),
+            ))
+        }
+    };
+    let want = if target == Target::ChatCompletions {
+        Method::Post
+    } else {
+        Method::Get
+    };
+    if method != want {
+        return Err(Error::new(
+            Kind::MethodNotAllowed,
+            "method not allowed on this path",
+        ));
+    }
+    Ok(target)
+}
+
+fn render_metrics(shard: &Shard) -> String {
+    let mut out = String::with_capacity(2048);
+    render_shard_metrics(shard, &mut out);
+    shard.hub.others(shard.id, &mut out);
+    out
+}
+
+pub fn render_shard_metrics(shard: &Shard, out: &mut String) {
+    shard.metrics.render(shard.id, out);
+    out.push_str(&format!(
+        "ringgate_upstream_idle_connections{{shard=\"{}\"}} {}\n",
+        shard.id,
+        shard.upstream.pool.idle_count()
+    ));
+}

@@ -1,0 +1,227 @@
+//! Relaying an upstream response to the client: the same-dialect passthrough (model splice,
+//! bytes forwarded as they arrive), SSE re-framed per event and flushed per event, mid-stream
+//! failures ended with a dialect-correct error event, and client disconnects releasing the
+//! upstream connection (dropped, never pooled).
+//!
+//! Owns: the upstream → client byte path. Must not: read the client's request or choose routes.
+//! Back-pressure is structural: the next upstream read starts only after the previous write
+//! to the client finished, so at most one read buffer per stream is held.
+
+use std::time::Duration;
+
+use crate::error::{push_json_str, Error, ErrorShape, Kind};
+use crate::extract::{splice_model, RoutingFields};
+use crate::gateway::Shard;
+use crate::http::conn::ClientConn;
+use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+use crate::metrics::bump;
+use crate::route::Route;
+use crate::upstream::{Exchange, RespFraming, UpstreamRequest};
+
+/// How a request ended, for metrics and the connection loop.
+pub struct Outcome {
+    pub status: u16,
+    pub keep_alive: bool,
+}
+
+impl Outcome {
+    pub async fn error(
+        conn: &mut ClientConn,
+        e: &Error,
+        shape: ErrorShape,
+        keep_alive: bool,
+        wt: Duration,
+    ) -> Outcome {
+        let keep = conn.respond_error(e, shape, keep_alive, wt).await;
+        Outcome {
+            status: e.status(),
+            keep_alive: keep,
+        }
+    }
+}
+
+/// Largest partial SSE event held while waiting for its end (then forwarded as is).
+const MAX_PENDING_EVENT: usize = 1024 * 1024;
+
+/// OpenAI Chat in, OpenAI-Chat-speaking upstream out: forward the body byte for byte (with the
+/// model name spliced when the route renames it) and relay the answer.
+pub async fn passthrough_chat(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    route: &Route,
+    body: &[u8],
+    fields: &RoutingFields,
+    keep_alive: bool,
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let shape = ErrorShape::OpenAi;
+    let provider = &route.provider;
+    let Some(endpoint) = provider.endpoint.as_ref() else {
+        let e = Error::new(
+            Kind::Internal,
+            format!("provider {} has no base_url", provider.name),
+        );
+        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+    };
+    let spliced;
+    let body = match &route.upstream_model {
+        Some(m) => {
+            spliced = splice_model(body, &fields.model_span, m);
+            &spliced[..]
+        }
+        None => body,
+    };
+    let path = format!("{}/chat/completions", endpoint.base_path);
+    let req = UpstreamRequest {
+        endpoint,
+        path: &path,
+        headers: &provider.auth_headers,
+        body,
+    };
+    let mut ex = match shard.upstream.send(&req).await {
+        Ok(ex) => ex,
+        Err(e) => {
+            bump(&shard.metrics.upstream_errors);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+    };
+    if ex.head.status >= 500 {
+        bump(&shard.metrics.upstream_errors);
+    }
+    relay(conn, &mut ex, keep_alive, wt, shard).await
+}
+
+/// Forward the response of `ex` to the client.
+async fn relay(
+    conn: &mut ClientConn,
+    ex: &mut Exchange<'_>,
+    keep_alive: bool,
+    wt: Duration,
+    shard: &Shard,
+) -> Outcome {
+    let status = ex.head.status;
+    let sse = ex.head.is_event_stream();
+    let framing = match (ex.head.framing, sse) {
+        (RespFraming::Length(n), false) => Framing::Length(n as usize),
+        _ => Framing::Chunked,
+    };
+    let mut out = std::mem::take(&mut conn.out);
+    out.clear();
+    write_head(
+        &mut out,
+        status,
+        &ex.head.content_type,
+        framing,
+        keep_alive,
+        &ex.head.forward,
+    );
+    let mut piece = Vec::with_capacity(16 * 1024);
+    let mut pending: Vec<u8> = Vec::new();
+    let mut head_sent = false;
+    loop {
+        piece.clear();
+        // For SSE, send the head at once (clients see the stream open); otherwise wait for the
+        // first body bytes so head and body usually leave in one write.
+        if sse && !head_sent {
+            match conn.write_raw(std::mem::take(&mut out), wt).await {
+                Some(back) => out = back,
+                None => return gone(shard, status),
+            }
+            head_sent = true;
+        }
+        let more = match ex.next(&mut piece).await {
+            Ok(m) => m,
+            Err(e) => {
+                bump(&shard.metrics.upstream_errors);
+                if !head_sent {
+                    // Nothing reached the client yet: a clean error response.
+                    conn.out = out;
+                    return Outcome::error(conn, &e, ErrorShape::OpenAi, keep_alive, wt).await;
+                }
+                if framing == Framing::Chunked {
+                    let mut ev = Vec::new();
+                    ev.extend_from_slice(&pending);
+                    pending.clear();
+                    ev.extend_from_slice(b"data: {\"error\":{\"message\":");
+                    push_json_str(&mut ev, &e.message);
+                    ev.extend_from_slice(b",\"type\":\"upstream_error\",\"code\":\"");
+                    ev.extend_from_slice(e.code().as_bytes());
+                    ev.extend_from_slice(b"\"}}\n\n");
+                    write_chunk(&mut out, &ev);
+                    out.extend_from_slice(LAST_CHUNK);
+                    let _ = conn.write_raw(out, wt).await;
+                }
+                // A Content-Length body cut short can only be signalled by closing.
+                return Outcome {
+                    status: 502,
+                    keep_alive: false,
+                };
+            }
+        };
+        match framing {
+            Framing::Length(_) => out.extend_from_slice(&piece),
+            Framing::Chunked if sse => {
+                pending.extend_from_slice(&piece);
+                let cut = if more {
+                    last_event_end(&pending)
+                } else {
+                    pending.len()
+                };
+                let cut = if cut == 0 && pending.len() > MAX_PENDING_EVENT {
+                    pending.len()
+                } else {
+                    cut
+                };
+                if cut > 0 {
+                    write_chunk(&mut out, &pending[..cut]);
+                    pending.drain(..cut);
+                }
+            }
+            Framing::Chunked => write_chunk(&mut out, &piece),
+        }
+        if !more && framing == Framing::Chunked {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            match conn.write_raw(std::mem::take(&mut out), wt).await {
+                Some(back) => out = back,
+                None => return gone(shard, status),
+            }
+            head_sent = true;
+        }
+        if !more {
+            conn.out = out;
+            return Outcome { status, keep_alive };
+        }
+    }
+}
+
+/// The client went away mid-response: the exchange is dropped by the caller, which closes the
+/// upstream connection instead of pooling it.
+fn gone(shard: &Shard, status: u16) -> Outcome {
+    bump(&shard.metrics.client_disconnects);
+    Outcome {
+        status,
+        keep_alive: false,
+    }
+}
+
+/// End offset of the last complete SSE event in `buf` (0 if none).
+fn last_event_end(buf: &[u8]) -> usize {
+    let lf = memchr::memmem::rfind(buf, b"\n\n").map_or(0, |i| i + 2);
+    let crlf = memchr::memmem::rfind(buf, b"\r\n\r\n").map_or(0, |i| i + 4);
+    lf.max(crlf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_boundaries() {
+        assert_eq!(last_event_end(b"data: a\n\ndata: b"), 9);
+        assert_eq!(last_event_end(b"data: a\r\n\r\n"), 11);
+        assert_eq!(last_event_end(b"data: a\n"), 0);
+        assert_eq!(last_event_end(b"data: a\n\ndata: b\n\n"), 18);
+    }
+}

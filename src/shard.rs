@@ -1,0 +1,175 @@
+//! Shards: one pinned thread per core, each running its own monoio runtime on its own
+//! SO_REUSEPORT listener. Picks the I/O driver (io_uring with COOP_TASKRUN|SINGLE_ISSUER →
+//! plain io_uring → epoll) and says which one each shard got.
+//!
+//! Owns: listener creation (and refusing a port already in use), driver selection, pinning,
+//! thread lifecycle. Must not: know what is served — the caller passes a per-shard `main`.
+
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::thread::JoinHandle;
+
+use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Which I/O driver to try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverChoice {
+    Auto,
+    IoUring,
+    Epoll,
+}
+
+impl DriverChoice {
+    /// From config, overridden by `RINGGATE_DRIVER` (`epoll`, `io_uring`, `auto`).
+    pub fn resolve(configured: &str) -> DriverChoice {
+        let env = std::env::var("RINGGATE_DRIVER").ok();
+        match env.as_deref().unwrap_or(configured) {
+            "epoll" | "legacy" => DriverChoice::Epoll,
+            "io_uring" | "iouring" => DriverChoice::IoUring,
+            _ => DriverChoice::Auto,
+        }
+    }
+}
+
+/// Entries in each shard's ring.
+const RING_ENTRIES: u32 = 1024;
+const BACKLOG: i32 = 4096;
+
+/// Bind `n` SO_REUSEPORT listeners on `addr`. Refuses an address some other socket already
+/// listens on (a stale process would otherwise silently take a share of the connections).
+pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<(Vec<StdListener>, SocketAddr)> {
+    if addr.port() != 0 {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        probe.set_reuse_address(true)?;
+        probe.bind(&addr.into()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{addr} is already in use (is another ringgate running?): {e}"),
+            )
+        })?;
+        drop(probe);
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut bound = addr;
+    for _ in 0..n.max(1) {
+        let s = Socket::new(
+            Domain::for_address(bound),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        s.bind(&bound.into())?;
+        s.listen(BACKLOG)?;
+        let l: StdListener = s.into();
+        bound = l.local_addr()?;
+        out.push(l);
+    }
+    Ok((out, bound))
+}
+
+/// Number of CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Start one thread per listener. `main(shard_id, listener, driver_name)` is that shard's
+/// whole life; it runs on a monoio runtime pinned to a core.
+pub fn spawn<F, Fut>(
+    listeners: Vec<StdListener>,
+    driver: DriverChoice,
+    pin: bool,
+    main: F,
+) -> io::Result<Vec<JoinHandle<()>>>
+where
+    F: Fn(usize, StdListener, &'static str) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = ()>,
+{
+    let cores = if pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let mut handles = Vec::with_capacity(listeners.len());
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let main = main.clone();
+        let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
+        let h = std::thread::Builder::new()
+            .name(format!("ringgate-shard-{id}"))
+            .spawn(move || {
+                if let Some(core) = core {
+                    core_affinity::set_for_current(core);
+                }
+                run_on_best_driver(driver, id, move |name| main(id, listener, name));
+            })?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+/// Build the best runtime `choice` allows and run `make(driver_name)` to completion on it.
+pub fn run_on_best_driver<F, Fut>(choice: DriverChoice, id: usize, make: F)
+where
+    F: FnOnce(&'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if choice != DriverChoice::Epoll {
+        let mut flagged = io_uring::IoUring::builder();
+        flagged.setup_coop_taskrun().setup_single_issuer();
+        match RuntimeBuilder::<IoUringDriver>::new()
+            .with_entries(RING_ENTRIES)
+            .uring_builder(flagged)
+            .enable_timer()
+            .build()
+        {
+            Ok(mut rt) => {
+                let name = "io_uring (coop_taskrun, single_issuer)";
+                crate::log::info(format_args!("shard {id}: driver {name}"));
+                rt.block_on(make(name));
+                return;
+            }
+            Err(e) => crate::log::info(format_args!(
+                "shard {id}: io_uring with task-run flags unavailable ({e}); trying a plain ring"
+            )),
+        }
+        match RuntimeBuilder::<IoUringDriver>::new()
+            .with_entries(RING_ENTRIES)
+            .enable_timer()
+            .build()
+        {
+            Ok(mut rt) => {
+                let name = "io_uring";
+                crate::log::info(format_args!("shard {id}: driver {name}"));
+                rt.block_on(make(name));
+                return;
+            }
+            Err(e) => crate::log::info(format_args!(
+                "shard {id}: io_uring unavailable ({e}); falling back to epoll"
+            )),
+        }
+    }
+    match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
+        Ok(mut rt) => {
+            let name = "epoll";
+            crate::log::info(format_args!("shard {id}: driver {name}"));
+            rt.block_on(make(name));
+        }
+        Err(e) => crate::log::info(format_args!("shard {id}: no usable I/O driver: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_port_in_use() {
+        let (_ls, addr) = bind_listeners("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let err = bind_listeners(addr, 1).unwrap_err();
+        assert!(err.to_string().contains("already in use"), "{err}");
+    }
+}

@@ -1,0 +1,587 @@
+//! Anthropic Messages ⇄ Chat Completions (requests and non-stream
+//! responses). Streaming lives in `stream.rs` / `stream_out.rs`.
+//!
+//! Must not: perform IO, or allocate beyond the values it returns.
+//!
+//! Mapping notes:
+//! * `system` (string or text-block array) ⇄ leading Chat `system`
+//!   message(s); Chat `developer` is treated as `system`.
+//! * `tool_result` blocks in a user turn ⇄ Chat `role: tool` messages;
+//!   `tool_use` blocks ⇄ assistant `tool_calls` (input object ⇄ arguments
+//!   JSON string).
+//! * Images: `source.type` `base64` ⇄ `data:` URL, `url` ⇄ https URL.
+//! * `max_tokens` is required by Anthropic: Chat → Messages without
+//!   `max_tokens`/`max_completion_tokens` uses [`DEFAULT_MAX_TOKENS`].
+//! * Usage: Anthropic `input_tokens` excludes cache reads/writes, Chat
+//!   `prompt_tokens` includes them: `prompt_tokens = input_tokens +
+//!   cache_read_input_tokens + cache_creation_input_tokens`, and back.
+//!
+//! Deliberately dropped:
+//!
+//! | direction | field | why |
+//! |---|---|---|
+//! | Messages → Chat | `top_k`, `thinking`, `cache_control`, `service_tier`, `container`, `mcp_servers` | no Chat equivalent |
+//! | Messages → Chat | `document` blocks, images inside `tool_result`, `is_error` | Chat tool messages carry text only |
+//! | Messages → Chat | `thinking` / `redacted_thinking` blocks | no Chat equivalent |
+//! | Chat → Messages | `n`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `logprobs`, `top_logprobs`, `seed`, `response_format`, `stream_options`, `service_tier`, `audio`, `modalities`, `prediction`, `reasoning_effort`, `store` | no Messages equivalent |
+//! | Chat → Messages | `input_audio` / `file` content parts | not expressible |
+//! | responses | Chat `logprobs`, `system_fingerprint`; Anthropic `stop_sequence` value | no equivalent |
+//!
+//! Messages server tools (those with a `type` other than `custom`) are
+//! rejected with [`TranslateError`] rather than dropped.
+
+use super::error::TranslateError;
+use super::util::{self, arr, s, Obj};
+use serde_json::{json, Map, Value};
+
+/// `max_tokens` used for Chat → Messages when the client set none.
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// Anthropic `stop_reason` → Chat `finish_reason`.
+pub fn stop_to_finish(stop: &str) -> &'static str {
+    match stop {
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        _ => "stop",
+    }
+}
+
+/// Chat `finish_reason` → Anthropic `stop_reason`.
+pub fn finish_to_stop(finish: &str) -> &'static str {
+    match finish {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ => "end_turn",
+    }
+}
+
+// ---------------------------------------------------------------- requests
+
+/// Messages request body → hub Chat request.
+pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
+    let req = util::parse_object(body)?;
+    let mut out = Obj::new();
+    util::copy(&req, "model", &mut out, "model");
+    let mut messages = Vec::new();
+    match req.get("system") {
+        Some(Value::String(t)) if !t.is_empty() => {
+            messages.push(json!({"role": "system", "content": t}));
+        }
+        Some(Value::Array(blocks)) => {
+            let text: Vec<&str> = blocks.iter().filter_map(|b| s(b, "text")).collect();
+            if !text.is_empty() {
+                messages.push(json!({"role": "system", "content": text.join("\n")}));
+            }
+        }
+        _ => {}
+    }
+    let Some(msgs) = req.get("messages").and_then(Value::as_array) else {
+        return Err(TranslateError::new("`messages` must be an array"));
+    };
+    for m in msgs {
+        match s(m, "role") {
+            Some("user") => user_to_chat(m.get("content"), &mut messages),
+            Some("assistant") => messages.push(assistant_to_chat(m.get("content"))),
+            other => {
+                return Err(TranslateError::new(format!(
+                    "unsupported message role {:?}",
+                    other.unwrap_or("<missing>")
+                )))
+            }
+        }
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    util::copy(&req, "max_tokens", &mut out, "max_tokens");
+    util::copy(&req, "temperature", &mut out, "temperature");
+    util::copy(&req, "top_p", &mut out, "top_p");
+    util::copy(&req, "stop_sequences", &mut out, "stop");
+    if let Some(user) = req.get("metadata").and_then(|m| s(m, "user_id")) {
+        out.insert("user".into(), user.into());
+    }
+    if let Some(tools) = req.get("tools").and_then(Value::as_array) {
+        let mut chat_tools = Vec::new();
+        for t in tools {
+            match s(t, "type") {
+                None | Some("custom") => {}
+                Some(other) => {
+                    return Err(TranslateError::new(format!(
+                        "Anthropic server tool `{other}` cannot be translated"
+                    )))
+                }
+            }
+            let mut f = Obj::new();
+            util::copy(t, "name", &mut f, "name");
+            util::copy(t, "description", &mut f, "description");
+            util::copy(t, "input_schema", &mut f, "parameters");
+            chat_tools.push(json!({"type": "function", "function": f}));
+        }
+        if !chat_tools.is_empty() {
+            out.insert("tools".into(), Value::Array(chat_tools));
+        }
+    }
+    if let Some(tc) = req.get("tool_choice") {
+        match s(tc, "type") {
+            Some("auto") => {
+                out.insert("tool_choice".into(), "auto".into());
+            }
+            Some("any") => {
+                out.insert("tool_choice".into(), "required".into());
+            }
+            Some("none") => {
+                out.insert("tool_choice".into(), "none".into());
+            }
+            Some("tool") => {
+                let name = s(tc, "name").unwrap_or_default();
+                out.insert(
+                    "tool_choice".into(),
+                    json!({"type": "function", "function": {"name": name}}),
+                );
+            }
+            _ => {}
+        }
+        if tc.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+            out.insert("parallel_tool_calls".into(), false.into());
+        }
+    }
+    if let Some(stream) = req.get("stream").and_then(Value::as_bool) {
+        out.insert("stream".into(), stream.into());
+        if stream {
+            out.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn image_to_chat(block: &Value) -> Option<Value> {
+    let src = block.get("source")?;
+    let url = match s(src, "type") {
+        Some("base64") => format!(
+            "data:{};base64,{}",
+            s(src, "media_type").unwrap_or("image/png"),
+            s(src, "data").unwrap_or_default()
+        ),
+        Some("url") => s(src, "url")?.to_string(),
+        _ => return None,
+    };
+    Some(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+fn user_to_chat(content: Option<&Value>, messages: &mut Vec<Value>) {
+    let blocks = match content {
+        Some(Value::String(t)) => {
+            messages.push(json!({"role": "user", "content": t}));
+            return;
+        }
+        Some(Value::Array(b)) => b,
+        _ => return,
+    };
+    let mut parts = Vec::new();
+    for b in blocks {
+        match s(b, "type") {
+            Some("text") => {
+                parts.push(json!({"type": "text", "text": s(b, "text").unwrap_or_default()}))
+            }
+            Some("image") => parts.extend(image_to_chat(b)),
+            Some("tool_result") => {
+                let content = util::content_text(b.get("content"));
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": s(b, "tool_use_id").unwrap_or_default(),
+                    "content": content,
+                }));
+            }
+            _ => {}
+        }
+    }
+    match parts.as_slice() {
+        [] => {}
+        [one] if s(one, "type") == Some("text") => {
+            let t = s(one, "text").unwrap_or_default();
+            messages.push(json!({"role": "user", "content": t}));
+        }
+        _ => messages.push(json!({"role": "user", "content": parts})),
+    }
+}
+
+fn assistant_to_chat(content: Option<&Value>) -> Value {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    match content {
+        Some(Value::String(t)) => text.push_str(t),
+        Some(Value::Array(blocks)) => {
+            for b in blocks {
+                match s(b, "type") {
+                    Some("text") => text.push_str(s(b, "text").unwrap_or_default()),
+                    Some("tool_use") => calls.push(json!({
+                        "id": s(b, "id").unwrap_or_default(),
+                        "type": "function",
+                        "function": {
+                            "name": s(b, "name").unwrap_or_default(),
+                            "arguments": util::compact(b.get("input").unwrap_or(&json!({}))),
+                        },
+                    })),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut m = Obj::new();
+    m.insert("role".into(), "assistant".into());
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        Value::from(text)
+    };
+    m.insert("content".into(), content);
+    if !calls.is_empty() {
+        m.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Value::Object(m)
+}
+
+/// Chat content parts (or string) → Anthropic content blocks.
+fn chat_parts_to_blocks(content: Option<&Value>) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    match content {
+        Some(Value::String(t)) if !t.is_empty() => blocks.push(json!({"type": "text", "text": t})),
+        Some(Value::Array(parts)) => {
+            for p in parts {
+                match s(p, "type") {
+                    Some("text") | Some("input_text") | Some("output_text") => {
+                        if let Some(t) = s(p, "text").filter(|t| !t.is_empty()) {
+                            blocks.push(json!({"type": "text", "text": t}));
+                        }
+                    }
+                    Some("refusal") => {
+                        if let Some(t) = s(p, "refusal").filter(|t| !t.is_empty()) {
+                            blocks.push(json!({"type": "text", "text": t}));
+                        }
+                    }
+                    Some("image_url") => {
+                        let url = p
+                            .get("image_url")
+                            .and_then(|i| s(i, "url").or_else(|| i.as_str()))
+                            .unwrap_or_default();
+                        blocks.push(image_block(url));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    blocks
+}
+
+fn image_block(url: &str) -> Value {
+    match util::parse_data_url(url) {
+        Some((mime, data)) => json!({"type": "image", "source": {
+            "type": "base64", "media_type": mime, "data": data}}),
+        None => json!({"type": "image", "source": {"type": "url", "url": url}}),
+    }
+}
+
+/// Append `blocks` as a turn of `role`, merging with the previous turn when
+/// it has the same role (Messages expects alternating turns).
+fn push_turn(messages: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
+    if blocks.is_empty() {
+        return;
+    }
+    if let Some(last) = messages.last_mut() {
+        if s(last, "role") == Some(role) {
+            if let Some(c) = last.get_mut("content").and_then(Value::as_array_mut) {
+                c.append(&mut blocks);
+                return;
+            }
+        }
+    }
+    messages.push(json!({"role": role, "content": blocks}));
+}
+
+/// Hub Chat request → Messages request, model set to `model`.
+pub fn chat_to_request(chat: &Value, model: &str) -> Result<Value, TranslateError> {
+    let chat = util::as_object(chat)?;
+    let chat_v = Value::Object(chat.clone());
+    let mut out = Obj::new();
+    out.insert("model".into(), model.into());
+    let max = util::u(&chat_v, "max_completion_tokens")
+        .or_else(|| util::u(&chat_v, "max_tokens"))
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    out.insert("max_tokens".into(), max.into());
+    let mut system = Vec::new();
+    let mut messages: Vec<Value> = Vec::new();
+    for m in util::arr(&chat_v, "messages") {
+        match s(m, "role") {
+            Some("system") | Some("developer") => {
+                let t = util::content_text(m.get("content"));
+                if !t.is_empty() {
+                    system.push(t);
+                }
+            }
+            Some("user") => push_turn(
+                &mut messages,
+                "user",
+                chat_parts_to_blocks(m.get("content")),
+            ),
+            Some("assistant") => {
+                let mut blocks = chat_parts_to_blocks(m.get("content"));
+                if let Some(r) = s(m, "refusal").filter(|r| !r.is_empty()) {
+                    blocks.push(json!({"type": "text", "text": r}));
+                }
+                for tc in arr(m, "tool_calls") {
+                    let f = tc.get("function").unwrap_or(&Value::Null);
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": s(tc, "id").unwrap_or_default(),
+                        "name": s(f, "name").unwrap_or_default(),
+                        "input": util::args_object(s(f, "arguments").unwrap_or_default()),
+                    }));
+                }
+                push_turn(&mut messages, "assistant", blocks);
+            }
+            Some("tool") => {
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": s(m, "tool_call_id").unwrap_or_default(),
+                    "content": util::content_text(m.get("content")),
+                });
+                push_turn(&mut messages, "user", vec![block]);
+            }
+            other => {
+                return Err(TranslateError::new(format!(
+                    "unsupported message role {:?}",
+                    other.unwrap_or("<missing>")
+                )))
+            }
+        }
+    }
+    match system.len() {
+        0 => {}
+        1 => {
+            out.insert("system".into(), system.concat().into());
+        }
+        _ => {
+            let blocks: Vec<Value> = system
+                .iter()
+                .map(|t| json!({"type": "text", "text": t}))
+                .collect();
+            out.insert("system".into(), Value::Array(blocks));
+        }
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    match chat_v.get("stop") {
+        Some(Value::String(st)) => {
+            out.insert("stop_sequences".into(), json!([st]));
+        }
+        Some(v @ Value::Array(_)) => {
+            out.insert("stop_sequences".into(), v.clone());
+        }
+        _ => {}
+    }
+    util::copy(&chat_v, "temperature", &mut out, "temperature");
+    util::copy(&chat_v, "top_p", &mut out, "top_p");
+    util::copy(&chat_v, "stream", &mut out, "stream");
+    if let Some(user) = s(&chat_v, "user") {
+        out.insert("metadata".into(), json!({"user_id": user}));
+    }
+    let tools: Vec<Value> = arr(&chat_v, "tools")
+        .iter()
+        .filter(|t| s(t, "type").unwrap_or("function") == "function")
+        .filter_map(|t| t.get("function"))
+        .map(|f| {
+            let mut t = Obj::new();
+            util::copy(f, "name", &mut t, "name");
+            util::copy(f, "description", &mut t, "description");
+            let schema = f
+                .get("parameters")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            t.insert("input_schema".into(), schema);
+            Value::Object(t)
+        })
+        .collect();
+    let has_tools = !tools.is_empty();
+    if has_tools {
+        out.insert("tools".into(), Value::Array(tools));
+    }
+    let mut choice: Option<Map<String, Value>> = match chat_v.get("tool_choice") {
+        Some(Value::String(c)) => match c.as_str() {
+            "auto" => Some(json_obj(json!({"type": "auto"}))),
+            "required" => Some(json_obj(json!({"type": "any"}))),
+            "none" => Some(json_obj(json!({"type": "none"}))),
+            _ => None,
+        },
+        Some(v @ Value::Object(_)) => v
+            .get("function")
+            .and_then(|f| s(f, "name"))
+            .map(|n| json_obj(json!({"type": "tool", "name": n}))),
+        _ => None,
+    };
+    if chat_v.get("parallel_tool_calls").and_then(Value::as_bool) == Some(false) && has_tools {
+        let c = choice.get_or_insert_with(|| json_obj(json!({"type": "auto"})));
+        c.insert("disable_parallel_tool_use".into(), true.into());
+    }
+    if let Some(c) = choice {
+        if has_tools || s(&Value::Object(c.clone()), "type") == Some("none") {
+            out.insert("tool_choice".into(), Value::Object(c));
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn json_obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+// --------------------------------------------------------------- responses
+
+/// Anthropic usage object → hub usage.
+pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
+    let input = util::u(u, "input_tokens");
+    let read = util::u(u, "cache_read_input_tokens");
+    let create = util::u(u, "cache_creation_input_tokens").unwrap_or(0);
+    super::Usage {
+        prompt_tokens: input.map(|i| i + read.unwrap_or(0) + create),
+        completion_tokens: util::u(u, "output_tokens"),
+        cached_tokens: read,
+    }
+}
+
+/// Hub usage → Anthropic usage object.
+pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
+    let cached = u.cached_tokens.unwrap_or(0);
+    let mut o = Obj::new();
+    o.insert(
+        "input_tokens".into(),
+        u.prompt_tokens.unwrap_or(0).saturating_sub(cached).into(),
+    );
+    if u.cached_tokens.is_some() {
+        o.insert("cache_read_input_tokens".into(), cached.into());
+    }
+    o.insert(
+        "output_tokens".into(),
+        u.completion_tokens.unwrap_or(0).into(),
+    );
+    Value::Object(o)
+}
+
+/// Messages response body → hub Chat completion.
+pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
+    let resp = util::parse_object(body)?;
+    let message = assistant_to_chat(resp.get("content"));
+    let finish = stop_to_finish(s(&resp, "stop_reason").unwrap_or("end_turn"));
+    let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
+    Ok(json!({
+        "id": s(&resp, "id").unwrap_or("msg"),
+        "object": "chat.completion",
+        "created": 0,
+        "model": s(&resp, "model").unwrap_or_default(),
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": util::chat_usage(&usage),
+    }))
+}
+
+/// Hub Chat completion → Messages response body.
+pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, TranslateError> {
+    util::as_object(chat)?;
+    let choice = util::first_choice(chat).unwrap_or(&Value::Null);
+    let msg = choice.get("message").unwrap_or(&Value::Null);
+    let mut content = chat_parts_to_blocks(msg.get("content"));
+    if let Some(r) = s(msg, "refusal").filter(|r| !r.is_empty()) {
+        content.push(json!({"type": "text", "text": r}));
+    }
+    for tc in arr(msg, "tool_calls") {
+        let f = tc.get("function").unwrap_or(&Value::Null);
+        content.push(json!({
+            "type": "tool_use",
+            "id": s(tc, "id").unwrap_or_default(),
+            "name": s(f, "name").unwrap_or_default(),
+            "input": util::args_object(s(f, "arguments").unwrap_or_default()),
+        }));
+    }
+    let stop = finish_to_stop(s(choice, "finish_reason").unwrap_or("stop"));
+    let usage = util::read_chat_usage(chat.get("usage").unwrap_or(&Value::Null));
+    Ok(json!({
+        "id": s(chat, "id").unwrap_or("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": client_model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": null,
+        "usage": usage_from_hub(&usage),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_roundtrip() {
+        for (f, a) in [
+            ("stop", "end_turn"),
+            ("length", "max_tokens"),
+            ("tool_calls", "tool_use"),
+        ] {
+            assert_eq!(finish_to_stop(f), a);
+            assert_eq!(stop_to_finish(a), f);
+        }
+        assert_eq!(stop_to_finish("stop_sequence"), "stop");
+    }
+
+    #[test]
+    fn default_max_tokens_and_system() {
+        let hub = json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"}]});
+        let a = chat_to_request(&hub, "claude").unwrap();
+        assert_eq!(a["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert_eq!(a["system"], "be brief");
+        assert_eq!(a["messages"][0]["content"][0]["text"], "hi");
+    }
+
+    #[test]
+    fn tool_results_merge_into_one_user_turn() {
+        let hub = json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
+                {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "tool", "tool_call_id": "b", "content": "2"},
+            {"role": "user", "content": "thanks"}]});
+        let a = chat_to_request(&hub, "m").unwrap();
+        let msgs = a["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(msgs[1]["content"][0]["input"]["x"], 1);
+        assert_eq!(msgs[1]["content"][1]["input"], json!({}));
+        assert_eq!(msgs[2]["content"][0]["tool_use_id"], "a");
+        assert_eq!(msgs[2]["content"][1]["tool_use_id"], "b");
+        assert_eq!(msgs[2]["content"][2]["text"], "thanks");
+    }
+
+    #[test]
+    fn server_tool_rejected() {
+        let body = br#"{"model":"m","max_tokens":5,"messages":[],"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#;
+        assert!(request_to_chat(body).is_err());
+    }
+
+    #[test]
+    fn usage_cache_semantics() {
+        let u = usage_to_hub(
+            &json!({"input_tokens": 10, "cache_read_input_tokens": 90, "output_tokens": 5}),
+        );
+        assert_eq!(u.prompt_tokens, Some(100));
+        assert_eq!(u.cached_tokens, Some(90));
+        let back = usage_from_hub(&u);
+        assert_eq!(back["input_tokens"], 10);
+        assert_eq!(back["cache_read_input_tokens"], 90);
+    }
+}

@@ -1,0 +1,295 @@
+//! Responses client stream encoder: hub events → OpenAI Responses semantic
+//! SSE events (`response.created`, `response.in_progress`,
+//! `response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta/.done`, `response.content_part.done`,
+//! `response.function_call_arguments.delta/.done`,
+//! `response.output_item.done`, then `response.completed` or
+//! `response.incomplete`), each with an increasing `sequence_number`.
+//!
+//! Must not: perform IO, parse upstream bytes, or allocate beyond the bytes
+//! it appends to `out` and the per-stream state (the output items, kept to
+//! build the final `response` object).
+
+use super::error::stream_error_event_seq;
+use super::responses;
+use super::stream_out::{put, Hub};
+use super::util::Obj;
+use super::{Dialect, Usage};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+enum Item {
+    Message {
+        id: String,
+        text: String,
+        done: bool,
+    },
+    Call {
+        id: String,
+        call_id: String,
+        name: String,
+        args: String,
+        done: bool,
+    },
+}
+
+impl Item {
+    fn json(&self, status: &str) -> Value {
+        match self {
+            Item::Message { id, text, .. } => {
+                let content = if status == "completed" {
+                    json!([{"type": "output_text", "text": text, "annotations": []}])
+                } else {
+                    json!([])
+                };
+                json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": content})
+            }
+            Item::Call {
+                id,
+                call_id,
+                name,
+                args,
+                ..
+            } => {
+                let args = if status == "completed" {
+                    args.as_str()
+                } else {
+                    ""
+                };
+                json!({"id": id, "type": "function_call", "status": status,
+                    "arguments": args, "call_id": call_id, "name": name})
+            }
+        }
+    }
+}
+
+pub(crate) struct ResponsesOut {
+    model: String,
+    id: String,
+    created: u64,
+    seq: u64,
+    started: bool,
+    items: Vec<Item>,
+    open: Option<usize>,
+    tools: HashMap<usize, usize>,
+    finish: Option<String>,
+    usage: Usage,
+}
+
+impl ResponsesOut {
+    pub(crate) fn new(model: String) -> Self {
+        ResponsesOut {
+            model,
+            id: "resp_ringgate".into(),
+            created: 0,
+            seq: 0,
+            started: false,
+            items: Vec::new(),
+            open: None,
+            tools: HashMap::new(),
+            finish: None,
+            usage: Usage::default(),
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>, kind: &str, mut v: Value) {
+        // `type` and `sequence_number` first, as OpenAI sends them.
+        let mut ordered = Obj::new();
+        ordered.insert("type".into(), kind.into());
+        ordered.insert("sequence_number".into(), self.seq.into());
+        self.seq += 1;
+        if let Value::Object(o) = v.take() {
+            for (k, val) in o {
+                ordered.entry(k).or_insert(val);
+            }
+        }
+        put(out, Some(kind), &Value::Object(ordered));
+    }
+
+    fn response(&self, status: &str, output: Vec<Value>) -> Value {
+        let (usage, details) = if status == "in_progress" {
+            (Value::Null, Value::Null)
+        } else {
+            let d = match self.finish.as_deref() {
+                Some("length") => json!({"reason": "max_output_tokens"}),
+                Some("content_filter") => json!({"reason": "content_filter"}),
+                _ => Value::Null,
+            };
+            let u = if self.usage.is_empty() {
+                Value::Null
+            } else {
+                responses::usage_from_hub(&self.usage)
+            };
+            (u, d)
+        };
+        json!({"id": self.id, "object": "response", "created_at": self.created, "status": status,
+            "error": null, "incomplete_details": details, "model": self.model,
+            "output": output, "usage": usage})
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let r = self.response("in_progress", vec![]);
+        self.emit(out, "response.created", json!({"response": r}));
+        self.emit(out, "response.in_progress", json!({"response": r}));
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        let Some(pos) = self.open.take() else { return };
+        let Some(item) = self.items.get_mut(pos) else {
+            return;
+        };
+        let events: Vec<(&str, Value)> = match item {
+            Item::Message { id, text, done } => {
+                *done = true;
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                vec![
+                    (
+                        "response.output_text.done",
+                        json!({"item_id": id, "output_index": pos,
+                        "content_index": 0, "text": text, "logprobs": []}),
+                    ),
+                    (
+                        "response.content_part.done",
+                        json!({"item_id": id, "output_index": pos,
+                        "content_index": 0, "part": part}),
+                    ),
+                ]
+            }
+            Item::Call { id, args, done, .. } => {
+                *done = true;
+                vec![(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": pos, "arguments": args}),
+                )]
+            }
+        };
+        let full = item.json("completed");
+        for (k, v) in events {
+            self.emit(out, k, v);
+        }
+        self.emit(
+            out,
+            "response.output_item.done",
+            json!({"output_index": pos, "item": full}),
+        );
+    }
+
+    pub(crate) fn handle(&mut self, ev: Hub, out: &mut Vec<u8>) {
+        match ev {
+            Hub::Start { id, created } => {
+                if let Some(id) = id {
+                    self.id = responses::resp_id(&id);
+                }
+                self.created = created.unwrap_or(self.created);
+                self.start(out);
+            }
+            Hub::Text(t) => {
+                self.start(out);
+                let open_msg = self
+                    .open
+                    .filter(|p| matches!(self.items.get(*p), Some(Item::Message { .. })));
+                let pos = match open_msg {
+                    Some(p) => p,
+                    None => {
+                        self.close(out);
+                        let pos = self.items.len();
+                        let id = format!("msg_{}_{pos}", self.id.trim_start_matches("resp_"));
+                        let item = Item::Message {
+                            id: id.clone(),
+                            text: String::new(),
+                            done: false,
+                        };
+                        let added = item.json("in_progress");
+                        self.items.push(item);
+                        self.open = Some(pos);
+                        self.emit(
+                            out,
+                            "response.output_item.added",
+                            json!({"output_index": pos, "item": added}),
+                        );
+                        let part = json!({"type": "output_text", "text": "", "annotations": []});
+                        self.emit(out, "response.content_part.added",
+                            json!({"item_id": id, "output_index": pos, "content_index": 0, "part": part}));
+                        pos
+                    }
+                };
+                let mut item_id = String::new();
+                if let Some(Item::Message { id, text, .. }) = self.items.get_mut(pos) {
+                    text.push_str(&t);
+                    item_id.clone_from(id);
+                }
+                self.emit(
+                    out,
+                    "response.output_text.delta",
+                    json!({"item_id": item_id, "output_index": pos,
+                    "content_index": 0, "delta": t, "logprobs": []}),
+                );
+            }
+            Hub::ToolStart { index, id, name } => {
+                self.start(out);
+                self.close(out);
+                let pos = self.items.len();
+                let item = Item::Call {
+                    id: format!("fc_{id}"),
+                    call_id: id,
+                    name,
+                    args: String::new(),
+                    done: false,
+                };
+                let added = item.json("in_progress");
+                self.items.push(item);
+                self.open = Some(pos);
+                self.tools.insert(index, pos);
+                self.emit(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": pos, "item": added}),
+                );
+            }
+            Hub::ToolArgs { index, args } => {
+                let Some(&pos) = self.tools.get(&index) else {
+                    return;
+                };
+                let mut item_id = String::new();
+                if let Some(Item::Call { id, args: a, .. }) = self.items.get_mut(pos) {
+                    a.push_str(&args);
+                    item_id.clone_from(id);
+                }
+                self.emit(
+                    out,
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": item_id, "output_index": pos, "delta": args}),
+                );
+            }
+            Hub::Finish(r) => {
+                self.start(out);
+                self.close(out);
+                self.finish = Some(r);
+            }
+            Hub::Usage(u) => self.usage.merge(u),
+            Hub::Error(m) => {
+                let seq = self.seq;
+                self.seq += 1;
+                stream_error_event_seq(Dialect::Responses, &m, Some(seq), out);
+            }
+            Hub::Done => {
+                self.start(out);
+                self.close(out);
+                let output: Vec<Value> = self.items.iter().map(|i| i.json("completed")).collect();
+                let incomplete =
+                    matches!(self.finish.as_deref(), Some("length" | "content_filter"));
+                let (kind, status) = if incomplete {
+                    ("response.incomplete", "incomplete")
+                } else {
+                    ("response.completed", "completed")
+                };
+                let r = self.response(status, output);
+                self.emit(out, kind, json!({"response": r}));
+            }
+        }
+    }
+}

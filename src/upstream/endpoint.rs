@@ -1,0 +1,150 @@
+//! An upstream base URL, parsed once at config time: scheme, host, port, path prefix.
+//!
+//! Owns: `Endpoint` and its parser. Must not: resolve names or open sockets.
+
+/// Where a provider lives, as its SDK's `base_url` would say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub tls: bool,
+    /// Host name or IP literal, without brackets.
+    pub host: String,
+    pub port: u16,
+    /// Path prefix without a trailing slash, e.g. `/v1` (may be empty).
+    pub base_path: String,
+    /// Value for the `Host` header (`host` or `host:port` when the port is not the default).
+    pub host_header: String,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+            (true, r)
+        } else if let Some(r) = url.strip_prefix("http://") {
+            (false, r)
+        } else {
+            return Err(format!(
+                "base_url {url:?} must start with http:// or https://"
+            ));
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(format!("base_url {url:?} has no host"));
+        }
+        if authority.contains('@') {
+            return Err(format!(
+                "base_url {url:?} must not carry credentials; use api_key_env"
+            ));
+        }
+        let default_port = if tls { 443 } else { 80 };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let end = v6
+                .find(']')
+                .ok_or_else(|| format!("base_url {url:?}: unterminated IPv6 literal"))?;
+            let host = &v6[..end];
+            let after = &v6[end + 1..];
+            let port = match after.strip_prefix(':') {
+                Some(p) => parse_port(p, url)?,
+                None if after.is_empty() => default_port,
+                None => return Err(format!("base_url {url:?}: junk after IPv6 literal")),
+            };
+            (host.to_string(), port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), parse_port(p, url)?),
+                None => (authority.to_string(), default_port),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("base_url {url:?} has no host"));
+        }
+        let base_path = path.trim_end_matches('/').to_string();
+        let host_header = match (host.contains(':'), port == default_port) {
+            (true, true) => format!("[{host}]"),
+            (true, false) => format!("[{host}]:{port}"),
+            (false, true) => host.clone(),
+            (false, false) => format!("{host}:{port}"),
+        };
+        Ok(Endpoint {
+            tls,
+            host,
+            port,
+            base_path,
+            host_header,
+        })
+    }
+}
+
+fn parse_port(p: &str, url: &str) -> Result<u16, String> {
+    p.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("base_url {url:?}: invalid port {p:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table() {
+        let cases: &[(&str, bool, &str, u16, &str, &str)] = &[
+            (
+                "http://127.0.0.1:9000/v1",
+                false,
+                "127.0.0.1",
+                9000,
+                "/v1",
+                "127.0.0.1:9000",
+            ),
+            (
+                "https://api.openai.com/v1/",
+                true,
+                "api.openai.com",
+                443,
+                "/v1",
+                "api.openai.com",
+            ),
+            ("http://localhost", false, "localhost", 80, "", "localhost"),
+            (
+                "http://[::1]:8000/v1",
+                false,
+                "::1",
+                8000,
+                "/v1",
+                "[::1]:8000",
+            ),
+        ];
+        for (url, tls, host, port, path, hh) in cases {
+            let e = Endpoint::parse(url).unwrap();
+            assert_eq!(
+                (
+                    e.tls,
+                    e.host.as_str(),
+                    e.port,
+                    e.base_path.as_str(),
+                    e.host_header.as_str()
+                ),
+                (*tls, *host, *port, *path, *hh),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects() {
+        for bad in [
+            "ftp://x",
+            "http://",
+            "http://:80",
+            "http://h:0",
+            "http://h:99999",
+            "http://u:p@h",
+            "http://[::1",
+        ] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

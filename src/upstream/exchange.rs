@@ -1,0 +1,501 @@
+//! One request/response exchange with an upstream over a pooled connection.
+//!
+//! Owns: writing the request, reading and framing the response (head, then body pieces),
+//! the retry-once rule (a *reused* connection that fails before any response byte is retried
+//! on a fresh one), and returning the connection to the pool only when the body ended cleanly.
+//! Must not: touch the client connection or interpret response bodies.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use monoio::io::AsyncWriteRent;
+use monoio_rustls::TlsConnector;
+
+use super::conn::Conn;
+use super::endpoint::Endpoint;
+use super::pool::{Pool, PoolKey};
+use crate::config::UpstreamConfig;
+use crate::error::{Error, Kind};
+use crate::http::chunked::ChunkedDecoder;
+use crate::http::head::{parse_content_length, trim};
+use crate::http::io::{read_more, write_all};
+
+/// Largest upstream response head accepted.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Requests with bodies up to this size are written in one buffer with their head.
+const COALESCE_BODY: usize = 32 * 1024;
+
+/// Per-shard upstream client: pool, TLS connector, timeouts.
+pub struct Client {
+    pub pool: Pool,
+    tls: Option<TlsConnector>,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    gap_timeout: Duration,
+    total_timeout: Duration,
+}
+
+pub struct UpstreamRequest<'a> {
+    pub endpoint: &'a Endpoint,
+    /// Full request target, e.g. `/v1/chat/completions`.
+    pub path: &'a str,
+    /// Extra raw header lines (auth, version headers), each ending in CRLF.
+    pub headers: &'a [u8],
+    pub body: &'a [u8],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RespFraming {
+    Length(u64),
+    Chunked,
+    Close,
+}
+
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub framing: RespFraming,
+    pub keep_alive: bool,
+    pub content_type: Vec<u8>,
+    /// Raw header lines worth passing to the client (request ids, rate-limit info, retry-after).
+    pub forward: Vec<u8>,
+}
+
+impl ResponseHead {
+    pub fn is_event_stream(&self) -> bool {
+        self.content_type
+            .windows(17)
+            .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
+    }
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    Close,
+    Done,
+}
+
+/// An in-flight exchange: the head has arrived; the body is read piece by piece.
+pub struct Exchange<'c> {
+    client: &'c Client,
+    conn: Option<Conn>,
+    key: PoolKey,
+    pool_ok: bool,
+    buf: Vec<u8>,
+    state: BodyState,
+    pub head: ResponseHead,
+    gap_timeout: Duration,
+    deadline: Instant,
+}
+
+impl Client {
+    pub fn new(cfg: &UpstreamConfig, tls: Option<TlsConnector>) -> Client {
+        Client {
+            pool: Pool::new(
+                cfg.max_idle_per_host,
+                Duration::from_millis(cfg.idle_ttl_ms),
+            ),
+            tls,
+            connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
+            first_byte_timeout: Duration::from_millis(cfg.first_byte_timeout_ms),
+            gap_timeout: Duration::from_millis(cfg.stream_gap_timeout_ms),
+            total_timeout: Duration::from_millis(cfg.total_timeout_ms),
+        }
+    }
+
+    /// Send `req` and wait for the response head.
+    pub async fn send(&self, req: &UpstreamRequest<'_>) -> Result<Exchange<'_>, Error> {
+        let ep = req.endpoint;
+        let key = PoolKey {
+            host: ep.host.clone(),
+            port: ep.port,
+            tls: ep.tls,
+        };
+        let mut head = Vec::with_capacity(256 + req.headers.len());
+        let _ = write!(
+            head,
+            "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            req.path,
+            ep.host_header,
+            req.body.len()
+        );
+        head.extend_from_slice(req.headers);
+        head.extend_from_slice(b"\r\n");
+        let coalesce = req.body.len() <= COALESCE_BODY;
+        if coalesce {
+            head.extend_from_slice(req.body);
+        }
+        let deadline = Instant::now() + self.total_timeout;
+
+        let mut fresh_only = false;
+        loop {
+            let (mut conn, reused) = match (!fresh_only).then(|| self.pool.take(&key)).flatten() {
+                Some(c) => (c, true),
+                None => (self.connect(ep).await?, false),
+            };
+            let res = self
+                .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline)
+                .await;
+            match res {
+                Ok((resp_head, buf, state)) => {
+                    return Ok(Exchange {
+                        client: self,
+                        conn: Some(conn),
+                        key,
+                        pool_ok: resp_head.keep_alive,
+                        buf,
+                        state,
+                        head: resp_head,
+                        gap_timeout: self.gap_timeout,
+                        deadline,
+                    })
+                }
+                Err(e) if reused && e.retryable => {
+                    fresh_only = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
+        let addr = self
+            .pool
+            .resolve(&ep.host, ep.port)
+            .map_err(|e| Error::new(Kind::UpstreamConnect, format!("resolve {}: {e}", ep.host)))?;
+        let tls = match (ep.tls, &self.tls) {
+            (false, _) => None,
+            (true, Some(t)) => Some((t, ep.host.as_str())),
+            (true, None) => {
+                return Err(Error::new(
+                    Kind::Internal,
+                    "TLS upstream but no TLS connector",
+                ));
+            }
+        };
+        Conn::connect(addr, tls, self.connect_timeout)
+            .await
+            .map_err(|e| {
+                let kind = if e.kind() == std::io::ErrorKind::TimedOut {
+                    Kind::UpstreamTimeout
+                } else {
+                    Kind::UpstreamConnect
+                };
+                Error::new(kind, format!("connect {}:{}: {e}", ep.host, ep.port))
+            })
+    }
+
+    /// Write the request and read the response head. Errors before any response byte are
+    /// marked retryable (the caller retries only if the connection was a reused one).
+    async fn exchange_on(
+        &self,
+        conn: &mut Conn,
+        head: &mut Vec<u8>,
+        body: &[u8],
+        coalesced: bool,
+        deadline: Instant,
+    ) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
+        let wrote = {
+            let (r, back) = write_all(conn, std::mem::take(head)).await;
+            *head = back;
+            match r {
+                Ok(()) if !coalesced => {
+                    let (r, _) = write_all(conn, body.to_vec()).await;
+                    r
+                }
+                other => other,
+            }
+        };
+        // `write_all` clears the buffer it returns; rebuild lazily only on retry paths.
+        if let Err(e) = wrote.and(conn.flush().await) {
+            return Err(
+                Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).retryable(),
+            );
+        }
+        let mut buf = Vec::with_capacity(8192);
+        let first_deadline = (Instant::now() + self.first_byte_timeout).min(deadline);
+        loop {
+            let n = read_more(conn, &mut buf, first_deadline)
+                .await
+                .map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::TimedOut {
+                        Error::new(Kind::UpstreamTimeout, "upstream did not answer in time")
+                    } else if buf.is_empty() {
+                        Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                            .retryable()
+                    } else {
+                        Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                    }
+                })?;
+            if n == 0 {
+                let e = Error::new(Kind::UpstreamProtocol, "upstream closed before responding");
+                return Err(if buf.is_empty() { e.retryable() } else { e });
+            }
+            if let Some((h, len)) = parse_response_head(&buf)? {
+                buf.drain(..len);
+                let state = match h.framing {
+                    RespFraming::Length(0) => BodyState::Done,
+                    RespFraming::Length(n) => BodyState::Length(n),
+                    RespFraming::Chunked => BodyState::Chunked(ChunkedDecoder::new(u64::MAX)),
+                    RespFraming::Close => BodyState::Close,
+                };
+                return Ok((h, buf, state));
+            }
+            if buf.len() > MAX_RESPONSE_HEAD {
+                return Err(Error::new(
+                    Kind::UpstreamProtocol,
+                    "upstream response head too large",
+                ));
+            }
+        }
+    }
+}
+
+impl Exchange<'_> {
+    /// Append the next piece of the decoded body to `out`. Returns `Ok(false)` at the end of
+    /// the body. Bytes already buffered with the head are returned without IO.
+    pub async fn next(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        loop {
+            if !self.buf.is_empty() {
+                let progressed = self.consume_buffered(out)?;
+                if progressed {
+                    return Ok(true);
+                }
+            }
+            if matches!(self.state, BodyState::Done) {
+                self.release();
+                return Ok(false);
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                return Ok(false);
+            };
+            let gap = (Instant::now() + self.gap_timeout).min(self.deadline);
+            let n = read_more(conn, &mut self.buf, gap).await.map_err(|e| {
+                self.pool_ok = false;
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    Error::new(Kind::UpstreamTimeout, "upstream stalled mid-body")
+                } else {
+                    Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                }
+            })?;
+            if n == 0 {
+                self.pool_ok = false;
+                if matches!(self.state, BodyState::Close) {
+                    self.state = BodyState::Done;
+                    self.conn = None;
+                    return Ok(false);
+                }
+                self.conn = None;
+                return Err(Error::new(
+                    Kind::UpstreamProtocol,
+                    "upstream closed mid-body",
+                ));
+            }
+        }
+    }
+
+    /// Move buffered bytes through the framing state into `out`. True if `out` grew or the
+    /// body just ended.
+    fn consume_buffered(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        let before = out.len();
+        match &mut self.state {
+            BodyState::Length(left) => {
+                let take = (*left).min(self.buf.len() as u64) as usize;
+                out.extend_from_slice(&self.buf[..take]);
+                self.buf.drain(..take);
+                *left -= take as u64;
+                if *left == 0 {
+                    self.state = BodyState::Done;
+                }
+            }
+            BodyState::Chunked(dec) => {
+                let used = dec.decode(&self.buf, out).map_err(|e| {
+                    Error::new(
+                        Kind::UpstreamProtocol,
+                        format!("upstream chunked body: {}", e.message),
+                    )
+                })?;
+                self.buf.drain(..used);
+                if dec.is_done() {
+                    self.state = BodyState::Done;
+                }
+            }
+            BodyState::Close => {
+                out.extend_from_slice(&self.buf);
+                self.buf.clear();
+            }
+            BodyState::Done => {
+                // Bytes after a complete response: the peer is not speaking HTTP/1.1 properly.
+                self.pool_ok = false;
+                self.buf.clear();
+            }
+        }
+        Ok(out.len() > before || matches!(self.state, BodyState::Done))
+    }
+
+    /// Read the rest of the body into `out` (non-streaming use).
+    pub async fn read_to_end(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<(), Error> {
+        while self.next(out).await? {
+            if out.len() > limit {
+                self.pool_ok = false;
+                return Err(Error::new(
+                    Kind::UpstreamProtocol,
+                    "upstream response too large",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Return the connection to the pool if the body ended cleanly and it may be reused.
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.pool_ok && self.buf.is_empty() {
+                self.client.pool.put(&self.key, conn);
+            }
+        }
+    }
+
+    /// Whether the body has been fully read.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, BodyState::Done)
+    }
+}
+
+fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, Error> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => {
+            return Err(Error::new(
+                Kind::UpstreamProtocol,
+                format!("bad upstream response head: {e}"),
+            ))
+        }
+    };
+    let status = resp.code.unwrap_or(0);
+    if (100..200).contains(&status) {
+        // Interim responses (100 Continue, 103 Early Hints) are skipped by re-parsing after them.
+        let rest = &buf[len..];
+        return match parse_response_head(rest)? {
+            Some((h, n)) => Ok(Some((h, len + n))),
+            None => Ok(None),
+        };
+    }
+    let mut framing = RespFraming::Close;
+    let mut keep_alive = resp.version == Some(1);
+    let mut content_type = Vec::new();
+    let mut forward = Vec::new();
+    let mut cl_seen = false;
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_content_length(h.value)
+                .map_err(|_| Error::new(Kind::UpstreamProtocol, "bad upstream Content-Length"))?;
+            if cl_seen {
+                return Err(Error::new(
+                    Kind::UpstreamProtocol,
+                    "duplicate upstream Content-Length",
+                ));
+            }
+            cl_seen = true;
+            if framing != RespFraming::Chunked {
+                framing = RespFraming::Length(n);
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if trim(h.value).eq_ignore_ascii_case(b"chunked") {
+                framing = RespFraming::Chunked;
+            } else {
+                return Err(Error::new(
+                    Kind::UpstreamProtocol,
+                    "unsupported upstream Transfer-Encoding",
+                ));
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for tok in h.value.split(|&b| b == b',') {
+                let tok = trim(tok);
+                if tok.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if tok.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            content_type = h.value.to_vec();
+        } else if forwardable(name) {
+            forward.extend_from_slice(name);
+            forward.extend_from_slice(b": ");
+            forward.extend_from_slice(h.value);
+            forward.extend_from_slice(b"\r\n");
+        }
+    }
+    if status == 204 || status == 304 {
+        framing = RespFraming::Length(0);
+    }
+    if framing == RespFraming::Close {
+        keep_alive = false;
+    }
+    if content_type.is_empty() {
+        content_type = b"application/json".to_vec();
+    }
+    Ok(Some((
+        ResponseHead {
+            status,
+            framing,
+            keep_alive,
+            content_type,
+            forward,
+        },
+        len,
+    )))
+}
+
+fn forwardable(name: &[u8]) -> bool {
+    let starts = |p: &[u8]| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p);
+    name.eq_ignore_ascii_case(b"retry-after")
+        || name.eq_ignore_ascii_case(b"x-request-id")
+        || name.eq_ignore_ascii_case(b"request-id")
+        || starts(b"x-ratelimit-")
+        || starts(b"anthropic-ratelimit-")
+        || starts(b"openai-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_head_table() {
+        let raw =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Request-Id: r1\r\nServer: x\r\n\r\nhello";
+        let (h, n) = parse_response_head(raw).unwrap().unwrap();
+        assert_eq!(
+            (h.status, h.framing, h.keep_alive),
+            (200, RespFraming::Length(5), true)
+        );
+        assert_eq!(h.forward, b"X-Request-Id: r1\r\n");
+        assert_eq!(&raw[n..], b"hello");
+        let (h, _) = parse_response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, RespFraming::Chunked);
+        assert!(h.is_event_stream());
+        let (h, _) = parse_response_head(b"HTTP/1.1 200 OK\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.framing, h.keep_alive), (RespFraming::Close, false));
+        let (h, _) =
+            parse_response_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!((h.status, h.framing), (204, RespFraming::Length(0)));
+        assert!(parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_response_head(b"HTTP/1.1 200 OK\r\n")
+            .unwrap()
+            .is_none());
+    }
+}
