@@ -19,7 +19,7 @@ use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
 use crate::route::RouteTable;
 use crate::shard::{self, DriverChoice};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{LocalSignal, Shutdown};
 use crate::upstream::Client;
 
 /// Everything one shard owns. Lives in an `Rc` on its thread.
@@ -32,6 +32,8 @@ pub struct Shard {
     pub upstream: Client,
     pub metrics: ShardMetrics,
     pub hub: MetricsHub,
+    /// Fired when the process shuts down: idle connections close, in-flight ones finish.
+    pub draining: LocalSignal,
 }
 
 /// A started gateway.
@@ -111,6 +113,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                     ),
                     metrics: ShardMetrics::default(),
                     hub,
+                    draining: LocalSignal::default(),
                 });
                 drop(cfg);
                 accept_loop(std_listener, shard, sd).await;
@@ -140,7 +143,10 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     let mut stop = std::pin::pin!(shutdown.wait());
     loop {
         monoio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => {
+                shard.draining.fire();
+                break;
+            },
             r = listener.accept() => match r {
                 Ok((stream, _peer)) => {
                     monoio::spawn(pipeline::serve_connection(ClientConn::new(stream), shard.clone()));
@@ -152,6 +158,18 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
                 }
             }
         }
+    }
+    drain(&shard).await;
+}
+
+/// Longest time a stopping shard waits for in-flight requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Wait until this shard's connections have finished (idle ones end at once on `draining`).
+async fn drain(shard: &Shard) {
+    let until = std::time::Instant::now() + DRAIN_TIMEOUT;
+    while shard.metrics.connections.get() > 0 && std::time::Instant::now() < until {
+        monoio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

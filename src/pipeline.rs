@@ -43,8 +43,12 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     bump(&shard.metrics.connections);
     bump(&shard.metrics.connections_total);
     loop {
-        // parse head
-        let head = match conn.read_head(&shard.limits).await {
+        // parse head (an idle connection also ends when the shard drains)
+        let next = monoio::select! {
+            _ = shard.draining.wait() => break,
+            h = conn.read_head(&shard.limits) => h,
+        };
+        let head = match next {
             Ok(Some(h)) => h,
             Ok(None) => break,
             Err(e) => {
@@ -72,7 +76,11 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
     let body_pending = head.body != BodyFraming::None;
 
     // route by path (head only)
-    let target = match classify(head.method, head.path(&conn.buf)) {
+    let target = classify(head.method, head.path(&conn.buf));
+    if !body_pending {
+        conn.consume(head.len);
+    }
+    let target = match target {
         Ok(t) => t,
         Err(e) => {
             shard.metrics.count(endpoint_index(None), e.status());
@@ -123,10 +131,11 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
 
     // read body (bounded)
     let body_deadline = Instant::now() + shard.limits.body_timeout;
+    let head_len = if body_pending { head.len } else { 0 };
     let body = match read_body(
         &mut conn.stream,
         &mut conn.buf,
-        head.len,
+        head_len,
         head.body,
         shard.max_body,
         body_deadline,

@@ -84,3 +84,62 @@ impl Future for Wait {
         }
     }
 }
+
+/// A shard-local broadcast signal (no locks, no atomics): the accept loop fires it when the
+/// process-wide `Shutdown` fires, and idle keep-alive connections awaiting their next request
+/// end at once instead of holding sockets open.
+#[derive(Default)]
+pub struct LocalSignal {
+    fired: std::cell::Cell<bool>,
+    next: std::cell::Cell<usize>,
+    wakers: std::cell::RefCell<Vec<(usize, Waker)>>,
+}
+
+impl LocalSignal {
+    pub fn fire(&self) {
+        self.fired.set(true);
+        for (_, w) in self.wakers.take() {
+            w.wake();
+        }
+    }
+
+    pub fn is_fired(&self) -> bool {
+        self.fired.get()
+    }
+
+    pub fn wait(&self) -> LocalWait<'_> {
+        let id = self.next.get();
+        self.next.set(id.wrapping_add(1));
+        LocalWait { signal: self, id }
+    }
+}
+
+pub struct LocalWait<'a> {
+    signal: &'a LocalSignal,
+    id: usize,
+}
+
+impl Future for LocalWait<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.signal.fired.get() {
+            return Poll::Ready(());
+        }
+        let mut w = self.signal.wakers.borrow_mut();
+        match w.iter_mut().find(|(id, _)| *id == self.id) {
+            Some((_, slot)) => slot.clone_from(cx.waker()),
+            None => w.push((self.id, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for LocalWait<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.signal.wakers.try_borrow_mut() {
+            if let Some(i) = w.iter().position(|(id, _)| *id == self.id) {
+                w.swap_remove(i);
+            }
+        }
+    }
+}

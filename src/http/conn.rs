@@ -84,6 +84,11 @@ impl ClientConn {
         }
     }
 
+    /// Drop the first `n` bytes of the read buffer (a head that carried no body).
+    pub fn consume(&mut self, n: usize) {
+        self.buf.drain(..n.min(self.buf.len()));
+    }
+
     /// Write a complete response. Returns false if the client is gone.
     pub async fn respond(
         &mut self,

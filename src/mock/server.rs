@@ -3,8 +3,10 @@
 //!
 //! Owns: the mock's accept loop and path dispatch. Must not: share state with the gateway.
 
+use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::{chat, MockRequest, Profile};
@@ -14,7 +16,7 @@ use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
 use crate::shard::{self, DriverChoice};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{LocalSignal, Shutdown};
 
 pub struct MockServer {
     pub addr: SocketAddr,
@@ -71,16 +73,24 @@ pub fn start(
                     }
                 };
                 let mut stop = std::pin::pin!(sd.wait());
+                let local = Rc::new(Local::default());
                 loop {
                     monoio::select! {
                         _ = &mut stop => break,
                         r = listener.accept() => match r {
                             Ok((stream, _)) => {
-                                monoio::spawn(serve(ClientConn::new(stream), profile));
+                                monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
                             }
                             Err(_) => monoio::time::sleep(Duration::from_millis(5)).await,
                         }
                     }
+                }
+                // Close idle connections and let in-flight answers finish, as a process exit would.
+                local.draining.fire();
+                drop(listener);
+                let until = std::time::Instant::now() + Duration::from_secs(5);
+                while local.conns.get() > 0 && std::time::Instant::now() < until {
+                    monoio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
         },
@@ -92,9 +102,25 @@ pub fn start(
     })
 }
 
-async fn serve(mut conn: ClientConn, profile: Profile) {
+#[derive(Default)]
+struct Local {
+    draining: LocalSignal,
+    conns: Cell<usize>,
+}
+
+async fn serve(conn: ClientConn, profile: Profile, local: Rc<Local>) {
+    local.conns.set(local.conns.get() + 1);
+    serve_conn(conn, profile, &local).await;
+    local.conns.set(local.conns.get() - 1);
+}
+
+async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
     loop {
-        let head = match conn.read_head(&LIMITS).await {
+        let next = monoio::select! {
+            _ = local.draining.wait() => return,
+            h = conn.read_head(&LIMITS) => h,
+        };
+        let head = match next {
             Ok(Some(h)) => h,
             Ok(None) => return,
             Err(e) => {

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use monoio::io::AsyncWriteRent;
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 use monoio_rustls::TlsConnector;
 
 use super::conn::Conn;
@@ -18,7 +18,7 @@ use crate::config::UpstreamConfig;
 use crate::error::{Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
-use crate::http::io::{read_more, write_all};
+use crate::http::io::read_more;
 
 /// Largest upstream response head accepted.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -197,18 +197,19 @@ impl Client {
         coalesced: bool,
         deadline: Instant,
     ) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
+        // The request bytes stay intact in `head` (monoio hands the buffer back unchanged), so
+        // a retry on a fresh connection resends exactly the same request.
         let wrote = {
-            let (r, back) = write_all(conn, std::mem::take(head)).await;
+            let (r, back) = AsyncWriteRentExt::write_all(conn, std::mem::take(head)).await;
             *head = back;
             match r {
-                Ok(()) if !coalesced => {
-                    let (r, _) = write_all(conn, body.to_vec()).await;
-                    r
-                }
-                other => other,
+                Ok(_) if !coalesced => AsyncWriteRentExt::write_all(conn, body.to_vec())
+                    .await
+                    .0
+                    .map(|_| ()),
+                other => other.map(|_| ()),
             }
         };
-        // `write_all` clears the buffer it returns; rebuild lazily only on retry paths.
         if let Err(e) = wrote.and(conn.flush().await) {
             return Err(
                 Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).retryable(),
