@@ -1,0 +1,92 @@
+"""Fixtures: start `ringgate mock` and `ringgate` (the release or debug binary) on 127.0.0.1
+port 0, under each I/O driver, and hand the tests their base URLs."""
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("RINGGATE_BIN") or os.path.join(ROOT, "target", "debug", "ringgate")
+LISTEN_RE = re.compile(r"listening on http://([0-9.:]+)")
+
+
+def spawn(args, env=None):
+    """Start a ringgate process and wait for its 'listening on' line; return (proc, addr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [BIN, *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=full_env
+    )
+    deadline = time.time() + 20
+    lines = []
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = LISTEN_RE.search(line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise RuntimeError("ringgate did not start: " + "".join(lines))
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(params=["io_uring", "epoll"], scope="module")
+def driver(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def mock(driver):
+    proc, addr = spawn(["mock", "--listen", "127.0.0.1:0", "--profile", "instant"],
+                       {"RINGGATE_DRIVER": driver})
+    yield addr
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def gateway(mock, driver):
+    """The issue's contract config, pointed at the mock, listening on port 0."""
+    cfg = f"""
+[server]
+listen = "127.0.0.1:0"
+shards = 1
+
+[[provider]]
+name = "local"
+kind = "openai"
+base_url = "http://{mock}/v1"
+api_key_env = "LOCAL_API_KEY"
+
+[[model]]
+name = "gpt-4o-mini"
+provider = "local"
+upstream_model = "gpt-4o-mini"
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(cfg)
+        path = f.name
+    proc, addr = spawn(["--config", path], {"RINGGATE_DRIVER": driver, "LOCAL_API_KEY": "sk-test"})
+    yield f"http://{addr}"
+    stop(proc)
+    os.unlink(path)
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    """The bare `ringgate` (embedded default) on a free port."""
+    proc, addr = spawn(["--listen", "127.0.0.1:0"])
+    yield f"http://{addr}"
+    stop(proc)
