@@ -1,0 +1,5 @@
+-- wrk script: POST a small non-stream chat completion (model from env WRK_MODEL, default gpt-4o-mini)
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local model = os.getenv("WRK_MODEL") or "gpt-4o-mini"
+wrk.body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":16}'
