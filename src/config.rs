@@ -11,6 +11,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::admit::AdmissionConfig;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
 
@@ -22,6 +23,9 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub upstream: UpstreamConfig,
+    /// Byte budget, admission mode and limits (see `admit::AdmissionConfig` for defaults).
+    #[serde(default)]
+    pub admission: AdmissionConfig,
     #[serde(default, rename = "provider")]
     pub providers: Vec<ProviderConfig>,
     #[serde(default, rename = "model")]
@@ -204,6 +208,7 @@ impl Config {
         Config {
             server: ServerConfig::default(),
             upstream: UpstreamConfig::default(),
+            admission: AdmissionConfig::default(),
             providers: Vec::new(),
             models: Vec::new(),
         }
@@ -229,6 +234,9 @@ impl Config {
                 message,
             });
         };
+        if let Err(e) = self.admission.validate() {
+            err(0..0, e);
+        }
         if let Err(e) = self.listen_addr() {
             err(self.server.listen.span(), e);
         }
@@ -322,20 +330,24 @@ impl Config {
         errs
     }
 
-    /// Non-fatal findings for `ringgate check`: API-key env vars that are not set right now.
+    /// Non-fatal findings for `ringgate check`: API-key env vars that are not set right now,
+    /// admission limits that can never be met.
     pub fn warnings(&self) -> Vec<String> {
-        self.providers
-            .iter()
-            .filter_map(|p| {
-                let env = p.api_key_env.as_ref()?.get_ref();
-                std::env::var_os(env).is_none().then(|| {
-                    format!(
-                        "provider {:?}: env var {env} is not set (requests will go without a key)",
-                        p.name.get_ref()
-                    )
-                })
+        let shards = self
+            .server
+            .shards
+            .unwrap_or_else(crate::shard::available_cpus);
+        let mut w = self.admission.warnings(shards);
+        w.extend(self.providers.iter().filter_map(|p| {
+            let env = p.api_key_env.as_ref()?.get_ref();
+            std::env::var_os(env).is_none().then(|| {
+                format!(
+                    "provider {:?}: env var {env} is not set (requests will go without a key)",
+                    p.name.get_ref()
+                )
             })
-            .collect()
+        }));
+        w
     }
 }
 
@@ -402,6 +414,18 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
         assert_eq!(errs[0].line, Some(3), "{errs:?}");
         let errs = Config::parse("[server]\nlisten = \"nope\"\n").unwrap_err();
         assert_eq!(errs[0].line, Some(2));
+    }
+
+    #[test]
+    fn admission_contract_section_parses() {
+        let c = Config::parse(
+            "[admission]\nmemory_budget = \"64MiB\"\nmode = \"drop\"\nqueue_timeout_ms = 2000\nmax_in_flight = 10000\nmax_body = \"32MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.admission.memory_budget, 64 << 20);
+        assert_eq!(c.admission.max_body, 32 << 20);
+        let errs = Config::parse("[admission]\nmode = \"sometimes\"\n").unwrap_err();
+        assert_eq!(errs[0].line, Some(2), "{errs:?}");
     }
 
     #[test]

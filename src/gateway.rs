@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use monoio::net::TcpListener;
 
+use crate::admit::Admission;
 use crate::config::Config;
 use crate::http::conn::{ClientConn, Limits};
 use crate::metrics::{MetricsHub, ShardMetrics};
@@ -27,7 +28,7 @@ pub struct Shard {
     pub id: usize,
     pub driver: &'static str,
     pub limits: Limits,
-    pub max_body: u64,
+    pub admission: Admission,
     pub routes: RouteTable,
     pub upstream: Client,
     pub metrics: ShardMetrics,
@@ -57,9 +58,6 @@ impl Running {
         }
     }
 }
-
-/// Default cap on request bodies until admission control configures it.
-pub const DEFAULT_MAX_BODY: u64 = 32 * 1024 * 1024;
 
 pub fn start(cfg: Config) -> io::Result<Running> {
     let addr = cfg
@@ -105,7 +103,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                         idle_timeout: Duration::from_millis(s.idle_timeout_ms),
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
-                    max_body: DEFAULT_MAX_BODY,
+                    admission: Admission::new(&cfg.admission, n).with_shard(id),
                     routes: RouteTable::build(&cfg),
                     upstream: Client::new(
                         &cfg.upstream,
@@ -174,14 +172,15 @@ async fn drain(shard: &Shard) {
 }
 
 /// Publish this shard's metrics for scrapes served by other shards, once a second.
+/// Also flushes the rate-limited admission log.
 async fn publish_metrics(shard: Rc<Shard>) {
-    if shard.hub.shards() < 2 {
-        return;
-    }
     loop {
-        let mut text = String::new();
-        pipeline::render_shard_metrics(&shard, &mut text);
-        shard.hub.publish(shard.id, text);
+        shard.admission.log_tick();
+        if shard.hub.shards() > 1 {
+            let mut text = String::new();
+            pipeline::render_shard_metrics(&shard, &mut text);
+            shard.hub.publish(shard.id, text, shard.admission.stats());
+        }
         monoio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -10,6 +10,8 @@ use std::cell::Cell;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
+use crate::admit::Stats;
+
 /// Request outcome buckets.
 const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
 pub const ENDPOINTS: [&str; 6] = [
@@ -95,13 +97,17 @@ pub fn dec(c: &Cell<u64>) {
 /// Snapshots published by each shard, read on scrape.
 #[derive(Clone)]
 pub struct MetricsHub {
-    slots: Arc<Vec<Mutex<String>>>,
+    slots: Arc<Vec<Mutex<(String, Option<Stats>)>>>,
 }
 
 impl MetricsHub {
     pub fn new(shards: usize) -> MetricsHub {
         MetricsHub {
-            slots: Arc::new((0..shards).map(|_| Mutex::new(String::new())).collect()),
+            slots: Arc::new(
+                (0..shards)
+                    .map(|_| Mutex::new((String::new(), None)))
+                    .collect(),
+            ),
         }
     }
 
@@ -109,18 +115,21 @@ impl MetricsHub {
         self.slots.len()
     }
 
-    pub fn publish(&self, shard: usize, text: String) {
+    pub fn publish(&self, shard: usize, text: String, admission: Stats) {
         if let Some(Ok(mut s)) = self.slots.get(shard).map(|m| m.lock()) {
-            *s = text;
+            *s = (text, Some(admission));
         }
     }
 
-    /// Append every other shard's latest snapshot.
-    pub fn others(&self, me: usize, out: &mut String) {
+    /// Append every other shard's latest snapshot; collect their admission stats.
+    pub fn others(&self, me: usize, out: &mut String, admission: &mut Vec<(usize, Stats)>) {
         for (i, slot) in self.slots.iter().enumerate() {
             if i != me {
                 if let Ok(s) = slot.lock() {
-                    out.push_str(&s);
+                    out.push_str(&s.0);
+                    if let Some(st) = s.1 {
+                        admission.push((i, st));
+                    }
                 }
             }
         }

@@ -108,20 +108,23 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         return conn.respond(status, ct, b"", &body, keep, wt).await && keep;
     }
 
-    // admit: decided on the head, before the body is allocated
-    if let BodyFraming::Length(n) = head.body {
-        if n > shard.max_body {
-            let e = Error::new(
-                Kind::BodyTooLarge,
-                format!(
-                    "request body of {n} bytes is over the {}-byte limit",
-                    shard.max_body
-                ),
-            );
+    // admit: decided on the head, before any body byte is read or allocated. The permit
+    // holds `declared body + response reserve` of the shard's budget until this request ends.
+    let declared = match head.body {
+        BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    let permit = match shard.admission.admit(declared).await {
+        Ok(p) => p,
+        Err(r) => {
+            let e = rejection(r, declared, shard.admission.max_body());
             shard.metrics.count(ep, e.status());
-            return conn.respond_error(&e, shape, false, wt).await;
+            // The body was not read: answer, then close (no desync).
+            return conn
+                .respond_error(&e, shape, keep_alive && !body_pending, wt)
+                .await;
         }
-    }
+    };
     if head.expect_continue && body_pending {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
         if conn.write_raw(buf, wt).await.is_none() {
@@ -137,8 +140,9 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         &mut conn.buf,
         head_len,
         head.body,
-        shard.max_body,
+        shard.admission.max_body(),
         body_deadline,
+        Some(&permit),
     )
     .await
     {
@@ -209,7 +213,26 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         }
     };
     shard.metrics.count(ep, outcome.status);
+    drop(permit);
     outcome.keep_alive
+}
+
+/// The client-facing error for an admission refusal: 413 over `max_body`, else 503 +
+/// Retry-After.
+fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
+    match r {
+        crate::admit::Reject::BodyTooLarge => Error::new(
+            Kind::BodyTooLarge,
+            format!("request body of {declared} bytes is over the {max_body}-byte limit"),
+        ),
+        other => Error::new(
+            Kind::Overloaded,
+            format!(
+                "the gateway is at capacity ({}); retry later",
+                other.as_str()
+            ),
+        ),
+    }
 }
 
 fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
@@ -241,9 +264,12 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
 }
 
 fn render_metrics(shard: &Shard) -> String {
-    let mut out = String::with_capacity(2048);
+    let mut out = String::with_capacity(4096);
     render_shard_metrics(shard, &mut out);
-    shard.hub.others(shard.id, &mut out);
+    let mut admission = vec![(shard.id, shard.admission.stats())];
+    shard.hub.others(shard.id, &mut out, &mut admission);
+    admission.sort_by_key(|(id, _)| *id);
+    crate::admit::stats::render_prometheus(&admission, &mut out);
     out
 }
 

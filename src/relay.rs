@@ -41,7 +41,7 @@ impl Outcome {
 }
 
 /// Largest partial SSE event held while waiting for its end (then forwarded as is).
-const MAX_PENDING_EVENT: usize = 1024 * 1024;
+const MAX_PENDING_EVENT: usize = 32 * 1024;
 
 /// OpenAI Chat in, OpenAI-Chat-speaking upstream out: forward the body byte for byte (with the
 /// model name spliced when the route renames it) and relay the answer.

@@ -11,6 +11,7 @@ use monoio::io::AsyncReadRent;
 use super::chunked::ChunkedDecoder;
 use super::head::BodyFraming;
 use super::io::{read_more, read_upto};
+use crate::admit::Permit;
 use crate::error::{Error, Kind};
 
 /// Read the body of the request whose head takes `head_len` bytes at the start of `buf`.
@@ -22,6 +23,7 @@ pub async fn read_body<S: AsyncReadRent>(
     framing: BodyFraming,
     max_body: u64,
     deadline: Instant,
+    permit: Option<&Permit>,
 ) -> Result<Vec<u8>, Error> {
     match framing {
         BodyFraming::None => {
@@ -56,10 +58,14 @@ pub async fn read_body<S: AsyncReadRent>(
             Ok(body)
         }
         BodyFraming::Chunked => {
+            // A chunked body's size is unknown at admission: its growth is charged to the permit
+            // as it arrives (capacity, not length: that is what the allocator holds).
             let mut dec = ChunkedDecoder::new(max_body);
             let mut body = Vec::new();
+            let mut charged = 0u64;
             let used = dec.decode(&buf[head_len..], &mut body)?;
             buf.drain(..head_len + used);
+            charge(permit, &body, &mut charged)?;
             while !dec.is_done() {
                 let got = read_more(s, buf, deadline).await.map_err(client_read)?;
                 if got == 0 {
@@ -70,10 +76,26 @@ pub async fn read_body<S: AsyncReadRent>(
                 }
                 let used = dec.decode(buf, &mut body)?;
                 buf.drain(..used);
+                charge(permit, &body, &mut charged)?;
             }
             Ok(body)
         }
     }
+}
+
+fn charge(permit: Option<&Permit>, body: &Vec<u8>, charged: &mut u64) -> Result<(), Error> {
+    let Some(p) = permit else { return Ok(()) };
+    let want = body.capacity() as u64;
+    if want > *charged {
+        p.grow(want - *charged).map_err(|r| {
+            Error::new(
+                Kind::Overloaded,
+                format!("the gateway is at capacity ({}); retry later", r.as_str()),
+            )
+        })?;
+        *charged = want;
+    }
+    Ok(())
 }
 
 fn too_large(max: u64) -> Error {

@@ -140,6 +140,7 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
             head.body,
             MAX_BODY,
             deadline(LIMITS.body_timeout.as_millis() as u64),
+            None,
         )
         .await
         {
