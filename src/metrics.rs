@@ -97,8 +97,11 @@ pub fn dec(c: &Cell<u64>) {
 /// Snapshots published by each shard, read on scrape.
 #[derive(Clone)]
 pub struct MetricsHub {
-    slots: Arc<Vec<Mutex<(String, Option<Stats>)>>>,
+    slots: Arc<Vec<Mutex<Snapshot>>>,
 }
+
+/// One shard's published metrics: rendered counters and admission stats.
+type Snapshot = (String, Option<Stats>);
 
 impl MetricsHub {
     pub fn new(shards: usize) -> MetricsHub {
