@@ -117,6 +117,13 @@ pub struct ProviderConfig {
     /// `kind = "mock"` only: `instant` (default) or `seed`.
     #[serde(default)]
     pub profile: Option<Spanned<String>>,
+    /// `kind = "azure"`: the `api-version` query parameter (default 2024-10-21).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Engine quirks for `openai-compatible` upstreams: `no_stream_options` (the engine rejects
+    /// `stream_options`, so streamed usage is not requested from it).
+    #[serde(default)]
+    pub quirks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -286,6 +293,14 @@ impl Config {
                     err(
                         env.span(),
                         format!("provider {name:?}: api_key_env must be an env var NAME like OPENAI_API_KEY, not a key"),
+                    );
+                }
+            }
+            for q in &p.quirks {
+                if q != "no_stream_options" {
+                    err(
+                        p.name.span(),
+                        format!("provider {name:?}: unknown quirk {q:?}"),
                     );
                 }
             }

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admit;
+pub mod bridge;
 pub mod config;
 pub mod error;
 pub mod extract;

@@ -25,7 +25,7 @@ pub const ENDPOINTS: [&str; 6] = [
 
 #[derive(Default)]
 pub struct ShardMetrics {
-    requests: [[Cell<u64>; 4]; 6],
+    requests: [[Cell<u64>; 4]; 9],
     pub in_flight: Cell<u64>,
     pub connections: Cell<u64>,
     pub connections_total: Cell<u64>,

@@ -15,13 +15,16 @@ use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::{BodyFraming, Method, RequestHead};
 use crate::metrics::{bump, dec};
+use crate::provider::Op;
 use crate::provider::ProviderKind;
-use crate::{extract, mock, relay};
+use crate::translate::{self, Dialect};
+use crate::{bridge, extract, mock, relay};
 
 /// What a request head asks for, decided before any body byte is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
-    ChatCompletions,
+    /// A provider API call in the client's dialect.
+    Api(Dialect, Op),
     Models,
     Healthz,
     Readyz,
@@ -31,11 +34,16 @@ enum Target {
 /// Metrics endpoint index (see `metrics::ENDPOINTS`).
 fn endpoint_index(t: Option<Target>) -> usize {
     match t {
-        Some(Target::ChatCompletions) => 0,
-        Some(Target::Models) => 1,
-        Some(Target::Healthz | Target::Readyz) => 2,
-        Some(Target::Metrics) => 3,
-        None => 4,
+        Some(Target::Api(Dialect::Chat, Op::Generate)) => 0,
+        Some(Target::Api(Dialect::Responses, _)) => 1,
+        Some(Target::Api(Dialect::Messages, Op::Generate)) => 2,
+        Some(Target::Api(_, Op::CountTokens)) => 3,
+        Some(Target::Api(_, Op::Embeddings)) => 4,
+        Some(Target::Api(Dialect::Gemini, _)) => 0,
+        Some(Target::Models) => 5,
+        Some(Target::Healthz | Target::Readyz) => 6,
+        Some(Target::Metrics) => 7,
+        None => 8,
     }
 }
 
@@ -71,7 +79,12 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
 /// One request. Returns whether the connection may carry another one.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
     let wt = shard.limits.write_timeout;
-    let shape = ErrorShape::OpenAi;
+    // Until the path is classified, answer in the dialect the path suggests.
+    let shape = if head.path(&conn.buf).starts_with(b"/v1/messages") {
+        ErrorShape::Anthropic
+    } else {
+        ErrorShape::OpenAi
+    };
     let keep_alive = head.keep_alive;
     let body_pending = head.body != BodyFraming::None;
 
@@ -91,7 +104,7 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         }
     };
     let ep = endpoint_index(Some(target));
-    if target != Target::ChatCompletions {
+    let Target::Api(dialect, op) = target else {
         let keep = keep_alive && !body_pending;
         let (status, body): (u16, Vec<u8>) = match target {
             Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
@@ -106,7 +119,8 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         };
         shard.metrics.count(ep, status);
         return conn.respond(status, ct, b"", &body, keep, wt).await && keep;
-    }
+    };
+    let shape = bridge::shape(dialect);
 
     // admit: decided on the head, before any body byte is read or allocated. The permit
     // holds `declared body + response reserve` of the shard's budget until this request ends.
@@ -175,46 +189,100 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
 
     // translate → upstream → translate back → respond (one dispatch point per provider kind)
     let provider = &route.provider;
-    let outcome = match provider.kind {
-        ProviderKind::Mock => match mock::MockRequest::parse(&body) {
-            Ok(mut req) => {
-                if let Some(m) = &route.upstream_model {
-                    req.model.clone_from(m);
-                }
-                let ok =
-                    mock::chat::respond(&mut conn.stream, &req, provider.mock_profile, keep_alive)
-                        .await
-                        .is_ok();
-                relay::Outcome {
-                    status: 200,
-                    keep_alive: ok && keep_alive,
-                }
-            }
-            Err(msg) => {
-                relay::Outcome::error(
-                    conn,
-                    &Error::new(Kind::InvalidBody, msg),
-                    shape,
+    let outcome = match (provider.kind, op) {
+        (ProviderKind::Mock, _) => {
+            let model = route.upstream_model.as_deref().unwrap_or(&fields.model);
+            mock_provider(
+                conn,
+                dialect,
+                op,
+                model,
+                &body,
+                provider.mock_profile,
+                keep_alive,
+                wt,
+            )
+            .await
+        }
+        (kind, Op::CountTokens) if kind != ProviderKind::Anthropic => {
+            // Only Anthropic counts exactly; elsewhere answer with the documented estimate.
+            let out = format!("{{\"input_tokens\":{}}}", translate::estimate_tokens(&body));
+            let ok = conn
+                .respond(
+                    200,
+                    b"application/json",
+                    b"",
+                    out.as_bytes(),
                     keep_alive,
                     wt,
                 )
-                .await
+                .await;
+            relay::Outcome {
+                status: 200,
+                keep_alive: ok && keep_alive,
             }
-        },
-        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Azure => {
-            relay::passthrough_chat(conn, shard, route, &body, &fields, keep_alive).await
         }
-        ProviderKind::Anthropic | ProviderKind::Gemini => {
+        (kind, Op::Embeddings) if !kind.speaks(Dialect::Chat) => {
             let e = Error::new(
-                Kind::NotImplemented,
-                format!("provider kind {} is not wired yet", provider.kind.as_str()),
+                Kind::InvalidBody,
+                format!("provider kind {} does not offer embeddings", kind.as_str()),
             );
             relay::Outcome::error(conn, &e, shape, keep_alive, wt).await
+        }
+        (kind, _) if kind.speaks(dialect) => {
+            relay::passthrough(conn, shard, route, &body, &fields, op, dialect, keep_alive).await
+        }
+        _ => {
+            bridge::translated(
+                conn, shard, route, &body, &fields, dialect, keep_alive, &permit,
+            )
+            .await
         }
     };
     shard.metrics.count(ep, outcome.status);
     drop(permit);
     outcome.keep_alive
+}
+
+/// The in-process mock provider (embedded default config).
+#[allow(clippy::too_many_arguments)]
+async fn mock_provider(
+    conn: &mut ClientConn,
+    dialect: Dialect,
+    op: Op,
+    model: &str,
+    body: &[u8],
+    profile: mock::Profile,
+    keep_alive: bool,
+    wt: std::time::Duration,
+) -> relay::Outcome {
+    let shape = bridge::shape(dialect);
+    if dialect != Dialect::Chat || op != Op::Generate {
+        let e = Error::new(Kind::NotImplemented, "the in-process mock speaks Chat only");
+        return relay::Outcome::error(conn, &e, shape, keep_alive, wt).await;
+    }
+    match mock::MockRequest::parse(body) {
+        Ok(mut req) => {
+            req.model = model.to_string();
+            let ok = mock::chat::respond(&mut conn.stream, &req, profile, keep_alive)
+                .await
+                .is_ok();
+            relay::Outcome {
+                status: 200,
+                keep_alive: ok && keep_alive,
+            }
+        }
+        Err(msg) => {
+            relay::Outcome::error(
+                conn,
+                &Error::new(Kind::InvalidBody, msg),
+                shape,
+                keep_alive,
+                wt,
+            )
+            .await
+        }
+    }
 }
 
 /// The client-facing error for an admission refusal: 413 over `max_body`, else 503 +
@@ -237,7 +305,11 @@ fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
 
 fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
     let target = match path {
-        b"/v1/chat/completions" | b"/chat/completions" => Target::ChatCompletions,
+        b"/v1/chat/completions" | b"/chat/completions" => Target::Api(Dialect::Chat, Op::Generate),
+        b"/v1/responses" | b"/responses" => Target::Api(Dialect::Responses, Op::Generate),
+        b"/v1/messages" => Target::Api(Dialect::Messages, Op::Generate),
+        b"/v1/messages/count_tokens" => Target::Api(Dialect::Messages, Op::CountTokens),
+        b"/v1/embeddings" | b"/embeddings" => Target::Api(Dialect::Chat, Op::Embeddings),
         b"/v1/models" | b"/models" => Target::Models,
         b"/healthz" => Target::Healthz,
         b"/readyz" => Target::Readyz,
@@ -249,7 +321,7 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
             ))
         }
     };
-    let want = if target == Target::ChatCompletions {
+    let want = if matches!(target, Target::Api(..)) {
         Method::Post
     } else {
         Method::Get

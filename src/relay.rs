@@ -9,13 +9,15 @@
 
 use std::time::Duration;
 
-use crate::error::{push_json_str, Error, ErrorShape, Kind};
+use crate::error::{Error, ErrorShape, Kind};
 use crate::extract::{splice_model, RoutingFields};
 use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
 use crate::metrics::bump;
+use crate::provider::Op;
 use crate::route::Route;
+use crate::translate::Dialect;
 use crate::upstream::{Exchange, RespFraming, UpstreamRequest};
 
 /// How a request ended, for metrics and the connection loop.
@@ -43,18 +45,21 @@ impl Outcome {
 /// Largest partial SSE event held while waiting for its end (then forwarded as is).
 const MAX_PENDING_EVENT: usize = 32 * 1024;
 
-/// OpenAI Chat in, OpenAI-Chat-speaking upstream out: forward the body byte for byte (with the
-/// model name spliced when the route renames it) and relay the answer.
-pub async fn passthrough_chat(
+/// Same dialect in and out: forward the body byte for byte (with the model name spliced when
+/// the route renames it) and relay the answer as it arrives.
+#[allow(clippy::too_many_arguments)]
+pub async fn passthrough(
     conn: &mut ClientConn,
     shard: &Shard,
     route: &Route,
     body: &[u8],
     fields: &RoutingFields,
+    op: Op,
+    dialect: Dialect,
     keep_alive: bool,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
-    let shape = ErrorShape::OpenAi;
+    let shape = crate::bridge::shape(dialect);
     let provider = &route.provider;
     let Some(endpoint) = provider.endpoint.as_ref() else {
         let e = Error::new(
@@ -71,7 +76,15 @@ pub async fn passthrough_chat(
         }
         None => body,
     };
-    let path = format!("{}/chat/completions", endpoint.base_path);
+    let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
+    let path = provider.kind.path(
+        &endpoint.base_path,
+        op,
+        dialect,
+        upstream_model,
+        fields.stream,
+        provider.api_version.as_deref(),
+    );
     let req = UpstreamRequest {
         endpoint,
         path: &path,
@@ -88,7 +101,7 @@ pub async fn passthrough_chat(
     if ex.head.status >= 500 {
         bump(&shard.metrics.upstream_errors);
     }
-    relay(conn, &mut ex, keep_alive, wt, shard).await
+    relay(conn, &mut ex, keep_alive, wt, shard, dialect).await
 }
 
 /// Forward the response of `ex` to the client.
@@ -98,7 +111,9 @@ async fn relay(
     keep_alive: bool,
     wt: Duration,
     shard: &Shard,
+    dialect: Dialect,
 ) -> Outcome {
+    let shape = crate::bridge::shape(dialect);
     let status = ex.head.status;
     let sse = ex.head.is_event_stream();
     let framing = match (ex.head.framing, sse) {
@@ -136,17 +151,15 @@ async fn relay(
                 if !head_sent {
                     // Nothing reached the client yet: a clean error response.
                     conn.out = out;
-                    return Outcome::error(conn, &e, ErrorShape::OpenAi, keep_alive, wt).await;
+                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
                 if framing == Framing::Chunked {
-                    let mut ev = Vec::new();
-                    ev.extend_from_slice(&pending);
-                    pending.clear();
-                    ev.extend_from_slice(b"data: {\"error\":{\"message\":");
-                    push_json_str(&mut ev, &e.message);
-                    ev.extend_from_slice(b",\"type\":\"upstream_error\",\"code\":\"");
-                    ev.extend_from_slice(e.code().as_bytes());
-                    ev.extend_from_slice(b"\"}}\n\n");
+                    let mut ev = std::mem::take(&mut pending);
+                    if sse {
+                        // The dialect-correct mid-stream error event (OpenAI: a data line with
+                        // an error object; Anthropic: `event: error`).
+                        crate::translate::stream_error_event(dialect, &e.message, &mut ev);
+                    }
                     write_chunk(&mut out, &ev);
                     out.extend_from_slice(LAST_CHUNK);
                     let _ = conn.write_raw(out, wt).await;
@@ -198,7 +211,7 @@ async fn relay(
 
 /// The client went away mid-response: the exchange is dropped by the caller, which closes the
 /// upstream connection instead of pooling it.
-fn gone(shard: &Shard, status: u16) -> Outcome {
+pub fn gone(shard: &Shard, status: u16) -> Outcome {
     bump(&shard.metrics.client_disconnects);
     Outcome {
         status,

@@ -22,6 +22,16 @@ pub struct Provider {
     /// Raw auth header lines for this provider, e.g. `authorization: Bearer …\r\n`.
     pub auth_headers: Vec<u8>,
     pub mock_profile: Profile,
+    pub api_version: Option<String>,
+    /// Do not send `stream_options` (engines that reject it).
+    pub no_stream_options: bool,
+}
+
+impl Provider {
+    /// Base path of the endpoint ("" for the mock, which has none).
+    pub fn base_path(&self) -> &str {
+        self.endpoint.as_ref().map_or("", |e| e.base_path.as_str())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +73,8 @@ impl RouteTable {
                         .as_ref()
                         .and_then(|s| Profile::parse(s.get_ref()))
                         .unwrap_or(Profile::Instant),
+                    api_version: p.api_version.clone(),
+                    no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
                 };
                 (p.name.get_ref().as_str(), Rc::new(prov))
             })

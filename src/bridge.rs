@@ -1,0 +1,322 @@
+//! The translated path: a client dialect the provider does not speak. The request goes through
+//! the hub (OpenAI Chat) into the provider's dialect, and the answer — JSON or SSE, event by
+//! event — comes back the same way into the client's dialect, errors included.
+//!
+//! Owns: sequencing `translate` calls around one upstream exchange. Must not: parse or emit
+//! dialect JSON itself (that is `translate`, pure and golden-tested) or pool connections.
+
+use std::time::Duration;
+
+use crate::admit::Permit;
+use crate::error::{Error, ErrorShape, Kind};
+use crate::extract::RoutingFields;
+use crate::gateway::Shard;
+use crate::http::conn::ClientConn;
+use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+use crate::metrics::bump;
+use crate::provider::Op;
+use crate::relay::{self, Outcome};
+use crate::route::Route;
+use crate::translate::{self, Dialect, SseDecoder, StreamTranslator};
+use crate::upstream::UpstreamRequest;
+
+/// Largest upstream body read whole for translation (non-stream answers, error bodies).
+const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+pub fn shape(client: Dialect) -> ErrorShape {
+    if client == Dialect::Messages {
+        ErrorShape::Anthropic
+    } else {
+        ErrorShape::OpenAi
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn translated(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    route: &Route,
+    body: &[u8],
+    fields: &RoutingFields,
+    client: Dialect,
+    keep_alive: bool,
+    permit: &Permit,
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let shape = shape(client);
+    let provider = &route.provider;
+    let up = provider.kind.native();
+    let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
+
+    // translate the request through the hub
+    let chat = match translate::request_to_chat(client, body) {
+        Ok(c) => c,
+        Err(e) => return invalid(conn, &e.message, shape, keep_alive, wt).await,
+    };
+    let include_usage = chat
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let mut req_body = match translate::chat_to_request(up, &chat, upstream_model) {
+        Ok(b) => b,
+        Err(e) => return invalid(conn, &e.message, shape, keep_alive, wt).await,
+    };
+    drop(chat);
+    if up == Dialect::Chat && provider.no_stream_options {
+        req_body = strip_stream_options(req_body);
+    }
+    let Some(endpoint) = provider.endpoint.as_ref() else {
+        let e = Error::new(
+            Kind::Internal,
+            format!("provider {} has no base_url", provider.name),
+        );
+        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+    };
+    let path = provider.kind.path(
+        &endpoint.base_path,
+        Op::Generate,
+        up,
+        upstream_model,
+        fields.stream,
+        provider.api_version.as_deref(),
+    );
+    let req = UpstreamRequest {
+        endpoint,
+        path: &path,
+        headers: &provider.auth_headers,
+        body: &req_body,
+    };
+
+    // upstream
+    let mut ex = match shard.upstream.send(&req).await {
+        Ok(ex) => ex,
+        Err(e) => {
+            bump(&shard.metrics.upstream_errors);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+    };
+    drop(req_body);
+    let status = ex.head.status;
+
+    // translate back: errors, whole answers, or streams
+    if status >= 400 {
+        if status >= 500 {
+            bump(&shard.metrics.upstream_errors);
+        }
+        let mut raw = Vec::new();
+        if let Err(e) = ex.read_to_end(&mut raw, MAX_ERROR_BODY).await {
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+        let out = translate::upstream_error_to_client(up, client, status, &raw);
+        let extra = retry_after(&ex.head.forward);
+        let ok = conn
+            .respond(status, b"application/json", &extra, &out, keep_alive, wt)
+            .await;
+        return Outcome {
+            status,
+            keep_alive: ok && keep_alive,
+        };
+    }
+    if !fields.stream {
+        let mut raw = Vec::new();
+        if let Err(e) = ex.read_to_end(&mut raw, MAX_TRANSLATED_BODY).await {
+            bump(&shard.metrics.upstream_errors);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+        if permit.grow(raw.capacity() as u64).is_err() {
+            let e = Error::new(
+                Kind::Overloaded,
+                "the gateway is at capacity (budget); retry later",
+            );
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+        let grown = raw.capacity() as u64;
+        let out = translate::response_to_chat(up, &raw)
+            .and_then(|chat| translate::chat_to_response(client, &chat, &fields.model));
+        drop(raw);
+        permit.shrink(grown);
+        return match out {
+            Ok(out) => {
+                let ok = conn
+                    .respond(
+                        200,
+                        b"application/json",
+                        &ex.head.forward,
+                        &out,
+                        keep_alive,
+                        wt,
+                    )
+                    .await;
+                Outcome {
+                    status: 200,
+                    keep_alive: ok && keep_alive,
+                }
+            }
+            Err(e) => {
+                bump(&shard.metrics.upstream_errors);
+                let e = Error::new(
+                    Kind::UpstreamProtocol,
+                    format!("could not translate the upstream answer: {}", e.message),
+                );
+                Outcome::error(conn, &e, shape, keep_alive, wt).await
+            }
+        };
+    }
+    stream(
+        conn,
+        shard,
+        &mut ex,
+        up,
+        client,
+        &fields.model,
+        include_usage,
+        keep_alive,
+    )
+    .await
+}
+
+/// Relay an upstream SSE stream, translated event by event and flushed per upstream read.
+#[allow(clippy::too_many_arguments)]
+async fn stream(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    ex: &mut crate::upstream::Exchange<'_>,
+    up: Dialect,
+    client: Dialect,
+    client_model: &str,
+    include_usage: bool,
+    keep_alive: bool,
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let mut out = std::mem::take(&mut conn.out);
+    out.clear();
+    write_head(
+        &mut out,
+        200,
+        b"text/event-stream",
+        Framing::Chunked,
+        keep_alive,
+        b"cache-control: no-cache\r\n",
+    );
+    match conn.write_raw(out, wt).await {
+        Some(back) => out = back,
+        None => return relay::gone(shard, 200),
+    }
+    let mut decoder = SseDecoder::new();
+    let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
+    let mut piece = Vec::with_capacity(16 * 1024);
+    let mut events = Vec::with_capacity(16 * 1024);
+    loop {
+        piece.clear();
+        events.clear();
+        let more = match ex.next(&mut piece).await {
+            Ok(m) => m,
+            Err(e) => {
+                bump(&shard.metrics.upstream_errors);
+                tr.error(&e.message, &mut events);
+                tr.finish(&mut events);
+                write_chunk(&mut out, &events);
+                out.extend_from_slice(LAST_CHUNK);
+                let _ = conn.write_raw(out, wt).await;
+                return Outcome {
+                    status: 502,
+                    keep_alive: false,
+                };
+            }
+        };
+        decoder.feed(&piece);
+        if !more {
+            decoder.finish();
+        }
+        let mut failed = None;
+        while let Some(ev) = decoder.next_event() {
+            if let Err(e) = tr.push(&ev, &mut events) {
+                failed = Some(e.message);
+                break;
+            }
+        }
+        if let Some(msg) = &failed {
+            bump(&shard.metrics.upstream_errors);
+            tr.error(&format!("malformed upstream stream: {msg}"), &mut events);
+        }
+        let end = !more || failed.is_some() || tr.is_done();
+        if end {
+            tr.finish(&mut events);
+        }
+        write_chunk(&mut out, &events);
+        if end {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            match conn.write_raw(std::mem::take(&mut out), wt).await {
+                Some(back) => out = back,
+                None => return relay::gone(shard, 200),
+            }
+        }
+        if end {
+            conn.out = out;
+            // A stream that ended early (translator done, upstream still open) cannot be pooled.
+            let clean = !more && failed.is_none();
+            return Outcome {
+                status: 200,
+                keep_alive: keep_alive && (clean || ex.is_done()),
+            };
+        }
+    }
+}
+
+async fn invalid(
+    conn: &mut ClientConn,
+    msg: &str,
+    shape: ErrorShape,
+    keep_alive: bool,
+    wt: Duration,
+) -> Outcome {
+    let e = Error::new(Kind::InvalidBody, msg);
+    Outcome::error(conn, &e, shape, keep_alive, wt).await
+}
+
+/// Keep only `retry-after` from the upstream's forwarded headers for translated errors.
+fn retry_after(forward: &[u8]) -> Vec<u8> {
+    forward
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))
+        .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
+        .collect()
+}
+
+fn strip_stream_options(body: Vec<u8>) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("stream_options");
+            }
+            serde_json::to_vec(&v).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_kept() {
+        assert_eq!(
+            retry_after(b"x-request-id: 1\r\nRetry-After: 3\r\n"),
+            b"Retry-After: 3\r\n"
+        );
+        assert!(retry_after(b"x-request-id: 1\r\n").is_empty());
+    }
+
+    #[test]
+    fn quirk_strips_stream_options() {
+        let out = strip_stream_options(
+            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#.to_vec(),
+        );
+        assert_eq!(out, br#"{"model":"m","stream":true}"#);
+    }
+}
