@@ -117,6 +117,10 @@ pub struct ProviderConfig {
     /// `kind = "mock"` only: `instant` (default) or `seed`.
     #[serde(default)]
     pub profile: Option<Spanned<String>>,
+    /// Extra PEM CA certificate(s) trusted for this provider's `https://` base_url (added to the
+    /// system roots), e.g. an internal CA in front of a local engine.
+    #[serde(default)]
+    pub ca_file: Option<String>,
     /// `kind = "azure"`: the `api-version` query parameter (default 2024-10-21).
     #[serde(default)]
     pub api_version: Option<String>,

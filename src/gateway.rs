@@ -75,7 +75,18 @@ pub fn start(cfg: Config) -> io::Result<Running> {
             .as_ref()
             .is_some_and(|u| u.get_ref().starts_with("https://"))
     });
-    let tls = needs_tls.then(crate::upstream::tls::client_config);
+    let ca_files: Vec<String> = cfg
+        .providers
+        .iter()
+        .filter_map(|p| p.ca_file.clone())
+        .collect();
+    let tls = match needs_tls {
+        true => Some(
+            crate::upstream::tls::client_config(&ca_files)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        ),
+        false => None,
+    };
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
     let hub = MetricsHub::new(n);

@@ -30,7 +30,6 @@ pub struct ShardMetrics {
     pub connections: Cell<u64>,
     pub connections_total: Cell<u64>,
     pub upstream_errors: Cell<u64>,
-    pub upstream_retries: Cell<u64>,
     pub client_disconnects: Cell<u64>,
 }
 
@@ -71,10 +70,6 @@ impl ShardMetrics {
             ("ringgate_connections_open", self.connections.get()),
             ("ringgate_connections_total", self.connections_total.get()),
             ("ringgate_upstream_errors_total", self.upstream_errors.get()),
-            (
-                "ringgate_upstream_retries_total",
-                self.upstream_retries.get(),
-            ),
             (
                 "ringgate_client_disconnects_total",
                 self.client_disconnects.get(),

@@ -348,8 +348,10 @@ fn render_metrics(shard: &Shard) -> String {
 pub fn render_shard_metrics(shard: &Shard, out: &mut String) {
     shard.metrics.render(shard.id, out);
     out.push_str(&format!(
-        "ringgate_upstream_idle_connections{{shard=\"{}\"}} {}\n",
+        "ringgate_upstream_idle_connections{{shard=\"{}\"}} {}\nringgate_upstream_retries_total{{shard=\"{}\"}} {}\n",
         shard.id,
-        shard.upstream.pool.idle_count()
+        shard.upstream.pool.idle_count(),
+        shard.id,
+        shard.upstream.retries.get()
     ));
 }

@@ -267,6 +267,10 @@ fn upstream_down_is_a_502_and_a_stale_pooled_connection_is_retried() {
             "{d}: reused dead connection must be retried once on a fresh one: {}",
             r.text()
         );
+        assert!(
+            metric(gw.addr, "ringgate_upstream_retries_total") >= 1,
+            "{d}: the retry is counted"
+        );
         gw.stop();
         mock.stop();
     });

@@ -28,6 +28,8 @@ const COALESCE_BODY: usize = 32 * 1024;
 /// Per-shard upstream client: pool, TLS connector, timeouts.
 pub struct Client {
     pub pool: Pool,
+    /// Requests retried on a fresh connection after a reused one failed before any byte.
+    pub retries: std::cell::Cell<u64>,
     tls: Option<TlsConnector>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
@@ -92,6 +94,7 @@ pub struct Exchange<'c> {
 impl Client {
     pub fn new(cfg: &UpstreamConfig, tls: Option<TlsConnector>) -> Client {
         Client {
+            retries: std::cell::Cell::new(0),
             pool: Pool::new(
                 cfg.max_idle_per_host,
                 Duration::from_millis(cfg.idle_ttl_ms),
@@ -152,6 +155,7 @@ impl Client {
                     })
                 }
                 Err(e) if reused && e.retryable => {
+                    self.retries.set(self.retries.get() + 1);
                     fresh_only = true;
                     continue;
                 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use rustls::ClientConfig;
 
-pub fn client_config() -> Arc<ClientConfig> {
+/// System roots (or the bundled webpki roots when the system has none), plus the PEM
+/// certificates in `extra_ca_files` (providers' `ca_file`, e.g. an internal CA in front of vLLM).
+pub fn client_config(extra_ca_files: &[String]) -> Result<Arc<ClientConfig>, String> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
@@ -16,16 +18,31 @@ pub fn client_config() -> Arc<ClientConfig> {
     if roots.is_empty() {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     }
+    for path in extra_ca_files {
+        let pem = std::fs::read(path).map_err(|e| format!("ca_file {path}: {e}"))?;
+        let mut n = 0;
+        for cert in rustls_pemfile_certs(&pem) {
+            roots
+                .add(cert)
+                .map_err(|e| format!("ca_file {path}: {e}"))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(format!("ca_file {path}: no PEM certificate found"));
+        }
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let cfg = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    match cfg {
-        Ok(c) => Arc::new(c),
-        Err(_) => Arc::new(
-            ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-        ),
-    }
+    cfg.map(Arc::new)
+        .map_err(|e| format!("TLS client config: {e}"))
+}
+
+/// Certificates in a PEM bundle.
+fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect()
 }
