@@ -200,7 +200,6 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
                 &body,
                 provider.mock_profile,
                 keep_alive,
-                wt,
             )
             .await
         }
@@ -244,8 +243,7 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
     outcome.keep_alive
 }
 
-/// The in-process mock provider (embedded default config).
-#[allow(clippy::too_many_arguments)]
+/// The in-process mock provider (embedded default config): every dialect, as `ringgate mock`.
 async fn mock_provider(
     conn: &mut ClientConn,
     dialect: Dialect,
@@ -254,34 +252,19 @@ async fn mock_provider(
     body: &[u8],
     profile: mock::Profile,
     keep_alive: bool,
-    wt: std::time::Duration,
 ) -> relay::Outcome {
-    let shape = bridge::shape(dialect);
-    if dialect != Dialect::Chat || op != Op::Generate {
-        let e = Error::new(Kind::NotImplemented, "the in-process mock speaks Chat only");
-        return relay::Outcome::error(conn, &e, shape, keep_alive, wt).await;
-    }
-    match mock::MockRequest::parse(body) {
-        Ok(mut req) => {
-            req.model = model.to_string();
-            let ok = mock::chat::respond(&mut conn.stream, &req, profile, keep_alive)
-                .await
-                .is_ok();
-            relay::Outcome {
-                status: 200,
-                keep_alive: ok && keep_alive,
-            }
+    let s = &mut conn.stream;
+    let r = match op {
+        Op::Generate => mock::respond(s, dialect, model, body, profile, keep_alive).await,
+        Op::Embeddings => mock::embeddings::respond(s, body, profile, keep_alive).await,
+        Op::CountTokens => {
+            let out = mock::anthropic::count_tokens_body(body);
+            mock::pace::json(s, 200, &out, mock::Profile::Instant, keep_alive).await
         }
-        Err(msg) => {
-            relay::Outcome::error(
-                conn,
-                &Error::new(Kind::InvalidBody, msg),
-                shape,
-                keep_alive,
-                wt,
-            )
-            .await
-        }
+    };
+    relay::Outcome {
+        status: 200,
+        keep_alive: r.is_ok() && keep_alive,
     }
 }
 

@@ -1,26 +1,25 @@
 //! The mock's OpenAI Chat Completions dialect: non-stream JSON and paced SSE streams with
-//! optional usage, written straight to any monoio stream.
+//! optional usage and tool calls, written straight to any monoio stream.
 //!
-//! Owns: the exact bytes the mock answers for `/v1/chat/completions`. Must not: parse HTTP.
+//! Owns: the exact bytes the mock answers for `/v1/chat/completions`. Must not: parse HTTP or
+//! decide timing (`pace` does) or when to call a tool (`tools` does).
 
 use std::io::{self, Write};
-use std::time::{Duration, Instant};
 
 use monoio::io::AsyncWriteRent;
 
-use super::{text, MockRequest, Profile};
+use super::{pace, text, tools, MockRequest, Profile};
 use crate::error::push_json_str;
-use crate::http::io::write_all;
-use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
 
 pub const CREATED: u64 = 1_700_000_000;
-/// At most this many SSE writes per stream (tokens are batched into frames beyond that).
-const MAX_FRAMES: u32 = 50;
 
 /// The non-stream response body.
 pub fn completion_body(req: &MockRequest) -> Vec<u8> {
-    let content = text::tokens(0, req.output_tokens);
-    let mut out = Vec::with_capacity(256 + content.len());
+    let content = match req.tool_call {
+        Some(_) => tools::TOOL_TEXT.to_string(),
+        None => text::tokens(0, req.output_tokens),
+    };
+    let mut out = Vec::with_capacity(320 + content.len());
     out.extend_from_slice(b"{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion\",\"created\":");
     let _ = write!(out, "{CREATED}");
     out.extend_from_slice(b",\"model\":");
@@ -29,19 +28,36 @@ pub fn completion_body(req: &MockRequest) -> Vec<u8> {
         b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
     );
     push_json_str(&mut out, &content);
-    out.extend_from_slice(b",\"refusal\":null},\"logprobs\":null,\"finish_reason\":\"stop\"}],");
+    let finish = match &req.tool_call {
+        Some(name) => {
+            out.extend_from_slice(b",\"tool_calls\":[{\"id\":\"");
+            out.extend_from_slice(tools::CALL_ID.as_bytes());
+            out.extend_from_slice(b"\",\"type\":\"function\",\"function\":{\"name\":");
+            push_json_str(&mut out, name);
+            out.extend_from_slice(b",\"arguments\":");
+            push_json_str(&mut out, tools::TOOL_ARGS);
+            out.extend_from_slice(b"}}]");
+            "tool_calls"
+        }
+        None => "stop",
+    };
+    let _ = write!(
+        out,
+        ",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":\"{finish}\"}}],"
+    );
     push_usage(&mut out, req);
     out.extend_from_slice(b",\"system_fingerprint\":null}");
     out
 }
 
 fn push_usage(out: &mut Vec<u8>, req: &MockRequest) {
+    let output = req.usage_output_tokens();
     let _ = write!(
         out,
         "\"usage\":{{\"prompt_tokens\":{},\"completion_tokens\":{},\"total_tokens\":{}}}",
         req.input_tokens,
-        req.output_tokens,
-        req.input_tokens + req.output_tokens
+        output,
+        req.input_tokens + output
     );
 }
 
@@ -55,42 +71,90 @@ fn chunk_prefix(out: &mut Vec<u8>, req: &MockRequest) {
     out.extend_from_slice(b",\"system_fingerprint\":null,\"choices\":[");
 }
 
-/// SSE event carrying tokens `from..to` as one content delta each.
-fn push_token_events(out: &mut Vec<u8>, req: &MockRequest, from: u32, to: u32) {
-    for i in from..to {
-        chunk_prefix(out, req);
-        out.extend_from_slice(b"{\"index\":0,\"delta\":{\"content\":");
-        push_json_str(out, text::token(i));
-        out.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    }
+/// Start of a choice delta event, up to the delta's opening brace.
+fn delta_prefix(out: &mut Vec<u8>, req: &MockRequest) {
+    chunk_prefix(out, req);
+    out.extend_from_slice(b"{\"index\":0,\"delta\":{");
 }
 
-fn push_role_event(out: &mut Vec<u8>, req: &MockRequest) {
-    chunk_prefix(out, req);
-    out.extend_from_slice(b"{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+const DELTA_END: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+
+fn push_content(out: &mut Vec<u8>, req: &MockRequest, s: &str) {
+    delta_prefix(out, req);
+    out.extend_from_slice(b"\"content\":");
+    push_json_str(out, s);
+    out.extend_from_slice(DELTA_END);
 }
 
-fn push_end_events(out: &mut Vec<u8>, req: &MockRequest) {
-    chunk_prefix(out, req);
-    out.extend_from_slice(
-        b"{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n",
-    );
-    if req.include_usage {
-        chunk_prefix(out, req);
-        out.extend_from_slice(b"],");
-        push_usage(out, req);
-        out.extend_from_slice(b"}\n\n");
+/// The stream of one Chat answer, cut into paced units: one per token, or (tool call) the text
+/// then one per argument fragment.
+struct ChatEvents<'a> {
+    req: &'a MockRequest,
+}
+
+impl pace::Events for ChatEvents<'_> {
+    fn head(&mut self, out: &mut Vec<u8>) {
+        delta_prefix(out, self.req);
+        out.extend_from_slice(b"\"role\":\"assistant\",\"content\":\"\",\"refusal\":null");
+        out.extend_from_slice(DELTA_END);
     }
-    out.extend_from_slice(b"data: [DONE]\n\n");
+
+    fn units(&self) -> u32 {
+        match self.req.tool_call {
+            Some(_) => 1 + tools::fragment_count(),
+            None => self.req.output_tokens,
+        }
+    }
+
+    fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
+        let req = self.req;
+        let Some(name) = &req.tool_call else {
+            return push_content(out, req, text::token(i));
+        };
+        if i == 0 {
+            return push_content(out, req, tools::TOOL_TEXT);
+        }
+        if i == 1 {
+            delta_prefix(out, req);
+            out.extend_from_slice(b"\"tool_calls\":[{\"index\":0,\"id\":\"");
+            out.extend_from_slice(tools::CALL_ID.as_bytes());
+            out.extend_from_slice(b"\",\"type\":\"function\",\"function\":{\"name\":");
+            push_json_str(out, name);
+            out.extend_from_slice(b",\"arguments\":\"\"}}]");
+            out.extend_from_slice(DELTA_END);
+        }
+        delta_prefix(out, req);
+        out.extend_from_slice(b"\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":");
+        push_json_str(out, tools::fragment(i - 1));
+        out.extend_from_slice(b"}}]");
+        out.extend_from_slice(DELTA_END);
+    }
+
+    fn tail(&mut self, out: &mut Vec<u8>) {
+        let req = self.req;
+        let finish = if req.tool_call.is_some() {
+            "tool_calls"
+        } else {
+            "stop"
+        };
+        chunk_prefix(out, req);
+        let _ = write!(
+            out,
+            "{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"{finish}\"}}]}}\n\n"
+        );
+        if req.include_usage {
+            chunk_prefix(out, req);
+            out.extend_from_slice(b"],");
+            push_usage(out, req);
+            out.extend_from_slice(b"}\n\n");
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
 }
 
 /// The whole SSE transcript without pacing (used by tests and the instant profile).
 pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
-    let mut out = Vec::new();
-    push_role_event(&mut out, req);
-    push_token_events(&mut out, req, 0, req.output_tokens);
-    push_end_events(&mut out, req);
-    out
+    pace::transcript(&mut ChatEvents { req })
 }
 
 /// Write a complete HTTP response for `req` to `s`, paced by `profile`.
@@ -100,72 +164,11 @@ pub async fn respond<S: AsyncWriteRent>(
     profile: Profile,
     keep_alive: bool,
 ) -> io::Result<()> {
-    let delay = profile.first_token_delay();
-    if !req.stream {
-        if !delay.is_zero() {
-            monoio::time::sleep(delay).await;
-        }
-        let body = completion_body(req);
-        let mut out = Vec::with_capacity(160 + body.len());
-        write_head(
-            &mut out,
-            200,
-            b"application/json",
-            Framing::Length(body.len()),
-            keep_alive,
-            b"x-request-id: mock\r\n",
-        );
-        out.extend_from_slice(&body);
-        return write_all(s, out).await.0;
+    if req.stream {
+        pace::stream(s, &mut ChatEvents { req }, profile, keep_alive).await
+    } else {
+        pace::json(s, 200, &completion_body(req), profile, keep_alive).await
     }
-    let mut out = Vec::with_capacity(4096);
-    write_head(
-        &mut out,
-        200,
-        b"text/event-stream",
-        Framing::Chunked,
-        keep_alive,
-        b"cache-control: no-cache\r\nx-request-id: mock\r\n",
-    );
-    let mut ev = Vec::with_capacity(1024);
-    push_role_event(&mut ev, req);
-    if delay.is_zero() {
-        push_token_events(&mut ev, req, 0, req.output_tokens);
-        push_end_events(&mut ev, req);
-        write_chunk(&mut out, &ev);
-        out.extend_from_slice(LAST_CHUNK);
-        return write_all(s, out).await.0;
-    }
-    write_chunk(&mut out, &ev);
-    let (r, mut out) = write_all(s, out).await;
-    r?;
-    let start = Instant::now();
-    let n = req.output_tokens;
-    let frames = n.min(MAX_FRAMES);
-    let span = profile.stream_span();
-    let mut sent = 0u32;
-    for f in 0..frames {
-        let at = delay + span.mul_f64(f64::from(f) / f64::from(frames));
-        let wait = (start + at).saturating_duration_since(Instant::now());
-        if wait > Duration::ZERO {
-            monoio::time::sleep(wait).await;
-        }
-        let upto = ((u64::from(n) * u64::from(f + 1)) / u64::from(frames)) as u32;
-        ev.clear();
-        push_token_events(&mut ev, req, sent, upto);
-        sent = upto;
-        if f + 1 == frames {
-            push_end_events(&mut ev, req);
-        }
-        write_chunk(&mut out, &ev);
-        if f + 1 == frames {
-            out.extend_from_slice(LAST_CHUNK);
-        }
-        let (r, back) = write_all(s, out).await;
-        r?;
-        out = back;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -179,6 +182,7 @@ mod tests {
             output_tokens: n,
             include_usage: usage,
             input_tokens: 5,
+            tool_call: None,
         }
     }
 
@@ -189,6 +193,12 @@ mod tests {
         assert_eq!(v["choices"][0]["message"]["content"], " the gate ring");
         assert_eq!(v["usage"]["total_tokens"], 8);
         assert_eq!(v["object"], "chat.completion");
+        let mut r = req(false, 3, false);
+        r.tool_call = Some("f".into());
+        let v: serde_json::Value = serde_json::from_slice(&completion_body(&r)).unwrap();
+        let call = &v["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["arguments"], tools::TOOL_ARGS);
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]

@@ -1,18 +1,32 @@
 //! `ringgate mock`: the project's own upstream simulator, used by tests, benches and the
 //! embedded default config (as an in-process provider).
 //!
-//! Owns: latency profiles, request knobs (`max_tokens` picks the output size), and the
-//! per-dialect response writers (`chat` today; more dialects and fault injection grow here as
-//! sibling files). Must not: depend on the gateway pipeline — the gateway calls `respond`, the
-//! standalone server in `server` calls the same function.
+//! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
+//! plus a user turn triggers a tool call), and the dispatch to the per-dialect response writers
+//! (`chat`, `responses`, `anthropic`, `gemini`, `embeddings`), which share `pace` (timing and
+//! framing) and `tools` (the tool-call decision). Must not: depend on the gateway pipeline — the
+//! gateway calls `respond` / `chat::respond`, the standalone server in `server` calls the same
+//! functions.
 
+pub mod anthropic;
 pub mod chat;
+pub mod embeddings;
+pub mod error;
+pub mod gemini;
+pub mod pace;
+pub mod responses;
 pub mod server;
 pub mod text;
+pub mod tools;
 
+use std::io;
 use std::time::Duration;
 
+use monoio::io::AsyncWriteRent;
 use sonic_rs::JsonValueTrait;
+
+pub use crate::translate::Dialect;
+pub use tools::TOOL_ARGS;
 
 /// Latency profile (see ../shared/bench-protocol.md "Mock profiles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,42 +72,159 @@ pub const MAX_OUTPUT_TOKENS: u32 = 100_000;
 pub struct MockRequest {
     pub model: String,
     pub stream: bool,
+    /// The request's output limit (or `DEFAULT_OUTPUT_TOKENS`): the text answer's length.
     pub output_tokens: u32,
     pub include_usage: bool,
     /// Rough prompt size (bytes / 4), reported as usage.
     pub input_tokens: u32,
+    /// `Some(name)`: answer with "Let me check." and one call of tool `name` (see `tools`).
+    pub tool_call: Option<String>,
 }
 
 impl MockRequest {
+    /// Parse an OpenAI Chat request (the model must be in the body).
     pub fn parse(body: &[u8]) -> Result<MockRequest, String> {
+        MockRequest::parse_dialect(Dialect::Chat, "", body)
+    }
+
+    /// Parse a request of `dialect`. A non-empty `model` wins over the body's `model` (Gemini
+    /// carries it in the URL; the gateway passes the upstream model). Gemini's `stream` comes
+    /// from the URL too: the body's `stream` (absent in real Gemini bodies) is read for it, and
+    /// callers that know better overwrite the field.
+    pub fn parse_dialect(
+        dialect: Dialect,
+        model: &str,
+        body: &[u8],
+    ) -> Result<MockRequest, String> {
+        // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
+        // would fail the whole lookup, so nested knobs are read from their object below.
+        const KEYS: [&str; 11] = [
+            "model",
+            "stream",
+            "max_tokens",
+            "max_completion_tokens",
+            "max_output_tokens",
+            "generationConfig",
+            "stream_options",
+            "tools",
+            "messages",
+            "input",
+            "contents",
+        ];
         let mut tree = sonic_rs::PointerTree::new();
-        tree.add_path(["model"].iter());
-        tree.add_path(["stream"].iter());
-        tree.add_path(["max_tokens"].iter());
-        tree.add_path(["max_completion_tokens"].iter());
-        tree.add_path(["stream_options", "include_usage"].iter());
+        for k in KEYS {
+            tree.add_path([k].iter());
+        }
         let nodes =
             sonic_rs::get_many(body, &tree).map_err(|e| format!("invalid JSON body: {e}"))?;
         let get = |i: usize| nodes.get(i).and_then(|n| n.as_ref());
-        let model = get(0)
-            .and_then(|v| v.as_str())
-            .ok_or("missing \"model\"")?
-            .to_string();
+        let model = if model.is_empty() {
+            get(0)
+                .and_then(|v| v.as_str())
+                .ok_or("missing \"model\"")?
+                .to_string()
+        } else {
+            model.to_string()
+        };
         let stream = get(1).and_then(|v| v.as_bool()).unwrap_or(false);
-        let max = get(3)
-            .and_then(|v| v.as_u64())
-            .or_else(|| get(2).and_then(|v| v.as_u64()))
+        let limit = match dialect {
+            Dialect::Chat => get(3)
+                .and_then(|v| v.as_u64())
+                .or_else(|| get(2).and_then(|v| v.as_u64())),
+            Dialect::Responses => get(4).and_then(|v| v.as_u64()),
+            Dialect::Messages => Some(
+                get(2)
+                    .and_then(|v| v.as_u64())
+                    .ok_or("max_tokens: Field required")?,
+            ),
+            Dialect::Gemini => get(5).and_then(|v| nested(v, "maxOutputTokens")?.as_u64()),
+        };
+        let output_tokens = limit
             .map_or(DEFAULT_OUTPUT_TOKENS, |n| {
                 n.min(u64::from(MAX_OUTPUT_TOKENS)) as u32
-            });
-        let include_usage = get(4).and_then(|v| v.as_bool()).unwrap_or(false);
+            })
+            .max(1);
+        let include_usage = get(6)
+            .and_then(|v| nested(v, "include_usage")?.as_bool())
+            .unwrap_or(false);
+        let turns = match dialect {
+            Dialect::Chat | Dialect::Messages => get(8),
+            Dialect::Responses => get(9),
+            Dialect::Gemini => get(10),
+        };
+        let tool_call = match get(7) {
+            Some(t) => tools::decide(dialect, t.as_raw_str(), turns.map(|v| v.as_raw_str())),
+            None => None,
+        };
         Ok(MockRequest {
             model,
             stream,
-            output_tokens: max.max(1),
+            output_tokens,
             include_usage,
             input_tokens: (body.len() / 4).max(1) as u32,
+            tool_call,
         })
+    }
+
+    /// Output tokens reported in usage: the text length, or `tools::OUTPUT_TOKENS` for a
+    /// tool-call answer.
+    pub fn usage_output_tokens(&self) -> u32 {
+        if self.tool_call.is_some() {
+            tools::OUTPUT_TOKENS
+        } else {
+            self.output_tokens
+        }
+    }
+}
+
+/// `obj[key]` when `obj` is an object that has it.
+fn nested<'b>(obj: &'b sonic_rs::LazyValue<'_>, key: &str) -> Option<sonic_rs::LazyValue<'b>> {
+    if !obj.as_raw_str().starts_with('{') {
+        return None;
+    }
+    sonic_rs::get(obj.as_raw_str(), [key]).ok()
+}
+
+/// Answer one request of `dialect` (any of the four) with a complete HTTP response, paced by
+/// `profile`; an invalid body gets a 400 in the dialect's own error shape. `model` (when
+/// non-empty) overrides the body's; Gemini's `stream` is read from the body's `stream` field
+/// here (use [`respond_with`] to pass the URL's choice).
+pub async fn respond<S: AsyncWriteRent>(
+    s: &mut S,
+    dialect: Dialect,
+    model: &str,
+    body: &[u8],
+    profile: Profile,
+    keep_alive: bool,
+) -> io::Result<()> {
+    respond_with(s, dialect, model, None, body, profile, keep_alive).await
+}
+
+/// [`respond`] with an explicit stream choice (`Some` overrides the body's `stream`), as
+/// Gemini's `:streamGenerateContent` needs.
+pub async fn respond_with<S: AsyncWriteRent>(
+    s: &mut S,
+    dialect: Dialect,
+    model: &str,
+    stream: Option<bool>,
+    body: &[u8],
+    profile: Profile,
+    keep_alive: bool,
+) -> io::Result<()> {
+    let mut req = match MockRequest::parse_dialect(dialect, model, body) {
+        Ok(r) => r,
+        Err(msg) => {
+            return error::write(s, error::Shape::of(dialect), 400, &msg, keep_alive).await;
+        }
+    };
+    if let Some(st) = stream {
+        req.stream = st;
+    }
+    match dialect {
+        Dialect::Chat => chat::respond(s, &req, profile, keep_alive).await,
+        Dialect::Responses => responses::respond(s, &req, profile, keep_alive).await,
+        Dialect::Messages => anthropic::respond(s, &req, profile, keep_alive).await,
+        Dialect::Gemini => gemini::respond(s, &req, profile, keep_alive).await,
     }
 }
 
@@ -112,5 +243,39 @@ mod tests {
         assert_eq!((r.stream, r.output_tokens), (false, 3));
         assert!(MockRequest::parse(br#"{"messages":[]}"#).is_err());
         assert!(MockRequest::parse(b"{nope").is_err());
+    }
+
+    #[test]
+    fn parses_dialect_limits() {
+        let r = MockRequest::parse_dialect(
+            Dialect::Responses,
+            "",
+            br#"{"model":"m","input":"hi","max_output_tokens":5,"stream_options":null}"#,
+        )
+        .unwrap();
+        assert_eq!(r.output_tokens, 5);
+        let r = MockRequest::parse_dialect(
+            Dialect::Gemini,
+            "g",
+            br#"{"contents":[],"generationConfig":{"maxOutputTokens":4}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.model.as_str(), r.output_tokens), ("g", 4));
+        assert!(MockRequest::parse_dialect(
+            Dialect::Messages,
+            "",
+            br#"{"model":"m","messages":[]}"#
+        )
+        .is_err());
+        let r = MockRequest::parse_dialect(
+            Dialect::Messages,
+            "x",
+            br#"{"model":"m","max_tokens":2,"messages":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.model.as_str(), r.output_tokens, r.tool_call),
+            ("x", 2, None)
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! The standalone mock server behind `ringgate mock --listen ADDR --profile P`: the same shard
-//! machinery as the gateway, answering each dialect's standard path.
+//! machinery as the gateway, answering each dialect's standard path: `/v1/chat/completions`,
+//! `/v1/responses`, `/v1/messages` (+ `/count_tokens`), `/v1beta/models/{model}:generateContent`
+//! / `:streamGenerateContent[?alt=sse]`, `/v1/embeddings`, `GET /v1/models`.
 //!
-//! Owns: the mock's accept loop and path dispatch. Must not: share state with the gateway.
+//! Owns: the mock's accept loop and path dispatch (404 / 405 for anything else). Must not: share
+//! state with the gateway or write any dialect's bytes itself.
 
 use std::cell::Cell;
 use std::io;
@@ -9,12 +12,14 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{chat, MockRequest, Profile};
-use crate::error::{Error, ErrorShape, Kind};
+use super::error::{self, Shape};
+use super::{anthropic, embeddings, gemini, pace, Dialect, MockRequest, Profile};
+use crate::error::ErrorShape;
 use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
+use crate::mock;
 use crate::shard::{self, DriverChoice};
 use crate::shutdown::{LocalSignal, Shutdown};
 
@@ -131,8 +136,7 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         };
         let keep_alive = head.keep_alive;
         let method = head.method;
-        let is_chat = head.path(&conn.buf) == b"/v1/chat/completions";
-        let is_models = head.path(&conn.buf) == b"/v1/models";
+        let route = Route::of(head.path(&conn.buf), head.query(&conn.buf));
         let body = match read_body(
             &mut conn.stream,
             &mut conn.buf,
@@ -151,37 +155,104 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
                 return;
             }
         };
-        let ok = match (method, is_chat, is_models) {
-            (Method::Post, true, _) => match MockRequest::parse(&body) {
-                Ok(req) => chat::respond(&mut conn.stream, &req, profile, keep_alive)
-                    .await
-                    .is_ok(),
-                Err(msg) => {
-                    let e = Error::new(Kind::InvalidBody, msg);
-                    conn.respond_error(&e, ErrorShape::OpenAi, keep_alive, LIMITS.write_timeout)
-                        .await
-                }
-            },
-            (Method::Get, _, true) => {
-                let body = br#"{"object":"list","data":[{"id":"mock","object":"model","created":1700000000,"owned_by":"ringgate-mock"}]}"#;
-                conn.respond(
-                    200,
-                    b"application/json",
-                    b"",
-                    body,
-                    keep_alive,
-                    LIMITS.write_timeout,
-                )
-                .await
-            }
-            _ => {
-                let e = Error::new(Kind::NotFound, "the mock does not serve this path");
-                conn.respond_error(&e, ErrorShape::OpenAi, keep_alive, LIMITS.write_timeout)
-                    .await
-            }
-        };
+        let ok = answer(&mut conn, method, route, &body, profile, keep_alive).await;
         if !ok || !keep_alive {
             return;
         }
     }
+}
+
+/// What a request path asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Dialect(Dialect),
+    /// Gemini: model from the path, `Some(sse)` for `:streamGenerateContent`.
+    Gemini(String, Option<bool>),
+    CountTokens,
+    Embeddings,
+    Models,
+    Unknown,
+}
+
+impl Route {
+    fn of(path: &[u8], query: Option<&[u8]>) -> Route {
+        match path {
+            b"/v1/chat/completions" => return Route::Dialect(Dialect::Chat),
+            b"/v1/responses" => return Route::Dialect(Dialect::Responses),
+            b"/v1/messages" => return Route::Dialect(Dialect::Messages),
+            b"/v1/messages/count_tokens" => return Route::CountTokens,
+            b"/v1/embeddings" => return Route::Embeddings,
+            b"/v1/models" => return Route::Models,
+            _ => {}
+        }
+        let Some(rest) = path.strip_prefix(b"/v1beta/models/") else {
+            return Route::Unknown;
+        };
+        let Some(colon) = rest.iter().rposition(|&b| b == b':') else {
+            return Route::Unknown;
+        };
+        let model = String::from_utf8_lossy(&rest[..colon]).into_owned();
+        let sse = query.is_some_and(|q| q.split(|&b| b == b'&').any(|kv| kv == b"alt=sse"));
+        match &rest[colon + 1..] {
+            b"generateContent" => Route::Gemini(model, None),
+            b"streamGenerateContent" => Route::Gemini(model, Some(sse)),
+            _ => Route::Unknown,
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        match self {
+            Route::Dialect(d) => Shape::of(*d),
+            Route::Gemini(..) => Shape::Gemini,
+            Route::CountTokens => Shape::Anthropic,
+            _ => Shape::OpenAi,
+        }
+    }
+}
+
+/// Answer one request; false when the connection must close.
+async fn answer(
+    conn: &mut ClientConn,
+    method: Method,
+    route: Route,
+    body: &[u8],
+    profile: Profile,
+    keep_alive: bool,
+) -> bool {
+    let s = &mut conn.stream;
+    let r = match (method, route) {
+        (Method::Post, Route::Dialect(d)) => {
+            mock::respond(s, d, "", body, profile, keep_alive).await
+        }
+        (Method::Post, Route::Gemini(model, stream)) => {
+            match MockRequest::parse_dialect(Dialect::Gemini, &model, body) {
+                Ok(mut req) => {
+                    req.stream = stream.is_some();
+                    let sse = stream.unwrap_or(true);
+                    gemini::respond_framed(s, &req, sse, profile, keep_alive).await
+                }
+                Err(msg) => error::write(s, Shape::Gemini, 400, &msg, keep_alive).await,
+            }
+        }
+        (Method::Post, Route::CountTokens) => {
+            let b = anthropic::count_tokens_body(body);
+            pace::json(s, 200, &b, Profile::Instant, keep_alive).await
+        }
+        (Method::Post, Route::Embeddings) => {
+            embeddings::respond(s, body, profile, keep_alive).await
+        }
+        (Method::Get, Route::Models) => {
+            let body = br#"{"object":"list","data":[{"id":"mock","object":"model","created":1700000000,"owned_by":"ringgate-mock"}]}"#;
+            pace::json(s, 200, body, Profile::Instant, keep_alive).await
+        }
+        (_, Route::Unknown) => {
+            let msg = "the mock does not serve this path";
+            error::write(s, Shape::OpenAi, 404, msg, keep_alive).await
+        }
+        (_, route) => {
+            let msg = "method not allowed on this path";
+            error::write(s, route.shape(), 405, msg, keep_alive).await
+        }
+    };
+    r.is_ok()
 }

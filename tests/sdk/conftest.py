@@ -90,3 +90,70 @@ def embedded():
     proc, addr = spawn(["--listen", "127.0.0.1:0"])
     yield f"http://{addr}"
     stop(proc)
+
+
+@pytest.fixture(scope="module")
+def multi(mock, driver):
+    """One gateway with every provider kind pointed at the same mock, so each (client SDK ×
+    upstream dialect) pair can be driven through it."""
+    cfg = f"""
+[server]
+listen = "127.0.0.1:0"
+shards = 1
+
+[[provider]]
+name = "oa"
+kind = "openai"
+base_url = "http://{mock}/v1"
+
+[[provider]]
+name = "an"
+kind = "anthropic"
+base_url = "http://{mock}"
+api_key_env = "RG_TEST_ANTHROPIC_KEY"
+
+[[provider]]
+name = "gm"
+kind = "gemini"
+base_url = "http://{mock}"
+
+[[provider]]
+name = "compat"
+kind = "openai-compatible"
+base_url = "http://{mock}/v1"
+
+[[model]]
+name = "gpt-4o-mini"
+provider = "oa"
+
+[[model]]
+name = "claude-on-openai"
+provider = "oa"
+upstream_model = "gpt-4o-mini"
+
+[[model]]
+name = "gpt-on-anthropic"
+provider = "an"
+upstream_model = "claude-native"
+
+[[model]]
+name = "claude-native"
+provider = "an"
+
+[[model]]
+name = "gpt-on-gemini"
+provider = "gm"
+upstream_model = "gemini-2.0-flash"
+
+[[model]]
+name = "claude-on-compat"
+provider = "compat"
+upstream_model = "llama-3"
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(cfg)
+        path = f.name
+    proc, addr = spawn(["--config", path], {"RINGGATE_DRIVER": driver, "RG_TEST_ANTHROPIC_KEY": "sk-ant-test"})
+    yield f"http://{addr}"
+    stop(proc)
+    os.unlink(path)

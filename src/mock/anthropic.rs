@@ -1,0 +1,177 @@
+//! The mock's Anthropic Messages dialect (`POST /v1/messages`, `/v1/messages/count_tokens`):
+//! the non-stream `message` object and the SSE stream `message_start`, `content_block_start`,
+//! `ping`, `content_block_delta` (`text_delta` / `input_json_delta`), `content_block_stop`,
+//! `message_delta`, `message_stop`.
+//!
+//! Owns: the exact bytes of those answers. Must not: parse HTTP, decide timing (`pace`) or when
+//! to call a tool (`tools`).
+
+use std::io::{self, Write};
+
+use monoio::io::AsyncWriteRent;
+
+use super::{pace, text, tools, MockRequest, Profile};
+use crate::error::push_json_str;
+
+const MSG_ID: &str = "msg_mock";
+
+fn stop_reason(req: &MockRequest) -> &'static str {
+    if req.tool_call.is_some() {
+        "tool_use"
+    } else {
+        "end_turn"
+    }
+}
+
+fn push_message_open(out: &mut Vec<u8>, req: &MockRequest) {
+    let _ = write!(
+        out,
+        "{{\"id\":\"{MSG_ID}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":"
+    );
+    push_json_str(out, &req.model);
+    out.extend_from_slice(b",\"content\":[");
+}
+
+fn push_tool_use(out: &mut Vec<u8>, name: &str, input: &str) {
+    let _ = write!(
+        out,
+        "{{\"type\":\"tool_use\",\"id\":\"{}\",\"name\":",
+        tools::TOOLU_ID
+    );
+    push_json_str(out, name);
+    out.extend_from_slice(b",\"input\":");
+    out.extend_from_slice(input.as_bytes());
+    out.push(b'}');
+}
+
+/// The non-stream response body.
+pub fn message_body(req: &MockRequest) -> Vec<u8> {
+    let mut out = Vec::with_capacity(320 + req.output_tokens as usize * 5);
+    push_message_open(&mut out, req);
+    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+    match &req.tool_call {
+        Some(name) => {
+            push_json_str(&mut out, tools::TOOL_TEXT);
+            out.extend_from_slice(b"},");
+            push_tool_use(&mut out, name, tools::TOOL_ARGS);
+        }
+        None => {
+            push_json_str(&mut out, &text::tokens(0, req.output_tokens));
+            out.push(b'}');
+        }
+    }
+    let _ = write!(
+        out,
+        "],\"stop_reason\":\"{}\",\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{},\"output_tokens\":{}}}}}",
+        stop_reason(req),
+        req.input_tokens,
+        req.usage_output_tokens()
+    );
+    out
+}
+
+/// `count_tokens` answer: `{"input_tokens": N}` with N = body bytes / 4.
+pub fn count_tokens_body(body: &[u8]) -> Vec<u8> {
+    format!("{{\"input_tokens\":{}}}", (body.len() / 4).max(1)).into_bytes()
+}
+
+/// The stream of one answer: units are tokens, or (tool call) the text then argument fragments.
+struct MessagesEvents<'a> {
+    req: &'a MockRequest,
+}
+
+fn text_delta(out: &mut Vec<u8>, s: &str) {
+    pace::named_event(out, "content_block_delta");
+    out.extend_from_slice(
+        b"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":",
+    );
+    push_json_str(out, s);
+    out.extend_from_slice(b"}}\n\n");
+}
+
+fn block_stop(out: &mut Vec<u8>, index: u32) {
+    pace::named_event(out, "content_block_stop");
+    let _ = write!(
+        out,
+        "{{\"type\":\"content_block_stop\",\"index\":{index}}}\n\n"
+    );
+}
+
+impl pace::Events for MessagesEvents<'_> {
+    fn head(&mut self, out: &mut Vec<u8>) {
+        pace::named_event(out, "message_start");
+        out.extend_from_slice(b"{\"type\":\"message_start\",\"message\":");
+        push_message_open(out, self.req);
+        let _ = write!(
+            out,
+            "],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{},\"output_tokens\":1}}}}}}\n\n",
+            self.req.input_tokens
+        );
+        pace::named_event(out, "content_block_start");
+        out.extend_from_slice(b"{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        pace::named_event(out, "ping");
+        out.extend_from_slice(b"{\"type\":\"ping\"}\n\n");
+    }
+
+    fn units(&self) -> u32 {
+        match self.req.tool_call {
+            Some(_) => 1 + tools::fragment_count(),
+            None => self.req.output_tokens,
+        }
+    }
+
+    fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
+        let Some(name) = &self.req.tool_call else {
+            return text_delta(out, text::token(i));
+        };
+        if i == 0 {
+            return text_delta(out, tools::TOOL_TEXT);
+        }
+        if i == 1 {
+            block_stop(out, 0);
+            pace::named_event(out, "content_block_start");
+            out.extend_from_slice(
+                b"{\"type\":\"content_block_start\",\"index\":1,\"content_block\":",
+            );
+            push_tool_use(out, name, "{}");
+            out.extend_from_slice(b"}\n\n");
+        }
+        pace::named_event(out, "content_block_delta");
+        out.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
+        push_json_str(out, tools::fragment(i - 1));
+        out.extend_from_slice(b"}}\n\n");
+    }
+
+    fn tail(&mut self, out: &mut Vec<u8>) {
+        let req = self.req;
+        block_stop(out, u32::from(req.tool_call.is_some()));
+        pace::named_event(out, "message_delta");
+        let _ = write!(
+            out,
+            "{{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{}\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{}}}}}\n\n",
+            stop_reason(req),
+            req.usage_output_tokens()
+        );
+        pace::named_event(out, "message_stop");
+        out.extend_from_slice(b"{\"type\":\"message_stop\"}\n\n");
+    }
+}
+
+/// The whole SSE transcript without pacing.
+pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
+    pace::transcript(&mut MessagesEvents { req })
+}
+
+/// Write a complete HTTP response for `req` to `s`, paced by `profile`.
+pub async fn respond<S: AsyncWriteRent>(
+    s: &mut S,
+    req: &MockRequest,
+    profile: Profile,
+    keep_alive: bool,
+) -> io::Result<()> {
+    if req.stream {
+        pace::stream(s, &mut MessagesEvents { req }, profile, keep_alive).await
+    } else {
+        pace::json(s, 200, &message_body(req), profile, keep_alive).await
+    }
+}

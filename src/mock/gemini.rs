@@ -1,0 +1,154 @@
+//! The mock's Google Gemini dialect (`POST /v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent`): a `GenerateContentResponse`, or a stream of them (SSE `data:`
+//! lines with `alt=sse`, a JSON array without), the last chunk carrying `finishReason` and
+//! `usageMetadata`. Function calls arrive whole (`functionCall {name, args}`), as Gemini
+//! documents, never in fragments.
+//!
+//! Owns: the exact bytes of those answers. Must not: parse HTTP or URLs, decide timing (`pace`)
+//! or when to call a tool (`tools`).
+
+use std::io::{self, Write};
+
+use monoio::io::AsyncWriteRent;
+
+use super::{pace, text, tools, MockRequest, Profile};
+use crate::error::push_json_str;
+
+const RESPONSE_ID: &str = "mock";
+
+fn push_text_part(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(b"{\"text\":");
+    push_json_str(out, s);
+    out.push(b'}');
+}
+
+fn push_call_part(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b"{\"functionCall\":{\"name\":");
+    push_json_str(out, name);
+    out.extend_from_slice(b",\"args\":");
+    out.extend_from_slice(tools::TOOL_ARGS.as_bytes());
+    out.extend_from_slice(b"}}");
+}
+
+/// One `GenerateContentResponse` whose parts are written by `parts`; `last` adds
+/// `finishReason` and `usageMetadata`.
+fn push_response(
+    out: &mut Vec<u8>,
+    req: &MockRequest,
+    last: bool,
+    parts: impl FnOnce(&mut Vec<u8>),
+) {
+    out.extend_from_slice(b"{\"candidates\":[{\"content\":{\"parts\":[");
+    parts(out);
+    out.extend_from_slice(b"],\"role\":\"model\"},");
+    if last {
+        out.extend_from_slice(b"\"finishReason\":\"STOP\",");
+    }
+    out.extend_from_slice(b"\"index\":0}],");
+    if last {
+        let o = req.usage_output_tokens();
+        let _ = write!(
+            out,
+            "\"usageMetadata\":{{\"promptTokenCount\":{},\"candidatesTokenCount\":{o},\"totalTokenCount\":{}}},",
+            req.input_tokens,
+            req.input_tokens + o
+        );
+    }
+    out.extend_from_slice(b"\"modelVersion\":");
+    push_json_str(out, &req.model);
+    let _ = write!(out, ",\"responseId\":\"{RESPONSE_ID}\"}}");
+}
+
+/// The non-stream response body.
+pub fn response_body(req: &MockRequest) -> Vec<u8> {
+    let mut out = Vec::with_capacity(320 + req.output_tokens as usize * 5);
+    push_response(&mut out, req, true, |out| match &req.tool_call {
+        Some(name) => {
+            push_text_part(out, tools::TOOL_TEXT);
+            out.push(b',');
+            push_call_part(out, name);
+        }
+        None => push_text_part(out, &text::tokens(0, req.output_tokens)),
+    });
+    out
+}
+
+/// The chunks of one streamed answer: one per token, or (tool call) the text then the call.
+struct GeminiEvents<'a> {
+    req: &'a MockRequest,
+    /// `true`: SSE `data:` lines; `false`: elements of one JSON array.
+    sse: bool,
+}
+
+impl pace::Events for GeminiEvents<'_> {
+    fn head(&mut self, out: &mut Vec<u8>) {
+        if !self.sse {
+            out.push(b'[');
+        }
+    }
+
+    fn units(&self) -> u32 {
+        match self.req.tool_call {
+            Some(_) => 2,
+            None => self.req.output_tokens,
+        }
+    }
+
+    fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
+        let req = self.req;
+        let last = i + 1 == self.units();
+        if self.sse {
+            out.extend_from_slice(b"data: ");
+        } else if i > 0 {
+            out.extend_from_slice(b",\n");
+        }
+        push_response(out, req, last, |out| match &req.tool_call {
+            Some(name) if i > 0 => push_call_part(out, name),
+            Some(_) => push_text_part(out, tools::TOOL_TEXT),
+            None => push_text_part(out, text::token(i)),
+        });
+        if self.sse {
+            out.extend_from_slice(b"\n\n");
+        }
+    }
+
+    fn tail(&mut self, out: &mut Vec<u8>) {
+        if !self.sse {
+            out.push(b']');
+        }
+    }
+}
+
+/// The whole stream without pacing: SSE (`sse`) or a JSON array.
+pub fn stream_transcript(req: &MockRequest, sse: bool) -> Vec<u8> {
+    pace::transcript(&mut GeminiEvents { req, sse })
+}
+
+/// Write a complete HTTP response for `req` to `s`, paced by `profile` (streams as SSE).
+pub async fn respond<S: AsyncWriteRent>(
+    s: &mut S,
+    req: &MockRequest,
+    profile: Profile,
+    keep_alive: bool,
+) -> io::Result<()> {
+    respond_framed(s, req, true, profile, keep_alive).await
+}
+
+/// [`respond`] choosing the stream framing: SSE (`alt=sse`) or a JSON array (no `alt`).
+pub async fn respond_framed<S: AsyncWriteRent>(
+    s: &mut S,
+    req: &MockRequest,
+    sse: bool,
+    profile: Profile,
+    keep_alive: bool,
+) -> io::Result<()> {
+    if !req.stream {
+        return pace::json(s, 200, &response_body(req), profile, keep_alive).await;
+    }
+    if sse {
+        pace::stream(s, &mut GeminiEvents { req, sse }, profile, keep_alive).await
+    } else {
+        let body = stream_transcript(req, false);
+        pace::json(s, 200, &body, profile, keep_alive).await
+    }
+}
