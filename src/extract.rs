@@ -26,20 +26,29 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
             "request body is empty; expected a JSON object",
         ));
     }
-    let mut tree = sonic_rs::PointerTree::new();
-    tree.add_path(&["model"]);
-    tree.add_path(&["stream"]);
-    let nodes = sonic_rs::get_many(body, &tree).map_err(|e| {
-        Error::new(
-            Kind::InvalidBody,
-            format!("request body is not valid JSON: {e}"),
-        )
-    })?;
-    let model_node = nodes
-        .first()
-        .and_then(|n| n.as_ref())
-        .ok_or_else(|| Error::new(Kind::InvalidBody, "missing required field \"model\""))?;
-    let model = model_node
+    // One lazy pass over the top-level object: values are skipped (SIMD), not built, and the
+    // scan stops as soon as both fields were seen.
+    let mut model = None;
+    let mut stream = None;
+    for entry in sonic_rs::to_object_iter(body) {
+        let (key, value) = entry.map_err(|e| {
+            Error::new(
+                Kind::InvalidBody,
+                format!("request body is not a valid JSON object: {e}"),
+            )
+        })?;
+        match key.as_ref() {
+            "model" => model = Some(value),
+            "stream" => stream = Some(value),
+            _ => continue,
+        }
+        if model.is_some() && stream.is_some() {
+            break;
+        }
+    }
+    let model_node =
+        model.ok_or_else(|| Error::new(Kind::InvalidBody, "missing required field \"model\""))?;
+    let model_str = model_node
         .as_str()
         .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?
         .to_string();
@@ -52,7 +61,7 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
             "could not locate \"model\" in the body",
         ));
     }
-    let stream = match nodes.get(1).and_then(|n| n.as_ref()) {
+    let stream = match stream {
         None => false,
         Some(v) if v.is_null() => false,
         Some(v) => v
@@ -60,7 +69,7 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
             .ok_or_else(|| Error::new(Kind::InvalidBody, "\"stream\" must be a boolean"))?,
     };
     Ok(RoutingFields {
-        model,
+        model: model_str,
         model_span,
         stream,
     })

@@ -117,7 +117,7 @@ pub fn parse(
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
-        if value.iter().any(|&b| b == b'\r' || b == b'\n') {
+        if memchr::memchr2(b'\r', b'\n', value).is_some() {
             return Err(Error::new(
                 Kind::BadRequest,
                 "obsolete line folding is not allowed",
