@@ -168,6 +168,7 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
             }
         }
     }
+    drop(listener); // refuse new connections while in-flight requests finish
     drain(&shard).await;
 }
 

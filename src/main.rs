@@ -130,7 +130,25 @@ fn serve(opts: &Opts) -> ExitCode {
                 models.join(", "),
                 t0.elapsed()
             ));
+            // SIGTERM/SIGINT: stop accepting, close idle connections, let in-flight requests
+            // finish (bounded by the drain timeout), then exit.
+            let shutdown = running.shutdown.clone();
+            match signal_hook::iterator::Signals::new([
+                signal_hook::consts::SIGTERM,
+                signal_hook::consts::SIGINT,
+            ]) {
+                Ok(mut signals) => {
+                    std::thread::spawn(move || {
+                        if let Some(sig) = signals.forever().next() {
+                            ringgate::log::info(format_args!("signal {sig}: draining"));
+                            shutdown.fire();
+                        }
+                    });
+                }
+                Err(e) => eprintln!("ringgate: cannot install signal handlers: {e}"),
+            }
             running.wait();
+            ringgate::log::info(format_args!("stopped"));
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -363,3 +363,38 @@ fn embedded_default_serves_model_mock() {
     assert!(sse_content(&r.body).2);
     gw.stop();
 }
+
+#[test]
+fn stop_drains_in_flight_streams_and_refuses_new_connections() {
+    let mock = start_mock(Profile::Seed, "io_uring");
+    let gw = start_gateway(mock.addr, "io_uring", "");
+    let addr = gw.addr;
+    let idle = connect(addr); // an idle keep-alive connection: closed at once on stop
+    let inflight = std::thread::spawn(move || {
+        request(
+            addr,
+            &post(
+                "/v1/chat/completions",
+                r#"{"model":"gpt-4o-mini","stream":true,"max_tokens":50}"#,
+            ),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    let t0 = std::time::Instant::now();
+    gw.stop();
+    let r = inflight.join().unwrap();
+    let (content, _, done) = sse_content(&r.body);
+    assert!(done, "the in-flight stream finished during the drain");
+    assert_eq!(content, text::tokens(0, 50));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let mut idle = idle;
+    assert!(
+        is_closed(&mut idle),
+        "idle connections are closed by the drain"
+    );
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "listener closed"
+    );
+    mock.stop();
+}
