@@ -168,6 +168,9 @@ enum Route {
     Dialect(Dialect),
     /// Gemini: model from the path, `Some(sse)` for `:streamGenerateContent`.
     Gemini(String, Option<bool>),
+    /// Azure OpenAI deployment URL (`/openai/deployments/{dep}/chat/completions?api-version=…`):
+    /// Chat with the deployment as the model; `None` when `api-version` is missing.
+    Azure(Option<String>),
     CountTokens,
     Embeddings,
     Models,
@@ -184,6 +187,16 @@ impl Route {
             b"/v1/embeddings" => return Route::Embeddings,
             b"/v1/models" => return Route::Models,
             _ => {}
+        }
+        if let Some(dep) = path
+            .strip_prefix(b"/openai/deployments/")
+            .and_then(|r| r.strip_suffix(b"/chat/completions"))
+        {
+            let versioned = query.is_some_and(|q| {
+                q.split(|&b| b == b'&')
+                    .any(|kv| kv.starts_with(b"api-version=") && kv.len() > 12)
+            });
+            return Route::Azure(versioned.then(|| String::from_utf8_lossy(dep).into_owned()));
         }
         let Some(rest) = path.strip_prefix(b"/v1beta/models/") else {
             return Route::Unknown;
@@ -223,6 +236,13 @@ async fn answer(
     let r = match (method, route) {
         (Method::Post, Route::Dialect(d)) => {
             mock::respond(s, d, "", body, profile, keep_alive).await
+        }
+        (Method::Post, Route::Azure(Some(dep))) => {
+            mock::respond(s, Dialect::Chat, &dep, body, profile, keep_alive).await
+        }
+        (Method::Post, Route::Azure(None)) => {
+            let msg = "Missing required query parameter: api-version";
+            error::write(s, Shape::OpenAi, 400, msg, keep_alive).await
         }
         (Method::Post, Route::Gemini(model, stream)) => {
             match MockRequest::parse_dialect(Dialect::Gemini, &model, body) {

@@ -122,9 +122,26 @@ name = "compat"
 kind = "openai-compatible"
 base_url = "http://{mock}/v1"
 
+[[provider]]
+name = "az"
+kind = "azure"
+base_url = "http://{mock}"
+api_key_env = "RG_TEST_AZURE_KEY"
+api_version = "2024-10-21"
+
 [[model]]
 name = "gpt-4o-mini"
 provider = "oa"
+
+[[model]]
+name = "gpt-on-azure"
+provider = "az"
+upstream_model = "my-deployment"
+
+[[model]]
+name = "claude-on-azure"
+provider = "az"
+upstream_model = "my-deployment"
 
 [[model]]
 name = "claude-on-openai"

@@ -202,3 +202,20 @@ def test_openai_responses_stream_tool_call(multi, model):
 def test_embeddings_passthrough(multi):
     r = oa(multi).embeddings.create(model="gpt-4o-mini", input=["a", "b"])
     assert len(r.data) == 2 and len(r.data[0].embedding) > 0
+
+
+# ---------- Azure deployments ----------
+
+def test_azure_passthrough_uses_the_deployment_url(multi):
+    r = oa(multi).chat.completions.create(model="gpt-on-azure", max_tokens=6,
+                                          messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == expected(6)
+    # the mock answers with the deployment name it found in the URL path
+    assert r.model == "my-deployment"
+
+
+def test_anthropic_sdk_on_azure_stream(multi):
+    with an(multi).messages.stream(model="claude-on-azure", max_tokens=8,
+                                   messages=[{"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+    assert text == expected(8)
