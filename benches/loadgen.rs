@@ -50,6 +50,7 @@ WORKLOAD:
                         input 200/2000/20000 tokens (4 B/token), output 100/500/1000
   --model NAME          model field                              [mock]
   --api-key KEY         bearer / x-api-key value                 [sk-bench]
+  --header 'NAME: VALUE' extra request header (repeatable; sent to every target)
 LOAD:
   --rate RPS            open-loop arrival rate PER TARGET        [100]
   --split               --rate is the total over both targets (each gets rate/2)
@@ -76,6 +77,7 @@ struct Config {
     size: Size,
     model: String,
     api_key: String,
+    headers: Vec<String>,
     rate: f64,
     split: bool,
     duration: f64,
@@ -99,6 +101,7 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
         size: Size::Small,
         model: "mock".into(),
         api_key: "sk-bench".into(),
+        headers: Vec::new(),
         rate: 100.0,
         split: false,
         duration: 10.0,
@@ -148,6 +151,17 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
             }
             "--model" => c.model = v(&mut it)?,
             "--api-key" => c.api_key = v(&mut it)?,
+            "--header" => {
+                let h = v(&mut it)?;
+                let ok = h
+                    .split_once(':')
+                    .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_graphic()))
+                    && !h.contains(['\r', '\n']);
+                if !ok {
+                    return Err(format!("--header: expected 'Name: value', got {h:?}"));
+                }
+                c.headers.push(h);
+            }
             "--rate" => c.rate = num(&v(&mut it)?, flag)?,
             "--split" => c.split = true,
             "--duration" => c.duration = num(&v(&mut it)?, flag)?,
@@ -410,6 +424,7 @@ fn real_main(cfg: Config) -> Result<(), String> {
         size: cfg.size,
         model: &cfg.model,
         api_key: &cfg.api_key,
+        headers: &cfg.headers,
     };
     let mut urls = vec![("target", cfg.target.clone())];
     if let Some(b) = &cfg.baseline {
@@ -790,6 +805,7 @@ fn build_report(cfg: &Config, targets: &[Rc<Target>], run: &Run, driver: &str) -
             "output_tokens": cfg.size.output_tokens(),
             "request_bytes": targets[0].request.len(),
             "model": cfg.model,
+            "headers": cfg.headers,
             "rate_per_target": if closed { Value::Null } else { json!(per_target) },
             "rate_total": if closed { Value::Null } else { json!(per_target * n) },
             "split": cfg.split,

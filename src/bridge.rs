@@ -23,6 +23,8 @@ use crate::upstream::UpstreamRequest;
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
 const MAX_ERROR_BODY: usize = 1024 * 1024;
+/// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
+const MAX_TRAILING: usize = 64 * 1024;
 
 pub fn shape(client: Dialect) -> ErrorShape {
     if client == Dialect::Messages {
@@ -257,11 +259,16 @@ async fn stream(
         }
         if end {
             conn.out = out;
-            // A stream that ended early (translator done, upstream still open) cannot be pooled.
-            let clean = !more && failed.is_none();
+            // The client's stream is complete either way. If the translator finished before the
+            // upstream body did (trailing bytes after the terminal event), read the rest,
+            // bounded, so the upstream connection can go back to the pool.
+            if more && failed.is_none() && !ex.is_done() {
+                let mut rest = Vec::new();
+                let _ = ex.read_to_end(&mut rest, MAX_TRAILING).await;
+            }
             return Outcome {
                 status: 200,
-                keep_alive: keep_alive && (clean || ex.is_done()),
+                keep_alive,
             };
         }
     }

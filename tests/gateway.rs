@@ -398,3 +398,31 @@ fn stop_drains_in_flight_streams_and_refuses_new_connections() {
     );
     mock.stop();
 }
+
+#[test]
+fn translated_stream_keeps_both_connections_alive() {
+    each_driver(|d| {
+        let mock = start_mock(Profile::Instant, d);
+        let gw = start_gateway(mock.addr, d, "");
+        let mut s = connect(gw.addr);
+        let mut buf = Vec::new();
+        for _ in 0..3 {
+            s.write_all(&post(
+                "/v1/messages",
+                r#"{"model":"gpt-4o-mini","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+            ))
+            .unwrap();
+            let r = read_response(&mut s, &mut buf).unwrap();
+            assert_eq!(r.status, 200);
+            assert!(r.text().contains("event: message_stop"), "{d}: {}", r.text());
+        }
+        assert_eq!(metric(gw.addr, "ringgate_connections_total"), 2, "{d}: one client connection for the three streams (+ the scrape)");
+        assert_eq!(
+            metric(gw.addr, "ringgate_upstream_idle_connections"),
+            1,
+            "{d}: the upstream connection of a translated stream is pooled, not dropped"
+        );
+        gw.stop();
+        mock.stop();
+    });
+}

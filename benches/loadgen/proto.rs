@@ -103,6 +103,8 @@ pub struct RequestSpec<'a> {
     pub size: Size,
     pub model: &'a str,
     pub api_key: &'a str,
+    /// Extra request header lines (`Name: value`), sent to every target.
+    pub headers: &'a [String],
 }
 
 /// JSON body of the request.
@@ -159,6 +161,10 @@ pub fn build_request(spec: &RequestSpec<'_>, host: &str, path_prefix: &str) -> V
             head.push_str(spec.api_key);
             head.push_str("\r\n");
         }
+    }
+    for h in spec.headers {
+        head.push_str(h);
+        head.push_str("\r\n");
     }
     head.push_str("Content-Length: ");
     head.push_str(&body.len().to_string());

@@ -266,6 +266,11 @@ impl Exchange<'_> {
             if !self.buf.is_empty() {
                 let progressed = self.consume_buffered(out)?;
                 if progressed {
+                    // The body may have ended with this piece: pool the connection now, so a
+                    // caller that stops reading after the last piece does not lose it.
+                    if matches!(self.state, BodyState::Done) {
+                        self.release();
+                    }
                     return Ok(true);
                 }
             }
