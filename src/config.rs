@@ -54,6 +54,10 @@ pub struct ServerConfig {
     pub body_timeout_ms: u64,
     /// Idle keep-alive time between requests. Default 60 s, then the connection is closed.
     pub idle_timeout_ms: u64,
+    /// Open client connections, process-wide (split across shards). Beyond it a new connection
+    /// gets `503` + `Retry-After` and is closed. Default 16384. Each idle connection costs a few
+    /// KiB of buffers outside the admission budget; this caps that overhead.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +72,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
+            max_connections: 16_384,
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Shard {
     pub hub: MetricsHub,
     /// Fired when the process shuts down: idle connections close, in-flight ones finish.
     pub draining: LocalSignal,
+    /// This shard's share of `server.max_connections`.
+    pub max_connections: u64,
 }
 
 /// A started gateway.
@@ -123,6 +125,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                     metrics: ShardMetrics::default(),
                     hub,
                     draining: LocalSignal::default(),
+                    max_connections: s.max_connections.div_ceil(n).max(1) as u64,
                 });
                 drop(cfg);
                 accept_loop(std_listener, shard, sd).await;
@@ -158,7 +161,12 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
             },
             r = listener.accept() => match r {
                 Ok((stream, _peer)) => {
-                    monoio::spawn(pipeline::serve_connection(ClientConn::new(stream), shard.clone()));
+                    let conn = ClientConn::new(stream);
+                    if shard.metrics.connections.get() >= shard.max_connections {
+                        monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
+                    } else {
+                        monoio::spawn(pipeline::serve_connection(conn, shard.clone()));
+                    }
                 }
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning.

@@ -31,6 +31,7 @@ pub struct ShardMetrics {
     pub connections_total: Cell<u64>,
     pub upstream_errors: Cell<u64>,
     pub client_disconnects: Cell<u64>,
+    pub connections_refused: Cell<u64>,
 }
 
 impl ShardMetrics {
@@ -69,6 +70,10 @@ impl ShardMetrics {
             ("ringgate_requests_in_flight", self.in_flight.get()),
             ("ringgate_connections_open", self.connections.get()),
             ("ringgate_connections_total", self.connections_total.get()),
+            (
+                "ringgate_connections_refused_total",
+                self.connections_refused.get(),
+            ),
             ("ringgate_upstream_errors_total", self.upstream_errors.get()),
             (
                 "ringgate_client_disconnects_total",

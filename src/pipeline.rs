@@ -76,6 +76,14 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     dec(&shard.metrics.connections);
 }
 
+/// Over `max_connections`: answer 503 + Retry-After without reading the request, then close.
+pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
+    bump(&shard.metrics.connections_refused);
+    let e = Error::new(Kind::Overloaded, "too many open connections; retry later");
+    conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+        .await;
+}
+
 /// One request. Returns whether the connection may carry another one.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
     let wt = shard.limits.write_timeout;

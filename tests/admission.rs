@@ -236,3 +236,28 @@ fn slow_stream_reader_holds_bounded_memory_and_disconnect_returns_the_permit() {
         mock.stop();
     }
 }
+
+#[test]
+fn connections_over_the_cap_get_503_and_are_closed() {
+    for d in DRIVERS {
+        let mock = start_mock(Profile::Instant, d);
+        let gw = start_gateway_with(mock.addr, d, "max_connections = 2", "");
+        let mut a = connect(gw.addr);
+        let mut b = connect(gw.addr);
+        a.write_all(&get("/healthz")).unwrap();
+        b.write_all(&get("/healthz")).unwrap();
+        assert_eq!(read_response(&mut a, &mut Vec::new()).unwrap().status, 200);
+        assert_eq!(read_response(&mut b, &mut Vec::new()).unwrap().status, 200);
+        let mut c = connect(gw.addr);
+        let r = read_response(&mut c, &mut Vec::new()).unwrap();
+        assert_eq!(r.status, 503, "{d}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert!(is_closed(&mut c));
+        drop(a);
+        std::thread::sleep(Duration::from_millis(100));
+        let r = request(gw.addr, &get("/healthz"));
+        assert_eq!(r.status, 200, "{d}: a slot freed up");
+        gw.stop();
+        mock.stop();
+    }
+}

@@ -414,9 +414,17 @@ fn translated_stream_keeps_both_connections_alive() {
             .unwrap();
             let r = read_response(&mut s, &mut buf).unwrap();
             assert_eq!(r.status, 200);
-            assert!(r.text().contains("event: message_stop"), "{d}: {}", r.text());
+            assert!(
+                r.text().contains("event: message_stop"),
+                "{d}: {}",
+                r.text()
+            );
         }
-        assert_eq!(metric(gw.addr, "ringgate_connections_total"), 2, "{d}: one client connection for the three streams (+ the scrape)");
+        assert_eq!(
+            metric(gw.addr, "ringgate_connections_total"),
+            2,
+            "{d}: one client connection for the three streams (+ the scrape)"
+        );
         assert_eq!(
             metric(gw.addr, "ringgate_upstream_idle_connections"),
             1,

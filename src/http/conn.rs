@@ -34,10 +34,12 @@ pub struct ClientConn {
 impl ClientConn {
     pub fn new(stream: TcpStream) -> ClientConn {
         let _ = stream.set_nodelay(true);
+        // Small to start: most heads fit; buffers grow on demand and an idle connection costs
+        // ~4 KiB of user memory.
         ClientConn {
             stream,
-            buf: Vec::with_capacity(8192),
-            out: Vec::with_capacity(8192),
+            buf: Vec::with_capacity(4096),
+            out: Vec::new(),
         }
     }
 

@@ -33,6 +33,16 @@ pub fn start_mock(profile: Profile, driver: &str) -> MockServer {
 
 /// Gateway in front of `upstream`, with `extra` TOML appended (after the models).
 pub fn start_gateway(upstream: SocketAddr, driver: &str, extra: &str) -> Running {
+    start_gateway_with(upstream, driver, "", extra)
+}
+
+/// As `start_gateway`, with extra lines inside `[server]`.
+pub fn start_gateway_with(
+    upstream: SocketAddr,
+    driver: &str,
+    server_extra: &str,
+    extra: &str,
+) -> Running {
     let text = format!(
         r#"
 [server]
@@ -41,6 +51,7 @@ shards = 1
 pin = false
 driver = "{driver}"
 header_timeout_ms = 500
+{server_extra}
 
 [upstream]
 first_byte_timeout_ms = 3000
