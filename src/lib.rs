@@ -11,6 +11,10 @@
 //! - `config`, `error`, `metrics`, `log`
 
 #![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod admit;
 pub mod bridge;
