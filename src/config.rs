@@ -88,7 +88,9 @@ pub struct UpstreamConfig {
     pub stream_gap_timeout_ms: u64,
     /// Whole exchange. Default 900 s.
     pub total_timeout_ms: u64,
-    /// Idle keep-alive connections kept per (host, port, tls) per shard. Default 256.
+    /// Idle keep-alive connections kept per (host, port, tls) per shard. Default 1024: at
+    /// 50 ms upstream latency, 16k req/s keeps ~800 connections busy, and a smaller cap would
+    /// close and reopen connections on every burst.
     pub max_idle_per_host: usize,
     /// An idle pooled connection older than this is closed instead of reused. Default 30 s.
     pub idle_ttl_ms: u64,
@@ -101,7 +103,7 @@ impl Default for UpstreamConfig {
             first_byte_timeout_ms: 300_000,
             stream_gap_timeout_ms: 120_000,
             total_timeout_ms: 900_000,
-            max_idle_per_host: 256,
+            max_idle_per_host: 1024,
             idle_ttl_ms: 30_000,
         }
     }
