@@ -49,6 +49,7 @@ WORKLOAD:
   --size NAME           small | medium | large                   [small]
                         input 200/2000/20000 tokens (4 B/token), output 100/500/1000
   --model NAME          model field                              [mock]
+  --output-tokens N     max output tokens (overrides the size's) [size]
   --api-key KEY         bearer / x-api-key value                 [sk-bench]
   --header 'NAME: VALUE' extra request header (repeatable; sent to every target)
 LOAD:
@@ -76,6 +77,7 @@ struct Config {
     stream: bool,
     size: Size,
     model: String,
+    output_tokens: Option<usize>,
     api_key: String,
     headers: Vec<String>,
     rate: f64,
@@ -100,6 +102,7 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
         stream: false,
         size: Size::Small,
         model: "mock".into(),
+        output_tokens: None,
         api_key: "sk-bench".into(),
         headers: Vec::new(),
         rate: 100.0,
@@ -150,6 +153,13 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
                 c.size = Size::parse(&s).ok_or(format!("unknown size {s:?}"))?;
             }
             "--model" => c.model = v(&mut it)?,
+            "--output-tokens" => {
+                let n = v(&mut it)?;
+                c.output_tokens = Some(
+                    n.parse()
+                        .map_err(|_| format!("bad --output-tokens {n:?}"))?,
+                );
+            }
             "--api-key" => c.api_key = v(&mut it)?,
             "--header" => {
                 let h = v(&mut it)?;
@@ -423,6 +433,7 @@ fn real_main(cfg: Config) -> Result<(), String> {
         stream: cfg.stream,
         size: cfg.size,
         model: &cfg.model,
+        output_tokens: cfg.output_tokens,
         api_key: &cfg.api_key,
         headers: &cfg.headers,
     };
@@ -802,7 +813,7 @@ fn build_report(cfg: &Config, targets: &[Rc<Target>], run: &Run, driver: &str) -
             "stream": cfg.stream,
             "size": cfg.size.name(),
             "input_tokens": cfg.size.input_tokens(),
-            "output_tokens": cfg.size.output_tokens(),
+            "output_tokens": cfg.output_tokens.unwrap_or(cfg.size.output_tokens()),
             "request_bytes": targets[0].request.len(),
             "model": cfg.model,
             "headers": cfg.headers,

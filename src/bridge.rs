@@ -18,7 +18,6 @@ use crate::provider::Op;
 use crate::relay::{self, Outcome};
 use crate::route::Route;
 use crate::translate::{self, Dialect, SseDecoder, StreamTranslator};
-use crate::upstream::UpstreamRequest;
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
@@ -69,44 +68,27 @@ pub async fn translated(
     if up == Dialect::Chat && provider.no_stream_options {
         req_body = strip_stream_options(req_body);
     }
-    let Some(endpoint) = provider.endpoint.as_ref() else {
-        let e = Error::new(
-            Kind::Internal,
-            format!("provider {} has no base_url", provider.name),
-        );
-        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-    };
-    let path = provider.kind.path(
-        &endpoint.base_path,
+
+    // upstream
+    let sent = relay::send_upstream(
+        shard,
+        route,
         Op::Generate,
         up,
         upstream_model,
         fields.stream,
-        provider.api_version.as_deref(),
-    );
-    let req = UpstreamRequest {
-        endpoint,
-        path: &path,
-        headers: &provider.auth_headers,
-        body: &req_body,
-    };
-
-    // upstream
-    let mut ex = match shard.upstream.send(&req).await {
+        &req_body,
+    )
+    .await;
+    let mut ex = match sent {
         Ok(ex) => ex,
-        Err(e) => {
-            bump(&shard.metrics.upstream_errors);
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
+        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
     drop(req_body);
     let status = ex.head.status;
 
     // translate back: errors, whole answers, or streams
     if status >= 400 {
-        if status >= 500 {
-            bump(&shard.metrics.upstream_errors);
-        }
         let mut raw = Vec::new();
         if let Err(e) = ex.read_to_end(&mut raw, MAX_ERROR_BODY).await {
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;

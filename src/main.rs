@@ -17,7 +17,7 @@ ringgate — a thread-per-core LLM gateway
 USAGE:
   ringgate [serve] [--config FILE] [--listen ADDR]   run the gateway (no config: built-in default)
   ringgate check --config FILE                       validate a config file
-  ringgate mock [--listen ADDR] [--profile instant|seed] [--shards N]
+  ringgate mock [--listen ADDR] [--profile instant|seed|paced] [--shards N]
                                                      run the upstream simulator
   ringgate --version | --help
 ";
@@ -196,7 +196,7 @@ fn mock(opts: &Opts) -> ExitCode {
     };
     let profile_name = opts.profile.clone().unwrap_or_else(|| "instant".into());
     let Some(profile) = Profile::parse(&profile_name) else {
-        eprintln!("ringgate mock: unknown profile {profile_name:?} (instant, seed)");
+        eprintln!("ringgate mock: unknown profile {profile_name:?} (instant, seed, paced)");
         return ExitCode::from(2);
     };
     let driver = DriverChoice::resolve("auto");

@@ -60,14 +60,6 @@ pub async fn passthrough(
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
-    let provider = &route.provider;
-    let Some(endpoint) = provider.endpoint.as_ref() else {
-        let e = Error::new(
-            Kind::Internal,
-            format!("provider {} has no base_url", provider.name),
-        );
-        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-    };
     let spliced;
     let body = match &route.upstream_model {
         Some(m) => {
@@ -77,12 +69,47 @@ pub async fn passthrough(
         None => body,
     };
     let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
+    let mut ex = match send_upstream(
+        shard,
+        route,
+        op,
+        dialect,
+        upstream_model,
+        fields.stream,
+        body,
+    )
+    .await
+    {
+        Ok(ex) => ex,
+        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+    };
+    relay(conn, &mut ex, keep_alive, wt, shard, dialect).await
+}
+
+/// Send `body` to the route's provider for `op` in `dialect` and wait for the response head.
+/// Counts upstream failures (no answer, or a 5xx head).
+pub async fn send_upstream<'s>(
+    shard: &'s Shard,
+    route: &Route,
+    op: Op,
+    dialect: Dialect,
+    upstream_model: &str,
+    stream: bool,
+    body: &[u8],
+) -> Result<Exchange<'s>, Error> {
+    let provider = &route.provider;
+    let endpoint = provider.endpoint.as_ref().ok_or_else(|| {
+        Error::new(
+            Kind::Internal,
+            format!("provider {} has no base_url", provider.name),
+        )
+    })?;
     let path = provider.kind.path(
         &endpoint.base_path,
         op,
         dialect,
         upstream_model,
-        fields.stream,
+        stream,
         provider.api_version.as_deref(),
     );
     let req = UpstreamRequest {
@@ -91,17 +118,11 @@ pub async fn passthrough(
         headers: &provider.auth_headers,
         body,
     };
-    let mut ex = match shard.upstream.send(&req).await {
-        Ok(ex) => ex,
-        Err(e) => {
-            bump(&shard.metrics.upstream_errors);
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
-    };
-    if ex.head.status >= 500 {
+    let r = shard.upstream.send(&req).await;
+    if r.as_ref().map_or(true, |ex| ex.head.status >= 500) {
         bump(&shard.metrics.upstream_errors);
     }
-    relay(conn, &mut ex, keep_alive, wt, shard, dialect).await
+    r
 }
 
 /// Forward the response of `ex` to the client.

@@ -102,6 +102,8 @@ pub struct RequestSpec<'a> {
     pub stream: bool,
     pub size: Size,
     pub model: &'a str,
+    /// Overrides the size's output tokens.
+    pub output_tokens: Option<usize>,
     pub api_key: &'a str,
     /// Extra request header lines (`Name: value`), sent to every target.
     pub headers: &'a [String],
@@ -110,7 +112,7 @@ pub struct RequestSpec<'a> {
 /// JSON body of the request.
 pub fn build_body(spec: &RequestSpec<'_>) -> Vec<u8> {
     let text = prompt(spec.size.input_tokens() * 4);
-    let out = spec.size.output_tokens();
+    let out = spec.output_tokens.unwrap_or(spec.size.output_tokens());
     let v = match spec.workload {
         Workload::Chat => serde_json::json!({
             "model": spec.model,

@@ -36,28 +36,43 @@ pub enum Profile {
     /// Non-stream after 50 ms; streams send headers at once, the first content token at 50 ms,
     /// and spread the output over a fixed 500 ms span.
     Seed,
+    /// The bench protocol's S5 streams: non-stream at once; streams send one content delta
+    /// every 20 ms, the first at once (64 deltas = `max_tokens: 64`).
+    Paced,
 }
+
+/// Gap between deltas of the `paced` profile.
+pub const PACED_GAP: Duration = Duration::from_millis(20);
 
 impl Profile {
     pub fn parse(s: &str) -> Option<Profile> {
         match s {
             "instant" => Some(Profile::Instant),
             "seed" => Some(Profile::Seed),
+            "paced" => Some(Profile::Paced),
             _ => None,
         }
     }
 
     pub fn first_token_delay(self) -> Duration {
         match self {
-            Profile::Instant => Duration::ZERO,
+            Profile::Instant | Profile::Paced => Duration::ZERO,
             Profile::Seed => Duration::from_millis(50),
         }
     }
 
     pub fn stream_span(self) -> Duration {
         match self {
-            Profile::Instant => Duration::ZERO,
+            Profile::Instant | Profile::Paced => Duration::ZERO,
             Profile::Seed => Duration::from_millis(500),
+        }
+    }
+
+    /// A fixed gap between content units (one unit per write), if the profile has one.
+    pub fn unit_gap(self) -> Option<Duration> {
+        match self {
+            Profile::Paced => Some(PACED_GAP),
+            _ => None,
         }
     }
 }

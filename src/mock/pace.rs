@@ -89,7 +89,7 @@ pub async fn stream<S: AsyncWriteRent, E: Events>(
     let mut buf = Vec::with_capacity(1024);
     ev.head(&mut buf);
     let n = ev.units().max(1);
-    if delay.is_zero() {
+    if profile == Profile::Instant {
         for i in 0..n {
             ev.unit(i, &mut buf);
         }
@@ -102,11 +102,15 @@ pub async fn stream<S: AsyncWriteRent, E: Events>(
     let (r, mut out) = write_all(s, out).await;
     r?;
     let start = Instant::now();
-    let frames = n.min(MAX_FRAMES);
+    let gap = profile.unit_gap();
+    let frames = if gap.is_some() { n } else { n.min(MAX_FRAMES) };
     let span = profile.stream_span();
     let mut sent = 0u32;
     for f in 0..frames {
-        let at = delay + span.mul_f64(f64::from(f) / f64::from(frames));
+        let at = match gap {
+            Some(g) => delay + g * f,
+            None => delay + span.mul_f64(f64::from(f) / f64::from(frames)),
+        };
         let wait = (start + at).saturating_duration_since(Instant::now());
         if wait > Duration::ZERO {
             monoio::time::sleep(wait).await;
