@@ -11,8 +11,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use monoio::net::TcpListener;
-
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::http::conn::{ClientConn, Limits};
@@ -141,55 +139,30 @@ pub fn start(cfg: Config) -> io::Result<Running> {
 }
 
 async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shutdown: Shutdown) {
-    let listener = match TcpListener::from_std(std_listener) {
-        Ok(l) => l,
-        Err(e) => {
-            crate::log::info(format_args!(
-                "shard {}: cannot adopt listener: {e}",
-                shard.id
-            ));
-            return;
-        }
-    };
     monoio::spawn(publish_metrics(shard.clone()));
-    let mut stop = std::pin::pin!(shutdown.wait());
-    loop {
-        monoio::select! {
-            _ = &mut stop => {
-                shard.draining.fire();
-                break;
-            },
-            r = listener.accept() => match r {
-                Ok((stream, _peer)) => {
-                    let conn = ClientConn::new(stream);
-                    if shard.metrics.connections.get() >= shard.max_connections {
-                        monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
-                    } else {
-                        monoio::spawn(pipeline::serve_connection(conn, shard.clone()));
-                    }
-                }
-                Err(e) => {
-                    // EMFILE and friends: back off briefly instead of spinning.
-                    crate::log::info(format_args!("shard {}: accept: {e}", shard.id));
-                    monoio::time::sleep(Duration::from_millis(10)).await;
-                }
+    let name = format!("shard {}", shard.id);
+    let open = || shard.metrics.connections.get();
+    shard::accept_until(
+        &name,
+        std_listener,
+        &shutdown,
+        &shard.draining,
+        DRAIN_TIMEOUT,
+        open,
+        |stream| {
+            let conn = ClientConn::new(stream);
+            if shard.metrics.connections.get() >= shard.max_connections {
+                monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
+            } else {
+                monoio::spawn(pipeline::serve_connection(conn, shard.clone()));
             }
-        }
-    }
-    drop(listener); // refuse new connections while in-flight requests finish
-    drain(&shard).await;
+        },
+    )
+    .await;
 }
 
 /// Longest time a stopping shard waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Wait until this shard's connections have finished (idle ones end at once on `draining`).
-async fn drain(shard: &Shard) {
-    let until = std::time::Instant::now() + DRAIN_TIMEOUT;
-    while shard.metrics.connections.get() > 0 && std::time::Instant::now() < until {
-        monoio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// Publish this shard's metrics for scrapes served by other shards, once a second.
 /// Also flushes the rate-limited admission log.

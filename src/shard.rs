@@ -162,6 +162,51 @@ where
     }
 }
 
+/// A shard's accept loop: adopt `std_listener`, hand every accepted connection to `on_conn`
+/// until `shutdown` fires; then close the listener (new connections are refused), fire
+/// `draining` (idle keep-alive connections end) and wait up to `drain` for `open()` to reach
+/// zero (in-flight requests finish).
+pub async fn accept_until<F, O>(
+    name: &str,
+    std_listener: StdListener,
+    shutdown: &crate::shutdown::Shutdown,
+    draining: &crate::shutdown::LocalSignal,
+    drain: std::time::Duration,
+    open: O,
+    mut on_conn: F,
+) where
+    F: FnMut(monoio::net::TcpStream),
+    O: Fn() -> u64,
+{
+    let listener = match monoio::net::TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::log::info(format_args!("{name}: cannot adopt listener: {e}"));
+            return;
+        }
+    };
+    let mut stop = std::pin::pin!(shutdown.wait());
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok((stream, _peer)) => on_conn(stream),
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    crate::log::info(format_args!("{name}: accept: {e}"));
+                    monoio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    draining.fire();
+    let until = std::time::Instant::now() + drain;
+    while open() > 0 && std::time::Instant::now() < until {
+        monoio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

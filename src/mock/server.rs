@@ -70,33 +70,20 @@ pub fn start(
         move |_id, std_listener, _driver| {
             let sd = sd.clone();
             async move {
-                let listener = match monoio::net::TcpListener::from_std(std_listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        crate::log::info(format_args!("mock: listener: {e}"));
-                        return;
-                    }
-                };
-                let mut stop = std::pin::pin!(sd.wait());
                 let local = Rc::new(Local::default());
-                loop {
-                    monoio::select! {
-                        _ = &mut stop => break,
-                        r = listener.accept() => match r {
-                            Ok((stream, _)) => {
-                                monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
-                            }
-                            Err(_) => monoio::time::sleep(Duration::from_millis(5)).await,
-                        }
-                    }
-                }
-                // Close idle connections and let in-flight answers finish, as a process exit would.
-                local.draining.fire();
-                drop(listener);
-                let until = std::time::Instant::now() + Duration::from_secs(5);
-                while local.conns.get() > 0 && std::time::Instant::now() < until {
-                    monoio::time::sleep(Duration::from_millis(5)).await;
-                }
+                let open = || local.conns.get() as u64;
+                shard::accept_until(
+                    "mock",
+                    std_listener,
+                    &sd,
+                    &local.draining,
+                    Duration::from_secs(5),
+                    open,
+                    |stream| {
+                        monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
+                    },
+                )
+                .await;
             }
         },
     )?;
