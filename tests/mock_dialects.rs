@@ -618,15 +618,30 @@ fn paced_profile_sends_one_delta_every_20_ms() {
     let t0 = std::time::Instant::now();
     let r = common::request(
         mock.addr,
-        &common::post("/v1/chat/completions", r#"{"model":"m","stream":true,"max_tokens":6}"#),
+        &common::post(
+            "/v1/chat/completions",
+            r#"{"model":"m","stream":true,"max_tokens":6}"#,
+        ),
     );
     let took = t0.elapsed();
-    assert_eq!(common::sse_content(&r.body).0, ringgate::mock::text::tokens(0, 6));
-    assert!(took >= std::time::Duration::from_millis(100), "5 gaps of 20 ms, took {took:?}");
+    assert_eq!(
+        common::sse_content(&r.body).0,
+        ringgate::mock::text::tokens(0, 6)
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(100),
+        "5 gaps of 20 ms, took {took:?}"
+    );
     assert!(took < std::time::Duration::from_millis(1000));
     let t0 = std::time::Instant::now();
-    let r = common::request(mock.addr, &common::post("/v1/chat/completions", r#"{"model":"m","max_tokens":6}"#));
+    let r = common::request(
+        mock.addr,
+        &common::post("/v1/chat/completions", r#"{"model":"m","max_tokens":6}"#),
+    );
     assert_eq!(r.status, 200);
-    assert!(t0.elapsed() < std::time::Duration::from_millis(50), "non-stream answers at once");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_millis(50),
+        "non-stream answers at once"
+    );
     mock.stop();
 }
