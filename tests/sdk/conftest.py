@@ -43,6 +43,19 @@ def stop(proc):
         proc.kill()
 
 
+def serve_config(cfg, env):
+    """Run the gateway on a config text; yield its base URL; stop it afterwards."""
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(cfg)
+        path = f.name
+    proc, addr = spawn(["--config", path], env)
+    try:
+        yield f"http://{addr}"
+    finally:
+        stop(proc)
+        os.unlink(path)
+
+
 @pytest.fixture(params=["io_uring", "epoll"], scope="module")
 def driver(request):
     return request.param
@@ -75,13 +88,7 @@ name = "gpt-4o-mini"
 provider = "local"
 upstream_model = "gpt-4o-mini"
 """
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(cfg)
-        path = f.name
-    proc, addr = spawn(["--config", path], {"RINGGATE_DRIVER": driver, "LOCAL_API_KEY": "sk-test"})
-    yield f"http://{addr}"
-    stop(proc)
-    os.unlink(path)
+    yield from serve_config(cfg, {"RINGGATE_DRIVER": driver, "LOCAL_API_KEY": "sk-test"})
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +174,5 @@ name = "claude-on-compat"
 provider = "compat"
 upstream_model = "llama-3"
 """
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(cfg)
-        path = f.name
-    proc, addr = spawn(["--config", path], {"RINGGATE_DRIVER": driver, "RG_TEST_ANTHROPIC_KEY": "sk-ant-test"})
-    yield f"http://{addr}"
-    stop(proc)
-    os.unlink(path)
+    yield from serve_config(cfg, {"RINGGATE_DRIVER": driver, "RG_TEST_ANTHROPIC_KEY": "sk-ant-test",
+                                  "RG_TEST_AZURE_KEY": "az-test"})
