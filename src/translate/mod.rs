@@ -22,6 +22,7 @@
 //! byte for byte).
 
 pub mod anthropic;
+mod chat_chunk;
 pub mod error;
 pub mod gemini;
 pub mod responses;

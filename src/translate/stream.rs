@@ -24,7 +24,7 @@
 use super::error::{extract_message, stream_error_event_seq, TranslateError};
 use super::stream_out::{ClientOut, Hub};
 use super::util::{self, arr, s};
-use super::{anthropic, gemini, responses, Dialect, SseEvent, Usage};
+use super::{anthropic, chat_chunk, gemini, responses, Dialect, SseEvent, Usage};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -82,42 +82,51 @@ impl Decoder {
             hub.push(Hub::Done);
             return Ok(());
         }
-        let v = parse(data)?;
-        if v.get("error").is_some_and(|e| !e.is_null()) {
+        // Typed, borrowing parse: this runs once per streamed token.
+        let v: chat_chunk::Chunk = serde_json::from_str(data)
+            .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))?;
+        if v.error.as_ref().is_some_and(|e| !e.is_null()) {
             hub.push(Hub::Error(extract_message(500, data.as_bytes())));
             return Ok(());
         }
-        self.start(hub, s(&v, "id"), util::u(&v, "created"));
-        for choice in arr(&v, "choices") {
-            if util::u(choice, "index").unwrap_or(0) != 0 {
+        self.start(hub, v.id.as_deref(), v.created);
+        for choice in v.choices.iter().flatten() {
+            if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
-            for key in ["content", "refusal"] {
-                if let Some(t) = s(delta, key).filter(|t| !t.is_empty()) {
-                    hub.push(Hub::Text(t.to_string()));
+            if let Some(delta) = &choice.delta {
+                for t in [&delta.content, &delta.refusal].into_iter().flatten() {
+                    if !t.is_empty() {
+                        hub.push(Hub::Text(t.to_string()));
+                    }
                 }
-            }
-            for (pos, tc) in arr(delta, "tool_calls").iter().enumerate() {
-                let key = util::u(tc, "index").unwrap_or(pos as u64);
-                let f = tc.get("function").unwrap_or(&Value::Null);
-                if self.chat_tools.insert(key) {
-                    // Chat indices are dense from 0; keep them as hub indices.
+                for (pos, tc) in delta.tool_calls.iter().flatten().enumerate() {
+                    let key = tc.index.unwrap_or(pos as u64);
+                    let f = tc.function.as_ref();
+                    if self.chat_tools.insert(key) {
+                        // Chat indices are dense from 0; keep them as hub indices.
+                        let index = usize::try_from(key).unwrap_or(usize::MAX);
+                        let id = tc
+                            .id
+                            .as_deref()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("call_{key}"));
+                        hub.push(Hub::ToolStart {
+                            index,
+                            id,
+                            name: f
+                                .and_then(|f| f.name.as_deref())
+                                .unwrap_or_default()
+                                .to_string(),
+                        });
+                        self.next_tool = self.next_tool.max(index.saturating_add(1));
+                    }
                     let index = usize::try_from(key).unwrap_or(usize::MAX);
-                    let id = s(tc, "id")
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("call_{key}"));
-                    hub.push(Hub::ToolStart {
-                        index,
-                        id,
-                        name: s(f, "name").unwrap_or_default().to_string(),
-                    });
-                    self.next_tool = self.next_tool.max(index.saturating_add(1));
+                    let args = f.and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+                    self.args(hub, index, args);
                 }
-                let index = usize::try_from(key).unwrap_or(usize::MAX);
-                self.args(hub, index, s(f, "arguments").unwrap_or_default());
             }
-            if let Some(r) = s(choice, "finish_reason") {
+            if let Some(r) = choice.finish_reason.as_deref() {
                 let r = if r == "stop" && !self.chat_tools.is_empty() {
                     "tool_calls"
                 } else {
@@ -126,7 +135,7 @@ impl Decoder {
                 hub.push(Hub::Finish(r.to_string()));
             }
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        if let Some(u) = v.usage.as_ref().filter(|u| u.is_object()) {
             hub.push(Hub::Usage(util::read_chat_usage(u)));
         }
         Ok(())

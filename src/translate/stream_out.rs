@@ -183,9 +183,27 @@ impl MessagesOut {
         i
     }
 
-    fn delta(out: &mut Vec<u8>, index: u64, delta: Value) {
-        let v = json!({"type": "content_block_delta", "index": index, "delta": delta});
-        put(out, Some("content_block_delta"), &v);
+    /// One `content_block_delta` event whose delta is `{"type": kind, field: value}`, written
+    /// directly (runs once per streamed token). Byte-identical to serialising the equivalent
+    /// `json!` value (same field order, serde_json's string escaping).
+    fn delta(out: &mut Vec<u8>, index: u64, kind: &str, field: &str, value: &str) {
+        let mut data = Vec::with_capacity(96 + value.len());
+        data.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":");
+        data.extend_from_slice(index.to_string().as_bytes());
+        data.extend_from_slice(b",\"delta\":{\"type\":\"");
+        data.extend_from_slice(kind.as_bytes());
+        data.extend_from_slice(b"\",\"");
+        data.extend_from_slice(field.as_bytes());
+        data.extend_from_slice(b"\":");
+        if serde_json::to_writer(&mut data, value).is_err() {
+            data.extend_from_slice(b"\"\"");
+        }
+        data.extend_from_slice(b"}}");
+        encode_event(
+            Some("content_block_delta"),
+            &String::from_utf8_lossy(&data),
+            out,
+        );
     }
 
     fn handle(&mut self, ev: Hub, out: &mut Vec<u8>) {
@@ -206,7 +224,7 @@ impl MessagesOut {
                         i
                     }
                 };
-                Self::delta(out, i, json!({"type": "text_delta", "text": t}));
+                Self::delta(out, i, "text_delta", "text", &t);
             }
             Hub::ToolStart { index, id, name } => {
                 self.start(out);
@@ -217,11 +235,7 @@ impl MessagesOut {
             }
             Hub::ToolArgs { index, args } => {
                 if let Some(&i) = self.tools.get(&index) {
-                    Self::delta(
-                        out,
-                        i,
-                        json!({"type": "input_json_delta", "partial_json": args}),
-                    );
+                    Self::delta(out, i, "input_json_delta", "partial_json", &args);
                 }
             }
             Hub::Finish(r) => {
