@@ -148,6 +148,10 @@ pub async fn translated(
             }
         };
     }
+    let mut rb = match relay::StreamBuf::new(shard, permit) {
+        Ok(b) => b,
+        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+    };
     stream(
         conn,
         shard,
@@ -157,6 +161,7 @@ pub async fn translated(
         &fields.model,
         include_usage,
         keep_alive,
+        &mut rb,
     )
     .await
 }
@@ -172,6 +177,7 @@ async fn stream(
     client_model: &str,
     include_usage: bool,
     keep_alive: bool,
+    rb: &mut relay::StreamBuf,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let mut out = std::mem::take(&mut conn.out);
@@ -190,12 +196,13 @@ async fn stream(
     }
     let mut decoder = SseDecoder::new();
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
-    let mut piece = Vec::with_capacity(16 * 1024);
+    let limit = rb.limit;
+    let piece = &mut rb.buf;
     let mut events = Vec::with_capacity(16 * 1024);
     loop {
         piece.clear();
         events.clear();
-        let more = match ex.next(&mut piece).await {
+        let more = match ex.next_upto(piece, limit).await {
             Ok(m) => m,
             Err(e) => {
                 bump(&shard.metrics.upstream_errors);
@@ -210,7 +217,7 @@ async fn stream(
                 };
             }
         };
-        decoder.feed(&piece);
+        decoder.feed(piece);
         if !more {
             decoder.finish();
         }

@@ -237,7 +237,10 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
             relay::Outcome::error(conn, &e, shape, keep_alive, wt).await
         }
         (kind, _) if kind.speaks(dialect) => {
-            relay::passthrough(conn, shard, route, &body, &fields, op, dialect, keep_alive).await
+            relay::passthrough(
+                conn, shard, route, &body, &fields, op, dialect, keep_alive, &permit,
+            )
+            .await
         }
         _ => {
             bridge::translated(

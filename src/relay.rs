@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::admit::{Chunk, Permit};
 use crate::error::{Error, ErrorShape, Kind};
 use crate::extract::{splice_model, RoutingFields};
 use crate::gateway::Shard;
@@ -42,6 +43,40 @@ impl Outcome {
     }
 }
 
+/// A stream's upstream read buffer: one pool chunk charged to the request's permit. Every
+/// relayed piece fits in it (`Exchange::next_upto`), so a stream holds exactly one chunk of
+/// read buffer however fast the upstream or slow the client; the chunk returns to the shard's
+/// pool when the stream ends.
+pub struct StreamBuf {
+    chunk: Chunk,
+    pub buf: Vec<u8>,
+    pub limit: usize,
+}
+
+impl StreamBuf {
+    pub fn new(shard: &Shard, permit: &Permit) -> Result<StreamBuf, Error> {
+        let pool = shard.admission.pool();
+        let mut chunk = pool.alloc(permit).map_err(|r| {
+            Error::new(
+                Kind::Overloaded,
+                format!("the gateway is at capacity ({}); retry later", r.as_str()),
+            )
+        })?;
+        let buf = chunk.take_buf();
+        Ok(StreamBuf {
+            chunk,
+            buf,
+            limit: pool.chunk_size(),
+        })
+    }
+}
+
+impl Drop for StreamBuf {
+    fn drop(&mut self) {
+        self.chunk.put_buf(std::mem::take(&mut self.buf));
+    }
+}
+
 /// Largest partial SSE event held while waiting for its end (then forwarded as is).
 const MAX_PENDING_EVENT: usize = 32 * 1024;
 
@@ -57,6 +92,7 @@ pub async fn passthrough(
     op: Op,
     dialect: Dialect,
     keep_alive: bool,
+    permit: &Permit,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
@@ -83,7 +119,11 @@ pub async fn passthrough(
         Ok(ex) => ex,
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
-    relay(conn, &mut ex, keep_alive, wt, shard, dialect).await
+    let mut piece = match StreamBuf::new(shard, permit) {
+        Ok(b) => b,
+        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+    };
+    relay(conn, &mut ex, keep_alive, wt, shard, dialect, &mut piece).await
 }
 
 /// Send `body` to the route's provider for `op` in `dialect` and wait for the response head.
@@ -133,6 +173,7 @@ async fn relay(
     wt: Duration,
     shard: &Shard,
     dialect: Dialect,
+    rb: &mut StreamBuf,
 ) -> Outcome {
     let shape = crate::bridge::shape(dialect);
     let status = ex.head.status;
@@ -151,7 +192,8 @@ async fn relay(
         keep_alive,
         &ex.head.forward,
     );
-    let mut piece = Vec::with_capacity(16 * 1024);
+    let limit = rb.limit;
+    let piece = &mut rb.buf;
     let mut pending: Vec<u8> = Vec::new();
     let mut head_sent = false;
     loop {
@@ -165,7 +207,7 @@ async fn relay(
             }
             head_sent = true;
         }
-        let more = match ex.next(&mut piece).await {
+        let more = match ex.next_upto(piece, limit).await {
             Ok(m) => m,
             Err(e) => {
                 bump(&shard.metrics.upstream_errors);
@@ -193,9 +235,9 @@ async fn relay(
             }
         };
         match framing {
-            Framing::Length(_) => out.extend_from_slice(&piece),
+            Framing::Length(_) => out.extend_from_slice(piece),
             Framing::Chunked if sse => {
-                pending.extend_from_slice(&piece);
+                pending.extend_from_slice(piece);
                 let cut = if more {
                     last_event_end(&pending)
                 } else {
@@ -211,7 +253,7 @@ async fn relay(
                     pending.drain(..cut);
                 }
             }
-            Framing::Chunked => write_chunk(&mut out, &piece),
+            Framing::Chunked => write_chunk(&mut out, piece),
         }
         if !more && framing == Framing::Chunked {
             out.extend_from_slice(LAST_CHUNK);

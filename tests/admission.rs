@@ -219,6 +219,8 @@ fn slow_stream_reader_holds_bounded_memory_and_disconnect_returns_the_permit() {
         // The permit is the 60-byte body plus the 64 KiB response reserve, and stays there: the
         // relay reads upstream only as fast as the client drains.
         assert!(peak > 0 && peak <= 128 * 1024, "{d}: budget in use {peak}");
+        // The stream's read buffer is exactly one pool chunk, charged to its permit.
+        assert_eq!(metric(gw.addr, "ringgate_pool_chunks_live"), 1, "{d}");
         drop(s);
         wait_metric(
             gw.addr,

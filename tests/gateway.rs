@@ -434,3 +434,46 @@ fn translated_stream_keeps_both_connections_alive() {
         mock.stop();
     });
 }
+
+#[test]
+fn multi_megabyte_stream_arrives_intact_through_one_chunk_buffer() {
+    each_driver(|d| {
+        let mock = start_mock(Profile::Instant, d);
+        let gw = start_gateway(mock.addr, d, "");
+        // ~20,000 events (~4 MB of SSE) relayed through a 16 KiB pool chunk, and the same
+        // through translation to the Anthropic dialect.
+        let r = request(
+            gw.addr,
+            &post(
+                "/v1/chat/completions",
+                r#"{"model":"gpt-4o-mini","stream":true,"max_tokens":20000}"#,
+            ),
+        );
+        let (content, events, done) = sse_content(&r.body);
+        assert!(done, "{d}");
+        assert_eq!(events, 20_003, "{d}");
+        assert_eq!(content, text::tokens(0, 20_000), "{d}");
+        let r = request(
+            gw.addr,
+            &post(
+                "/v1/messages",
+                r#"{"model":"gpt-4o-mini","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+        );
+        let text: String = String::from_utf8_lossy(&r.body)
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter(|v| v["type"] == "content_block_delta")
+            .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(text, text::tokens(0, 20_000), "{d}: translated");
+        assert!(
+            r.text()
+                .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+            "{d}"
+        );
+        gw.stop();
+        mock.stop();
+    });
+}

@@ -192,12 +192,12 @@ impl Chunk {
     /// Lends the buffer out for an owned-buffer read (monoio). Until [`Chunk::put_buf`], the
     /// chunk is empty with no room; if the buffer never comes back, the chunk is simply not
     /// recycled.
-    pub(super) fn take_buf(&mut self) -> Vec<u8> {
+    pub(crate) fn take_buf(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
     }
 
     /// Returns a buffer lent by [`Chunk::take_buf`].
-    pub(super) fn put_buf(&mut self, buf: Vec<u8>) {
+    pub(crate) fn put_buf(&mut self, buf: Vec<u8>) {
         self.buf = buf;
     }
 }

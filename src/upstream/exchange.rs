@@ -262,9 +262,15 @@ impl Exchange<'_> {
     /// Append the next piece of the decoded body to `out`. Returns `Ok(false)` at the end of
     /// the body. Bytes already buffered with the head are returned without IO.
     pub async fn next(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        self.next_upto(out, usize::MAX).await
+    }
+
+    /// As [`Exchange::next`], but `out` never grows past `limit` bytes (fixed-size pool chunks;
+    /// pass an `out` shorter than `limit`). Undecoded bytes stay buffered for the next call.
+    pub async fn next_upto(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<bool, Error> {
         loop {
-            if !self.buf.is_empty() {
-                let progressed = self.consume_buffered(out)?;
+            while !self.buf.is_empty() {
+                let (progressed, consumed) = self.consume_buffered(out, limit)?;
                 if progressed {
                     // The body may have ended with this piece: pool the connection now, so a
                     // caller that stops reading after the last piece does not lose it.
@@ -272,6 +278,9 @@ impl Exchange<'_> {
                         self.release();
                     }
                     return Ok(true);
+                }
+                if !consumed {
+                    break;
                 }
             }
             if matches!(self.state, BodyState::Done) {
@@ -306,13 +315,17 @@ impl Exchange<'_> {
         }
     }
 
-    /// Move buffered bytes through the framing state into `out`. True if `out` grew or the
-    /// body just ended.
-    fn consume_buffered(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
+    /// Move buffered bytes through the framing state into `out` (up to `limit` bytes of it).
+    /// Returns (out grew or the body just ended, some buffered byte was consumed).
+    fn consume_buffered(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<(bool, bool), Error> {
         let before = out.len();
+        let held = self.buf.len();
+        // Decoded bytes never outnumber the input bytes they come from, so feeding at most
+        // `room` input bytes keeps `out` within `limit`.
+        let room = limit.saturating_sub(before).min(held);
         match &mut self.state {
             BodyState::Length(left) => {
-                let take = (*left).min(self.buf.len() as u64) as usize;
+                let take = (*left).min(room as u64) as usize;
                 out.extend_from_slice(&self.buf[..take]);
                 self.buf.drain(..take);
                 *left -= take as u64;
@@ -321,7 +334,7 @@ impl Exchange<'_> {
                 }
             }
             BodyState::Chunked(dec) => {
-                let used = dec.decode(&self.buf, out).map_err(|e| {
+                let used = dec.decode(&self.buf[..room], out).map_err(|e| {
                     Error::new(
                         Kind::UpstreamProtocol,
                         format!("upstream chunked body: {}", e.message),
@@ -333,8 +346,8 @@ impl Exchange<'_> {
                 }
             }
             BodyState::Close => {
-                out.extend_from_slice(&self.buf);
-                self.buf.clear();
+                out.extend_from_slice(&self.buf[..room]);
+                self.buf.drain(..room);
             }
             BodyState::Done => {
                 // Bytes after a complete response: the peer is not speaking HTTP/1.1 properly.
@@ -342,7 +355,8 @@ impl Exchange<'_> {
                 self.buf.clear();
             }
         }
-        Ok(out.len() > before || matches!(self.state, BodyState::Done))
+        let grew = out.len() > before || matches!(self.state, BodyState::Done);
+        Ok((grew, self.buf.len() < held))
     }
 
     /// Read the rest of the body into `out` (non-streaming use).
