@@ -18,8 +18,7 @@ fn each_driver(f: impl Fn(&str)) {
 #[test]
 fn non_stream_passthrough_and_model_rewrite() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         let r = request(
             gw.addr,
             &post(
@@ -50,16 +49,13 @@ fn non_stream_passthrough_and_model_rewrite() {
         );
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["model"], "real-model", "{d}");
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn stream_is_relayed_event_by_event() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         let r = request(
             gw.addr,
             &post(
@@ -76,15 +72,12 @@ fn stream_is_relayed_event_by_event() {
         // role + 40 tokens + finish + usage + [DONE]
         assert_eq!(events, 44, "{d}");
         assert!(r.text().contains("\"usage\":{\"prompt_tokens\""));
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn seed_stream_arrives_paced_and_complete() {
-    let mock = start_mock(Profile::Seed, "io_uring");
-    let gw = start_gateway(mock.addr, "io_uring", "");
+    let gw = Stack::new(Profile::Seed, "io_uring", "");
     let t0 = std::time::Instant::now();
     let r = request(
         gw.addr,
@@ -99,15 +92,12 @@ fn seed_stream_arrives_paced_and_complete() {
         took >= Duration::from_millis(500),
         "seed profile spans ≥ 550 ms, took {took:?}"
     );
-    gw.stop();
-    mock.stop();
 }
 
 #[test]
 fn keep_alive_and_pipelining() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         let mut s = connect(gw.addr);
         let mut buf = Vec::new();
         for i in 1..=3 {
@@ -150,16 +140,13 @@ fn keep_alive_and_pipelining() {
             1,
             "{d}"
         );
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn malformed_requests_get_openai_errors_and_the_gateway_keeps_serving() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         // (raw request, status, error code, connection must close)
         let cases: Vec<(Vec<u8>, u16, &str, bool)> = vec![
             (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".to_vec(), 400, "bad_request", true),
@@ -210,16 +197,13 @@ fn malformed_requests_get_openai_errors_and_the_gateway_keeps_serving() {
             &post("/v1/chat/completions", r#"{"model":"gpt-4o-mini"}"#),
         );
         assert_eq!(r.status, 200, "{d}: still serving");
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn slow_head_times_out_with_408() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         let mut s = connect(gw.addr);
         s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n")
             .unwrap();
@@ -227,8 +211,6 @@ fn slow_head_times_out_with_408() {
         let r = read_response(&mut s, &mut buf).unwrap();
         assert_eq!(r.status, 408, "{d}");
         assert!(is_closed(&mut s));
-        gw.stop();
-        mock.stop();
     });
 }
 
@@ -279,8 +261,7 @@ fn upstream_down_is_a_502_and_a_stale_pooled_connection_is_retried() {
 #[test]
 fn client_disconnect_mid_stream_releases_the_upstream_connection() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Seed, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Seed, d, "");
         let mut s = connect(gw.addr);
         s.write_all(&post(
             "/v1/chat/completions",
@@ -310,16 +291,13 @@ fn client_disconnect_mid_stream_releases_the_upstream_connection() {
             1,
             "only the scrape itself is in flight",
         );
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn local_endpoints() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         assert_eq!(request(gw.addr, &get("/healthz")).json()["status"], "ok");
         assert_eq!(request(gw.addr, &get("/readyz")).status, 200);
         let models = request(gw.addr, &get("/v1/models")).json();
@@ -333,8 +311,6 @@ fn local_endpoints() {
         let m = request(gw.addr, &get("/metrics"));
         assert!(m.header("content-type").unwrap().starts_with("text/plain"));
         assert!(m.text().contains("ringgate_connections_open"));
-        gw.stop();
-        mock.stop();
     });
 }
 
@@ -402,8 +378,7 @@ fn stop_drains_in_flight_streams_and_refuses_new_connections() {
 #[test]
 fn translated_stream_keeps_both_connections_alive() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         let mut s = connect(gw.addr);
         let mut buf = Vec::new();
         for _ in 0..3 {
@@ -430,16 +405,13 @@ fn translated_stream_keeps_both_connections_alive() {
             1,
             "{d}: the upstream connection of a translated stream is pooled, not dropped"
         );
-        gw.stop();
-        mock.stop();
     });
 }
 
 #[test]
 fn multi_megabyte_stream_arrives_intact_through_one_chunk_buffer() {
     each_driver(|d| {
-        let mock = start_mock(Profile::Instant, d);
-        let gw = start_gateway(mock.addr, d, "");
+        let gw = Stack::new(Profile::Instant, d, "");
         // ~20,000 events (~4 MB of SSE) relayed through a 16 KiB pool chunk, and the same
         // through translation to the Anthropic dialect.
         let r = request(
@@ -473,7 +445,5 @@ fn multi_megabyte_stream_arrives_intact_through_one_chunk_buffer() {
                 .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
             "{d}"
         );
-        gw.stop();
-        mock.stop();
     });
 }

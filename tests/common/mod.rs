@@ -254,3 +254,34 @@ pub fn wait_metric(addr: SocketAddr, name: &str, want: u64, what: &str) {
     }
     panic!("{name} = {last}, want {want}: {what}");
 }
+
+/// A mock upstream and a gateway in front of it; both are stopped when this drops (also when
+/// an assertion fails), gateway first.
+pub struct Stack {
+    pub addr: SocketAddr,
+    gw: Option<Running>,
+    mock: Option<MockServer>,
+}
+
+impl Stack {
+    pub fn new(profile: Profile, driver: &str, extra: &str) -> Stack {
+        let mock = start_mock(profile, driver);
+        let gw = start_gateway(mock.addr, driver, extra);
+        Stack {
+            addr: gw.addr,
+            gw: Some(gw),
+            mock: Some(mock),
+        }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Some(g) = self.gw.take() {
+            g.stop();
+        }
+        if let Some(m) = self.mock.take() {
+            m.stop();
+        }
+    }
+}
