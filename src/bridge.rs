@@ -104,23 +104,33 @@ pub async fn translated(
         };
     }
     if !fields.stream {
+        // The whole answer is needed for translation: read it, charging its buffer to the
+        // permit as it grows (bounded by MAX_TRANSLATED_BODY); the permit returns the bytes
+        // when the request ends, on every path.
         let mut raw = Vec::new();
-        if let Err(e) = ex.read_to_end(&mut raw, MAX_TRANSLATED_BODY).await {
-            bump(&shard.metrics.upstream_errors);
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        let mut charged = 0u64;
+        loop {
+            match ex.next(&mut raw).await {
+                Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
+                    let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
+                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                }
+                Ok(true) => {
+                    if let Err(r) = permit.charge_capacity(&raw, &mut charged) {
+                        let e = Error::overloaded(r.as_str());
+                        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    bump(&shard.metrics.upstream_errors);
+                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                }
+            }
         }
-        if permit.grow(raw.capacity() as u64).is_err() {
-            let e = Error::new(
-                Kind::Overloaded,
-                "the gateway is at capacity (budget); retry later",
-            );
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
-        let grown = raw.capacity() as u64;
         let out = translate::response_to_chat(up, &raw)
             .and_then(|chat| translate::chat_to_response(client, &chat, &fields.model));
         drop(raw);
-        permit.shrink(grown);
         return match out {
             Ok(out) => {
                 let ok = conn

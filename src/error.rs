@@ -71,6 +71,14 @@ impl Error {
         }
     }
 
+    /// Admission refused the request (or its buffers' growth): 503 + Retry-After.
+    pub fn overloaded(reason: &str) -> Self {
+        Error::new(
+            Kind::Overloaded,
+            format!("the gateway is at capacity ({reason}); retry later"),
+        )
+    }
+
     pub fn retryable(mut self) -> Self {
         self.retryable = true;
         self

@@ -87,17 +87,13 @@ pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
 /// One request. Returns whether the connection may carry another one.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
     let wt = shard.limits.write_timeout;
-    // Until the path is classified, answer in the dialect the path suggests.
-    let shape = if head.path(&conn.buf).starts_with(b"/v1/messages") {
-        ErrorShape::Anthropic
-    } else {
-        ErrorShape::OpenAi
-    };
     let keep_alive = head.keep_alive;
     let body_pending = head.body != BodyFraming::None;
 
     // route by path (head only)
-    let target = classify(head.method, head.path(&conn.buf));
+    let path = head.path(&conn.buf);
+    let target = classify(head.method, path);
+    let messages_path = path.starts_with(b"/v1/messages");
     if !body_pending {
         conn.consume(head.len);
     }
@@ -105,6 +101,12 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         Ok(t) => t,
         Err(e) => {
             shard.metrics.count(endpoint_index(None), e.status());
+            // Not classified: answer in the dialect the path suggests.
+            let shape = if messages_path {
+                ErrorShape::Anthropic
+            } else {
+                ErrorShape::OpenAi
+            };
             // The body was not read: close rather than desynchronise.
             return conn
                 .respond_error(&e, shape, keep_alive && !body_pending, wt)
@@ -287,13 +289,7 @@ fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
             Kind::BodyTooLarge,
             format!("request body of {declared} bytes is over the {max_body}-byte limit"),
         ),
-        other => Error::new(
-            Kind::Overloaded,
-            format!(
-                "the gateway is at capacity ({}); retry later",
-                other.as_str()
-            ),
-        ),
+        other => Error::overloaded(other.as_str()),
     }
 }
 

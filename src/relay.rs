@@ -56,12 +56,9 @@ pub struct StreamBuf {
 impl StreamBuf {
     pub fn new(shard: &Shard, permit: &Permit) -> Result<StreamBuf, Error> {
         let pool = shard.admission.pool();
-        let mut chunk = pool.alloc(permit).map_err(|r| {
-            Error::new(
-                Kind::Overloaded,
-                format!("the gateway is at capacity ({}); retry later", r.as_str()),
-            )
-        })?;
+        let mut chunk = pool
+            .alloc(permit)
+            .map_err(|r| Error::overloaded(r.as_str()))?;
         let buf = chunk.take_buf();
         Ok(StreamBuf {
             chunk,

@@ -66,6 +66,18 @@ impl Permit {
         self.account.grow(extra)
     }
 
+    /// Charges the growth of a plain buffer: grows this permit so that `charged` covers
+    /// `buf`'s capacity (what the allocator holds). Call after each append; `charged` starts at 0
+    /// and is what to `shrink` when the buffer is freed.
+    pub fn charge_capacity(&self, buf: &Vec<u8>, charged: &mut u64) -> Result<(), Reject> {
+        let want = buf.capacity() as u64;
+        if want > *charged {
+            self.grow(want - *charged)?;
+            *charged = want;
+        }
+        Ok(())
+    }
+
     /// Gives back up to `n` uncommitted bytes (never bytes backing live chunks); returns how many
     /// were given back. Queued waiters that now fit are served.
     pub fn shrink(&self, n: u64) -> u64 {

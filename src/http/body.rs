@@ -84,18 +84,12 @@ pub async fn read_body<S: AsyncReadRent>(
 }
 
 fn charge(permit: Option<&Permit>, body: &Vec<u8>, charged: &mut u64) -> Result<(), Error> {
-    let Some(p) = permit else { return Ok(()) };
-    let want = body.capacity() as u64;
-    if want > *charged {
-        p.grow(want - *charged).map_err(|r| {
-            Error::new(
-                Kind::Overloaded,
-                format!("the gateway is at capacity ({}); retry later", r.as_str()),
-            )
-        })?;
-        *charged = want;
+    match permit {
+        Some(p) => p
+            .charge_capacity(body, charged)
+            .map_err(|r| Error::overloaded(r.as_str())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn too_large(max: u64) -> Error {
