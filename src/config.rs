@@ -1,7 +1,8 @@
 //! Configuration: the TOML file format, its documented defaults, validation with line numbers,
 //! and the embedded default used when `ringgate` runs without a file.
 //!
-//! Owns: `Config` and its sections, `ConfigError`, `Config::embedded()`.
+//! Owns: `Config` and its sections, `ConfigError`, `Config::embedded()`; the routing sections
+//! (`[routing]`, deployments, fallbacks, breakers, keys) live in `config::routing`.
 //! Must not: open sockets, read secrets' values (only env-var *names* live here), or be consulted
 //! on the hot path (shards build their own route tables from it at start-up).
 
@@ -12,8 +13,12 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::admit::AdmissionConfig;
+use crate::forward::policy::Lb;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
+
+pub mod routing;
+pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
 
 /// The whole file. Every field has a default; see README "Configuration".
 #[derive(Debug, Clone, Deserialize)]
@@ -26,6 +31,9 @@ pub struct Config {
     /// Byte budget, admission mode and limits (see `admit::AdmissionConfig` for defaults).
     #[serde(default)]
     pub admission: AdmissionConfig,
+    /// Defaults for every model's routing policy (see README "Routing").
+    #[serde(default)]
+    pub routing: RoutingConfig,
     #[serde(default, rename = "provider")]
     pub providers: Vec<ProviderConfig>,
     #[serde(default, rename = "model")]
@@ -121,6 +129,10 @@ pub struct ProviderConfig {
     /// Name of the environment variable holding the API key (never the key itself).
     #[serde(default)]
     pub api_key_env: Option<Spanned<String>>,
+    /// More keys, weighted: `[{ env = "A_KEY", weight = 2 }, { env = "A_KEY2" }]` (besides
+    /// `api_key_env`, which counts as one key of weight 1). A key that got a 429 cools down.
+    #[serde(default)]
+    pub api_keys: Vec<ApiKeyConfig>,
     /// `kind = "mock"` only: `instant` (default) or `seed`.
     #[serde(default)]
     pub profile: Option<Spanned<String>>,
@@ -142,10 +154,31 @@ pub struct ProviderConfig {
 pub struct ModelConfig {
     /// What clients send. A trailing `*` makes it a prefix pattern (`gpt-*`).
     pub name: Spanned<String>,
-    pub provider: Spanned<String>,
+    /// The one-deployment shorthand (with `upstream_model`); or use `deployments`.
+    #[serde(default)]
+    pub provider: Option<Spanned<String>>,
     /// Name sent upstream. Default: the client's model name.
     #[serde(default)]
     pub upstream_model: Option<String>,
+    /// Several deployments: `[{ provider, upstream_model, weight }]`.
+    #[serde(default)]
+    pub deployments: Option<Spanned<Vec<DeploymentConfig>>>,
+    /// `p2c` | `weighted` (default from `[routing]`, else p2c).
+    #[serde(default)]
+    pub lb: Option<Lb>,
+    /// Model names tried in order after every deployment failed.
+    #[serde(default)]
+    pub fallbacks: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub max_attempts: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub breaker: Option<Spanned<BreakerConfig>>,
+    #[serde(default)]
+    pub retry_on: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub first_byte_timeout_ms: Option<Spanned<u64>>,
 }
 
 /// One problem in a config file, with the 1-based line it was found on when known.
@@ -227,6 +260,7 @@ impl Config {
             server: ServerConfig::default(),
             upstream: UpstreamConfig::default(),
             admission: AdmissionConfig::default(),
+            routing: RoutingConfig::default(),
             providers: Vec::new(),
             models: Vec::new(),
         }
@@ -299,8 +333,7 @@ impl Config {
                 }
             }
             if let Some(env) = &p.api_key_env {
-                let v = env.get_ref();
-                if v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                if !routing::is_env_name(env.get_ref()) {
                     err(
                         env.span(),
                         format!("provider {name:?}: api_key_env must be an env var NAME like OPENAI_API_KEY, not a key"),
@@ -343,16 +376,8 @@ impl Config {
             if self.models[..i].iter().any(|o| o.name.get_ref() == name) {
                 err(m.name.span(), format!("duplicate model name {name:?}"));
             }
-            if self.provider(m.provider.get_ref()).is_none() {
-                err(
-                    m.provider.span(),
-                    format!(
-                        "model {name:?} refers to unknown provider {:?}",
-                        m.provider.get_ref()
-                    ),
-                );
-            }
         }
+        routing::validate(self, &mut err);
         errs
     }
 
@@ -364,15 +389,25 @@ impl Config {
             .shards
             .unwrap_or_else(crate::shard::available_cpus);
         let mut w = self.admission.warnings(shards);
-        w.extend(self.providers.iter().filter_map(|p| {
-            let env = p.api_key_env.as_ref()?.get_ref();
-            std::env::var_os(env).is_none().then(|| {
-                format!(
-                    "provider {:?}: env var {env} is not set (requests will go without a key)",
+        for p in &self.providers {
+            let keys = p.key_refs();
+            let unset: Vec<&str> = keys
+                .iter()
+                .map(|k| k.0)
+                .filter(|env| std::env::var_os(env).is_none())
+                .collect();
+            for env in &unset {
+                let effect = if unset.len() == keys.len() {
+                    "requests will go without a key"
+                } else {
+                    "that key is skipped"
+                };
+                w.push(format!(
+                    "provider {:?}: env var {env} is not set ({effect})",
                     p.name.get_ref()
-                )
-            })
-        }));
+                ));
+            }
+        }
         w
     }
 }

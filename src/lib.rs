@@ -4,7 +4,8 @@
 //! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
 //! - `http`: HTTP/1.1 heads, bodies, responses, client connections
 //! - `extract`: model/stream lookup for same-dialect passthrough
-//! - `route`, `provider`: model → provider routing, the closed provider enum
+//! - `route`, `provider`: model → deployments + policy, the closed provider enum
+//! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
 //! - `upstream`: pooled upstream connections, TLS, response framing
 //! - `relay`: upstream → client byte path (SSE per event)
 //! - `mock`: the upstream simulator
@@ -21,6 +22,7 @@ pub mod bridge;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod forward;
 pub mod gateway;
 pub mod http;
 pub mod log;

@@ -1,26 +1,45 @@
-//! The route table: client model name → provider + upstream model name. Built per shard at
-//! start-up from the config (immutable afterwards; a reload will build a new one and swap it).
+//! The route table: client model name → a `Route`: the model's deployments (provider +
+//! upstream model + weight) and its routing `Policy` (balancing, fallbacks, attempts, breaker,
+//! retry reasons, deadline). Built per shard at start-up from the config (immutable
+//! afterwards; a reload will build a new one and swap it).
 //!
-//! Owns: resolved providers (endpoint, auth header lines read from env vars once) and model
-//! lookup (exact names first, then `prefix*` patterns, longest prefix wins).
-//! Must not: do IO per request or hold secrets anywhere but the prebuilt header lines.
+//! Owns: resolved providers (endpoint, auth header lines per API key, read from env vars once),
+//! model lookup (exact names first, then `prefix*` patterns, longest prefix wins) and fallback
+//! resolution to route indices.
+//! Must not: do IO per request, hold runtime state (breakers, balancers, key cooldowns live in
+//! `forward`), or hold secrets anywhere but the prebuilt header lines.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::config::Config;
 use crate::error::push_json_str;
+use crate::forward::policy::{Fallback, Policy};
 use crate::mock::Profile;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
 
+/// One API key of a provider, as prebuilt header lines.
+#[derive(Debug)]
+pub struct ApiKey {
+    /// The env var it came from (`None`: the provider has no usable key).
+    pub env: Option<String>,
+    pub weight: u32,
+    /// Raw auth header lines for this key, e.g. `authorization: Bearer …\r\n`.
+    pub auth_headers: Vec<u8>,
+}
+
 #[derive(Debug)]
 pub struct Provider {
     pub name: String,
+    /// Position in `RouteTable::providers` (indexes per-provider runtime state).
+    pub index: usize,
     pub kind: ProviderKind,
     pub endpoint: Option<Endpoint>,
-    /// Raw auth header lines for this provider, e.g. `authorization: Bearer …\r\n`.
+    /// Raw auth header lines of the first key (`keys[0]`), e.g. `authorization: Bearer …\r\n`.
     pub auth_headers: Vec<u8>,
+    /// Every usable key (at least one entry; a keyless provider has one with `env: None`).
+    pub keys: Vec<ApiKey>,
     pub mock_profile: Profile,
     pub api_version: Option<String>,
     /// Do not send `stream_options` (engines that reject it).
@@ -32,88 +51,218 @@ impl Provider {
     pub fn base_path(&self) -> &str {
         self.endpoint.as_ref().map_or("", |e| e.base_path.as_str())
     }
+
+    /// Auth header lines for key `key` (falls back to the first key).
+    pub fn key_auth(&self, key: usize) -> &[u8] {
+        self.keys
+            .get(key)
+            .map_or(&self.auth_headers[..], |k| &k.auth_headers[..])
+    }
+}
+
+/// One deployment of a model.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    pub provider: Rc<Provider>,
+    /// `None`: send the requested model name unchanged (no splice needed).
+    pub upstream_model: Option<String>,
+    pub weight: u32,
+    /// `provider/upstream_model` (or `provider/<model name>`): the metrics label.
+    pub label: String,
+}
+
+impl Deployment {
+    /// The model name to send upstream when the request asked for `requested`.
+    pub fn upstream_model_or<'a>(&'a self, requested: &'a str) -> &'a str {
+        self.upstream_model.as_deref().unwrap_or(requested)
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Route {
+    /// The first deployment's provider (today's single-deployment request path).
     pub provider: Rc<Provider>,
-    /// `None`: send the client's model name unchanged (no splice needed).
+    /// The first deployment's upstream model. `None`: send the client's model name unchanged.
     pub upstream_model: Option<String>,
+    /// The model's name as configured (`gpt-*` for a pattern).
+    pub name: String,
+    /// Position in `RouteTable::routes`.
+    pub index: usize,
+    /// At least one.
+    pub deployments: Vec<Deployment>,
+    pub policy: Policy,
+    /// Every model this one falls back to, transitively: breadth-first from
+    /// `policy.fallbacks`, each model once, never this one.
+    pub chain: Vec<Fallback>,
 }
 
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    exact: HashMap<String, Route>,
-    prefixes: Vec<(String, Route)>,
+    routes: Vec<Route>,
+    providers: Vec<Rc<Provider>>,
+    exact: HashMap<String, usize>,
+    prefixes: Vec<(String, usize)>,
     models_body: Vec<u8>,
 }
 
 impl RouteTable {
     pub fn build(cfg: &Config) -> RouteTable {
-        let providers: HashMap<&str, Rc<Provider>> = cfg
-            .providers
-            .iter()
-            .map(|p| {
-                let kind = *p.kind.get_ref();
-                let key = p
-                    .api_key_env
-                    .as_ref()
-                    .and_then(|e| std::env::var(e.get_ref()).ok())
-                    .filter(|k| !k.is_empty() && !k.contains(['\r', '\n']));
-                let prov = Provider {
-                    name: p.name.get_ref().clone(),
-                    kind,
-                    endpoint: p
-                        .base_url
-                        .as_ref()
-                        .and_then(|u| Endpoint::parse(u.get_ref()).ok()),
-                    auth_headers: auth_headers(kind, key.as_deref()),
-                    mock_profile: p
-                        .profile
-                        .as_ref()
-                        .and_then(|s| Profile::parse(s.get_ref()))
-                        .unwrap_or(Profile::Instant),
-                    api_version: p.api_version.clone(),
-                    no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
-                };
-                (p.name.get_ref().as_str(), Rc::new(prov))
-            })
-            .collect();
         let mut table = RouteTable::default();
-        for m in &cfg.models {
-            let Some(provider) = providers.get(m.provider.get_ref().as_str()) else {
+        let mut by_name: HashMap<&str, Rc<Provider>> = HashMap::new();
+        for (index, p) in cfg.providers.iter().enumerate() {
+            let prov = Rc::new(build_provider(p, index));
+            table.providers.push(prov.clone());
+            by_name.entry(p.name.get_ref().as_str()).or_insert(prov);
+        }
+        // config model index → route index (models without a known provider are skipped)
+        let mut route_of = vec![None; cfg.models.len()];
+        for (ci, m) in cfg.models.iter().enumerate() {
+            let name = m.name.get_ref();
+            let deployments: Vec<Deployment> = m
+                .deployment_refs()
+                .into_iter()
+                .filter_map(|d| {
+                    let provider = by_name.get(d.provider.get_ref().as_str())?.clone();
+                    let upstream_model = d.upstream_model.filter(|u| u != name).map(String::from);
+                    let label = format!("{}/{}", provider.name, d.upstream_model.unwrap_or(name));
+                    Some(Deployment {
+                        provider,
+                        upstream_model,
+                        weight: d.weight,
+                        label,
+                    })
+                })
+                .collect();
+            let Some(first) = deployments.first() else {
                 continue;
             };
-            let name = m.name.get_ref();
-            let upstream_model = m.upstream_model.clone().filter(|u| u != name);
-            let route = Route {
-                provider: provider.clone(),
-                upstream_model,
-            };
+            let index = table.routes.len();
+            route_of[ci] = Some(index);
+            table.routes.push(Route {
+                provider: first.provider.clone(),
+                upstream_model: first.upstream_model.clone(),
+                name: name.clone(),
+                index,
+                deployments,
+                policy: cfg.policy(m),
+                chain: Vec::new(),
+            });
             match name.strip_suffix('*') {
-                Some(prefix) => table.prefixes.push((prefix.to_string(), route)),
+                Some(prefix) => table.prefixes.push((prefix.to_string(), index)),
                 None => {
-                    table.exact.insert(name.clone(), route);
+                    table.exact.insert(name.clone(), index);
                 }
             }
+        }
+        for (ci, m) in cfg.models.iter().enumerate() {
+            let Some(ri) = route_of[ci] else { continue };
+            table.routes[ri].policy.fallbacks = m
+                .fallbacks
+                .iter()
+                .filter_map(|f| {
+                    let route = cfg.find_model(f.get_ref()).and_then(|c| route_of[c])?;
+                    Some(Fallback {
+                        name: f.get_ref().clone(),
+                        route,
+                    })
+                })
+                .filter(|f| f.route != ri)
+                .collect();
+        }
+        for ri in 0..table.routes.len() {
+            table.routes[ri].chain = table.chain_of(ri);
         }
         table.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         table.models_body = models_body(cfg);
         table
     }
 
+    fn chain_of(&self, start: usize) -> Vec<Fallback> {
+        let mut out: Vec<Fallback> = Vec::new();
+        let mut queue = VecDeque::from([start]);
+        while let Some(r) = queue.pop_front() {
+            for f in &self.routes[r].policy.fallbacks {
+                if f.route != start && !out.iter().any(|o| o.route == f.route) {
+                    out.push(f.clone());
+                    queue.push_back(f.route);
+                }
+            }
+        }
+        out
+    }
+
     pub fn resolve(&self, model: &str) -> Option<&Route> {
-        self.exact.get(model).or_else(|| {
+        self.resolve_index(model).and_then(|i| self.routes.get(i))
+    }
+
+    /// Route index for a model name: exact first, then the longest matching `prefix*`.
+    pub fn resolve_index(&self, model: &str) -> Option<usize> {
+        self.exact.get(model).copied().or_else(|| {
             self.prefixes
                 .iter()
                 .find(|(p, _)| model.starts_with(p.as_str()))
-                .map(|(_, r)| r)
+                .map(|(_, r)| *r)
         })
+    }
+
+    pub fn route(&self, index: usize) -> Option<&Route> {
+        self.routes.get(index)
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    pub fn providers(&self) -> &[Rc<Provider>] {
+        &self.providers
     }
 
     /// The `GET /v1/models` body (exact model names only; patterns cannot be listed).
     pub fn models_body(&self) -> &[u8] {
         &self.models_body
+    }
+}
+
+fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
+    let kind = *p.kind.get_ref();
+    let mut keys: Vec<ApiKey> = p
+        .key_refs()
+        .into_iter()
+        .filter_map(|(env, weight)| {
+            let key = std::env::var(env)
+                .ok()
+                .filter(|k| !k.is_empty() && !k.contains(['\r', '\n']))?;
+            Some(ApiKey {
+                env: Some(env.to_string()),
+                weight,
+                auth_headers: auth_headers(kind, Some(&key)),
+            })
+        })
+        .collect();
+    if keys.is_empty() {
+        keys.push(ApiKey {
+            env: None,
+            weight: 1,
+            auth_headers: auth_headers(kind, None),
+        });
+    }
+    Provider {
+        name: p.name.get_ref().clone(),
+        index,
+        kind,
+        endpoint: p
+            .base_url
+            .as_ref()
+            .and_then(|u| Endpoint::parse(u.get_ref()).ok()),
+        auth_headers: keys[0].auth_headers.clone(),
+        keys,
+        mock_profile: p
+            .profile
+            .as_ref()
+            .and_then(|s| Profile::parse(s.get_ref()))
+            .unwrap_or(Profile::Instant),
+        api_version: p.api_version.clone(),
+        no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
     }
 }
 
@@ -153,7 +302,7 @@ fn models_body(cfg: &Config) -> Vec<u8> {
         out.extend_from_slice(b"{\"id\":");
         push_json_str(&mut out, m.name.get_ref());
         out.extend_from_slice(b",\"object\":\"model\",\"created\":0,\"owned_by\":");
-        push_json_str(&mut out, m.provider.get_ref());
+        push_json_str(&mut out, m.first_provider().unwrap_or(""));
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
@@ -186,6 +335,82 @@ mod tests {
         assert!(t.resolve("claude").is_none());
         let v: serde_json::Value = serde_json::from_slice(t.models_body()).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn deployments_policy_and_fallbacks_resolve() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/routing.toml");
+        let cfg = Config::load(path).unwrap();
+        let t = RouteTable::build(&cfg);
+        let r = t.resolve("gpt-4o-mini").unwrap();
+        // today's single-deployment path sees the first deployment
+        assert_eq!(r.provider.name, "a");
+        assert_eq!(
+            r.upstream_model, None,
+            "same as the client's name: no splice"
+        );
+        let labels: Vec<(&str, u32)> = r
+            .deployments
+            .iter()
+            .map(|d| (d.label.as_str(), d.weight))
+            .collect();
+        assert_eq!(labels, [("a/gpt-4o-mini", 3), ("a2/gpt-4o-mini", 1)]);
+        assert_eq!(r.policy.max_attempts, 3);
+        let haiku = t.resolve_index("claude-haiku").unwrap();
+        assert_eq!(
+            r.policy.fallbacks,
+            [Fallback {
+                name: "claude-haiku".into(),
+                route: haiku
+            }]
+        );
+        assert_eq!(r.chain, r.policy.fallbacks);
+        let h = t.route(haiku).unwrap();
+        assert_eq!(h.provider.kind, ProviderKind::Anthropic);
+        assert_eq!(
+            h.deployments[0].upstream_model_or("claude-haiku"),
+            "claude-3-5-haiku-latest"
+        );
+        assert!(h.chain.is_empty());
+        assert_eq!(t.providers().len(), 3);
+        assert!(t.providers().iter().enumerate().all(|(i, p)| p.index == i));
+        let v: serde_json::Value = serde_json::from_slice(t.models_body()).unwrap();
+        assert_eq!(v["data"][0]["owned_by"], "a");
+    }
+
+    #[test]
+    fn weighted_keys_become_header_lines() {
+        std::env::set_var("RINGGATE_ROUTE_TEST_K1", "one");
+        std::env::set_var("RINGGATE_ROUTE_TEST_K2", "two");
+        let cfg = Config::parse(
+            "[[provider]]\nname=\"a\"\nkind=\"anthropic\"\nbase_url=\"http://h\"\n\
+             api_key_env=\"RINGGATE_ROUTE_TEST_UNSET\"\n\
+             api_keys=[{env=\"RINGGATE_ROUTE_TEST_K1\",weight=3},{env=\"RINGGATE_ROUTE_TEST_K2\"}]\n\
+             [[provider]]\nname=\"b\"\nkind=\"openai\"\nbase_url=\"http://h/v1\"\n",
+        )
+        .unwrap();
+        let t = RouteTable::build(&cfg);
+        let a = &t.providers()[0];
+        let keys: Vec<(Option<&str>, u32)> = a
+            .keys
+            .iter()
+            .map(|k| (k.env.as_deref(), k.weight))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (Some("RINGGATE_ROUTE_TEST_K1"), 3),
+                (Some("RINGGATE_ROUTE_TEST_K2"), 1)
+            ]
+        );
+        assert_eq!(
+            a.key_auth(1),
+            b"anthropic-version: 2023-06-01\r\nx-api-key: two\r\n"
+        );
+        assert_eq!(a.auth_headers, a.key_auth(0));
+        let b = &t.providers()[1];
+        assert_eq!(b.keys.len(), 1);
+        assert!(b.keys[0].env.is_none() && b.auth_headers.is_empty());
     }
 
     #[test]

@@ -1,0 +1,367 @@
+//! Picking one of a model's deployments (per shard, lock-free):
+//! - `weighted`: smooth weighted round-robin (nginx): every pick adds each eligible
+//!   deployment's weight to its running score, takes the highest and subtracts the total —
+//!   deterministic, interleaved, exact over every full cycle (3:1 → a a b a, a a b a, …);
+//! - `p2c`: power of two choices (Finagle "peak EWMA"): two distinct eligible deployments at
+//!   random, the one with the lower `latency EWMA × (in-flight + 1)` wins.
+//!
+//! Eligibility (breaker open, already tried in this request, keys cooling) is the caller's
+//! predicate; with one eligible deployment it is picked, with none `pick` returns `None`.
+//!
+//! Owns: `Balancer`, `PeakEwma`. Must not: read clocks (callers pass `now`), do IO, or decide
+//! what counts as a failure.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use super::policy::Lb;
+use super::rng::Rng;
+
+/// How fast the latency estimate forgets: a sample's weight halves every ~3.5 s.
+pub const EWMA_DECAY: Duration = Duration::from_secs(5);
+
+/// Latency charged for a failed attempt (at least; a slower failure counts as its time), so a
+/// deployment that fails fast does not look fast.
+pub const FAILURE_PENALTY: Duration = Duration::from_secs(1);
+
+/// Finagle's peak EWMA: a sample above the estimate replaces it at once (peak), lower samples
+/// are blended in with weight `1 - exp(-Δt / decay)`; while idle the estimate decays towards
+/// zero, so a deployment that was slow gets probed again after a while.
+#[derive(Debug)]
+pub struct PeakEwma {
+    /// Nanoseconds.
+    cost: Cell<f64>,
+    stamp: Cell<Option<Instant>>,
+    decay_ns: f64,
+}
+
+impl PeakEwma {
+    pub fn new(decay: Duration) -> PeakEwma {
+        PeakEwma {
+            cost: Cell::new(0.0),
+            stamp: Cell::new(None),
+            decay_ns: (decay.as_nanos() as f64).max(1.0),
+        }
+    }
+
+    fn weight(&self, now: Instant) -> f64 {
+        let Some(stamp) = self.stamp.get() else {
+            return 0.0;
+        };
+        let dt = now.saturating_duration_since(stamp).as_nanos() as f64;
+        (-dt / self.decay_ns).exp()
+    }
+
+    pub fn observe(&self, now: Instant, rtt: Duration) {
+        let rtt = rtt.as_nanos() as f64;
+        let cost = self.cost.get();
+        let next = if rtt > cost {
+            rtt
+        } else {
+            let w = self.weight(now);
+            cost * w + rtt * (1.0 - w)
+        };
+        self.cost.set(next);
+        self.stamp.set(Some(now));
+    }
+
+    /// The estimate at `now` in nanoseconds (decayed towards zero since the last sample).
+    pub fn get(&self, now: Instant) -> f64 {
+        self.cost.get() * self.weight(now)
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    weight: i64,
+    current: Cell<i64>,
+    ewma: PeakEwma,
+    in_flight: Cell<u32>,
+}
+
+/// One model's balancer over its deployments (indices into `Route::deployments`).
+#[derive(Debug)]
+pub struct Balancer {
+    lb: Lb,
+    slots: Vec<Slot>,
+}
+
+impl Balancer {
+    pub fn new(lb: Lb, weights: &[u32], decay: Duration) -> Balancer {
+        Balancer {
+            lb,
+            slots: weights
+                .iter()
+                .map(|&w| Slot {
+                    weight: i64::from(w.max(1)),
+                    current: Cell::new(0),
+                    ewma: PeakEwma::new(decay),
+                    in_flight: Cell::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn lb(&self) -> Lb {
+        self.lb
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Pick an eligible deployment, or `None` when none is.
+    pub fn pick(&self, now: Instant, rng: &Rng, eligible: impl Fn(usize) -> bool) -> Option<usize> {
+        match self.lb {
+            Lb::Weighted => self.pick_weighted(&eligible),
+            Lb::P2c => self.pick_p2c(now, rng, &eligible),
+        }
+    }
+
+    fn pick_weighted(&self, eligible: &impl Fn(usize) -> bool) -> Option<usize> {
+        let mut total = 0;
+        let mut best: Option<usize> = None;
+        for (i, s) in self.slots.iter().enumerate() {
+            if !eligible(i) {
+                continue;
+            }
+            s.current.set(s.current.get() + s.weight);
+            total += s.weight;
+            if best.is_none_or(|b| s.current.get() > self.slots[b].current.get()) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        let s = &self.slots[b];
+        s.current.set(s.current.get() - total);
+        Some(b)
+    }
+
+    fn pick_p2c(
+        &self,
+        now: Instant,
+        rng: &Rng,
+        eligible: &impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let n = (0..self.slots.len()).filter(|&i| eligible(i)).count();
+        let nth = |k: usize| (0..self.slots.len()).filter(|&i| eligible(i)).nth(k);
+        match n {
+            0 => None,
+            1 => nth(0),
+            _ => {
+                let a = rng.below(n);
+                let mut b = rng.below(n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                let (a, b) = (nth(a)?, nth(b)?);
+                Some(if self.score(b, now) < self.score(a, now) {
+                    b
+                } else {
+                    a
+                })
+            }
+        }
+    }
+
+    /// p2c load of a deployment: latency estimate (ns) × (in-flight + 1). A deployment without
+    /// a sample yet scores 0 (new deployments get tried) unless requests are in flight on it.
+    pub fn score(&self, i: usize, now: Instant) -> f64 {
+        let Some(s) = self.slots.get(i) else {
+            return f64::INFINITY;
+        };
+        let cost = s.ewma.get(now);
+        let pending = f64::from(s.in_flight.get());
+        if cost == 0.0 && pending > 0.0 {
+            // Finagle's penalty for unmeasured-but-busy: keep it behind measured ones.
+            return 1e12 + pending;
+        }
+        cost * (pending + 1.0)
+    }
+
+    pub fn in_flight(&self, i: usize) -> u32 {
+        self.slots.get(i).map_or(0, |s| s.in_flight.get())
+    }
+
+    /// An attempt on deployment `i` started.
+    pub fn start(&self, i: usize) {
+        if let Some(s) = self.slots.get(i) {
+            s.in_flight.set(s.in_flight.get() + 1);
+        }
+    }
+
+    /// An attempt on deployment `i` ended (after its body/stream, or its failure).
+    pub fn end(&self, i: usize) {
+        if let Some(s) = self.slots.get(i) {
+            s.in_flight.set(s.in_flight.get().saturating_sub(1));
+        }
+    }
+
+    /// A latency sample (time to the response head) for deployment `i`.
+    pub fn observe(&self, i: usize, now: Instant, latency: Duration) {
+        if let Some(s) = self.slots.get(i) {
+            s.ewma.observe(now, latency);
+        }
+    }
+
+    /// A failed attempt: charged as `max(elapsed, FAILURE_PENALTY)`.
+    pub fn observe_failure(&self, i: usize, now: Instant, elapsed: Duration) {
+        self.observe(i, now, elapsed.max(FAILURE_PENALTY));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    #[test]
+    fn weighted_3_to_1_is_exact_over_2000_picks_and_interleaved() {
+        let b = Balancer::new(Lb::Weighted, &[3, 1], EWMA_DECAY);
+        let rng = Rng::new(1);
+        let now = Instant::now();
+        let picks: Vec<usize> = (0..2_000)
+            .map(|_| b.pick(now, &rng, |_| true).unwrap())
+            .collect();
+        assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 1_500);
+        assert_eq!(picks.iter().filter(|&&p| p == 1).count(), 500);
+        // smooth: never more than 3 in a row of the heavy one, each cycle of 4 is exact
+        assert_eq!(&picks[..8], &[0, 0, 1, 0, 0, 0, 1, 0]);
+        assert!(picks
+            .chunks(4)
+            .all(|c| c.iter().filter(|&&p| p == 1).count() == 1));
+    }
+
+    #[test]
+    fn weighted_table() {
+        // (weights, picks, expected counts)
+        let cases: [(&[u32], usize, &[usize]); 4] = [
+            (&[1], 10, &[10]),
+            (&[1, 1], 10, &[5, 5]),
+            (&[5, 3, 2], 1_000, &[500, 300, 200]),
+            (&[7, 1, 1, 1], 1_000, &[700, 100, 100, 100]),
+        ];
+        let now = Instant::now();
+        for (weights, n, want) in cases {
+            let b = Balancer::new(Lb::Weighted, weights, EWMA_DECAY);
+            let mut got = vec![0; weights.len()];
+            for _ in 0..n {
+                got[b.pick(now, &Rng::new(0), |_| true).unwrap()] += 1;
+            }
+            assert_eq!(got, want, "{weights:?}");
+        }
+    }
+
+    #[test]
+    fn ineligible_deployments_are_skipped_and_none_when_all_are() {
+        let now = Instant::now();
+        let rng = Rng::new(3);
+        for lb in [Lb::Weighted, Lb::P2c] {
+            let b = Balancer::new(lb, &[3, 1, 1], EWMA_DECAY);
+            for _ in 0..100 {
+                assert_eq!(b.pick(now, &rng, |i| i == 2), Some(2), "{lb:?}");
+                assert_ne!(b.pick(now, &rng, |i| i != 0), Some(0), "{lb:?}");
+            }
+            assert_eq!(b.pick(now, &rng, |_| false), None);
+        }
+        // weighted: with the heavy one excluded the others split evenly
+        let b = Balancer::new(Lb::Weighted, &[3, 1, 1], EWMA_DECAY);
+        let mut got = [0; 3];
+        for _ in 0..100 {
+            got[b.pick(now, &rng, |i| i != 0).unwrap()] += 1;
+        }
+        assert_eq!(got, [0, 50, 50]);
+    }
+
+    #[test]
+    fn peak_ewma_takes_peaks_at_once_and_decays() {
+        let t0 = Instant::now();
+        let e = PeakEwma::new(Duration::from_secs(5));
+        assert_eq!(e.get(t0), 0.0);
+        e.observe(t0, Duration::from_millis(100));
+        assert_eq!(e.get(t0), 100e6);
+        // a lower sample right away barely moves it; after 5 s it weighs 63 %
+        e.observe(t0 + Duration::from_secs(5), Duration::from_millis(10));
+        let v = e.get(t0 + Duration::from_secs(5));
+        let want = 100e6 * (-1f64).exp() + 10e6 * (1.0 - (-1f64).exp());
+        assert!((v - want).abs() < 1e3, "{v} vs {want}");
+        // idle: decays toward zero
+        assert!(e.get(t0 + Duration::from_secs(60)) < 1e3);
+        e.observe(t0 + Duration::from_secs(61), Duration::from_millis(500));
+        assert_eq!(e.get(t0 + Duration::from_secs(61)), 500e6);
+    }
+
+    /// Discrete-event simulation with an injected clock: one request per ms for 4 s, each
+    /// deployment answers after a fixed latency. Returns each deployment's share of picks.
+    fn simulate(latencies_ms: &[u64], seed: u64) -> Vec<f64> {
+        let weights = vec![1; latencies_ms.len()];
+        let b = Balancer::new(Lb::P2c, &weights, EWMA_DECAY);
+        let rng = Rng::new(seed);
+        let t0 = Instant::now();
+        let mut done: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+        let mut picks = vec![0usize; latencies_ms.len()];
+        let n = 4_000u64;
+        for ms in 0..n {
+            while let Some(&Reverse((at, i))) = done.peek() {
+                if at > ms {
+                    break;
+                }
+                done.pop();
+                b.end(i);
+                b.observe(
+                    i,
+                    t0 + Duration::from_millis(at),
+                    Duration::from_millis(latencies_ms[i]),
+                );
+            }
+            let now = t0 + Duration::from_millis(ms);
+            let i = b.pick(now, &rng, |_| true).unwrap();
+            b.start(i);
+            picks[i] += 1;
+            done.push(Reverse((ms + latencies_ms[i], i)));
+        }
+        picks.iter().map(|&p| p as f64 / n as f64).collect()
+    }
+
+    #[test]
+    fn p2c_prefers_the_faster_deployment() {
+        // 10 ms vs 50 ms at 1,000 req/s: the fast one takes 95.95–95.98 % over seeds 0–4.
+        // Equilibrium of 10·(n_fast+1) = 50·(n_slow+1) with n = rate × latency × share gives
+        // 97.7 %: the slow one keeps a trickle because in-flight multiplies the latency.
+        for seed in 0..5 {
+            let share = simulate(&[10, 50], seed);
+            assert!(share[0] > 0.94 && share[0] < 0.99, "seed {seed}: {share:?}");
+        }
+        // three deployments, one slow: measured [0.498, 0.495, 0.007]
+        let share = simulate(&[10, 10, 80], 9);
+        assert!(
+            share[2] < 0.15 && share[0] > 0.3 && share[1] > 0.3,
+            "{share:?}"
+        );
+    }
+
+    #[test]
+    fn p2c_splits_evenly_between_equals() {
+        let share = simulate(&[20, 20], 4);
+        assert!((share[0] - 0.5).abs() < 0.02, "{share:?}");
+    }
+
+    #[test]
+    fn p2c_avoids_a_failing_deployment_then_probes_it_again() {
+        let t0 = Instant::now();
+        let b = Balancer::new(Lb::P2c, &[1, 1], EWMA_DECAY);
+        let rng = Rng::new(5);
+        b.observe(0, t0, Duration::from_millis(20));
+        b.observe_failure(1, t0, Duration::from_millis(1));
+        assert!((0..50).all(|_| b.pick(t0, &rng, |_| true) == Some(0)));
+        // after a while idle the failure penalty has decayed below the healthy one's estimate
+        let later = t0 + Duration::from_secs(30);
+        b.observe(0, later, Duration::from_millis(20));
+        assert_eq!(b.pick(later, &rng, |_| true), Some(1));
+    }
+}
