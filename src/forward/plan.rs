@@ -287,8 +287,8 @@ impl<'a> Plan<'a> {
     }
 
     /// The candidate failed for `reason` before anything reached the client. A 429 cools its
-    /// key for `retry_after` (parse it with `keys::parse_retry_after`); other reasons count
-    /// against its breaker and its latency estimate. Returns what to do next: `Stop` if the
+    /// key for `retry_after` (parse it with `keys::parse_retry_after`) and is no breaker
+    /// verdict; other reasons count against its breaker and its latency estimate. Returns what to do next: `Stop` if the
     /// reason is not retryable or nothing is left (then relay the failed answer, if there was
     /// one, or the error).
     pub fn failed(
@@ -310,6 +310,12 @@ impl<'a> Plan<'a> {
             }
             if !self.limited.contains(&(r, d)) {
                 self.limited.push((r, d));
+            }
+            // The deployment answered: a half-open probe gets no verdict, the next one may go.
+            if cand.probe {
+                if let Some(b) = cand.state.breakers.get(d) {
+                    b.release_probe();
+                }
             }
         } else if reason.trips_breaker() {
             let elapsed = now.saturating_duration_since(cand.started);

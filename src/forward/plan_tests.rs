@@ -204,7 +204,22 @@ breaker = { failures = 2, cooldown_ms = 1000 }
     let mut p3 = Plan::new(&t, &st, route, "m", now);
     let probe = take(p3.next(now));
     assert_eq!(probe.deployment_index, 0);
-    p3.succeeded(&probe, ms(t0, 1_010));
+    // a probe answered 429: no verdict; once its key cooled (1 s default) the next may probe
+    let probe = take(p3.failed(probe, Reason::Status429, None, ms(t0, 1_002)));
+    assert_eq!(probe.deployment_index, 1, "p3 moves on");
+    drop(probe);
+    let mut p4 = Plan::new(&t, &st, route, "m", ms(t0, 1_500));
+    assert_eq!(
+        take(p4.next(ms(t0, 1_500))).deployment_index,
+        1,
+        "key cooling"
+    );
+    let now = ms(t0, 2_002);
+    let mut p5 = Plan::new(&t, &st, route, "m", now);
+    let probe = take(p5.next(now));
+    assert_eq!(probe.deployment_index, 0);
+    assert_eq!(ms0.breakers[0].state(), BreakerState::HalfOpen);
+    p5.succeeded(&probe, ms(t0, 2_010));
     assert_eq!(ms0.breakers[0].state(), BreakerState::Closed);
     assert_eq!(st.metrics.failures(0, 0, Reason::Status500), 2);
 }
@@ -327,6 +342,12 @@ upstream_model = "real-f3"
 /// back when no deployment of the requested model was eligible, and leaves nothing in flight.
 #[test]
 fn random_outcomes_keep_the_invariants() {
+    for seed in [7, 1, 2, 3, 4] {
+        random_outcomes(seed);
+    }
+}
+
+fn random_outcomes(seed: u64) {
     let models = r#"
 [[model]]
 name = "m"
@@ -340,8 +361,8 @@ name = "f"
 deployments = [{ provider = "b" }, { provider = "a" }]
 "#;
     let t = table(models);
-    let st = ForwardState::new(&t, 42);
-    let rng = Rng::new(7);
+    let st = ForwardState::new(&t, seed * 31);
+    let rng = Rng::new(seed);
     let route = t.resolve("m").unwrap();
     let reasons = [
         Reason::Connect,
