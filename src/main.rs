@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use mimalloc::MiMalloc;
 use ringgate::config::Config;
-use ringgate::mock::Profile;
+use ringgate::mock::{fault, Profile};
 use ringgate::shard::DriverChoice;
 
 #[global_allocator]
@@ -18,7 +18,16 @@ USAGE:
   ringgate [serve] [--config FILE] [--listen ADDR]   run the gateway (no config: built-in default)
   ringgate check --config FILE                       validate a config file
   ringgate mock [--listen ADDR] [--profile instant|seed|paced] [--shards N]
-                                                     run the upstream simulator
+                [--fault FAULT]... [--fault-rate R] [--fault-model M] [--fault-path P] [--seed S]
+                                                     run the upstream simulator; --fault (repeat
+                                                     to mix) breaks R (default 1.0) of the requests
+                                                     (only model M / paths under P); a request's
+                                                     x-mock-fault header does the same per request.
+                                                     FAULT: 429[:retry-after=N] 500 502 503 reset
+                                                     close garbage stall stall-mid-head
+                                                     stall-mid-body cut-after=N cut-close-after=N
+                                                     malformed slow-first-byte=MS short-length
+                                                     bad-chunk huge-header huge-body extra-bytes[=MS]
   ringgate --version | --help
 ";
 
@@ -56,6 +65,12 @@ struct Opts {
     listen: Option<String>,
     profile: Option<String>,
     shards: Option<usize>,
+    // `mock` only: the fault plan.
+    faults: Vec<String>,
+    fault_rate: Option<String>,
+    fault_model: Option<String>,
+    fault_path: Option<String>,
+    seed: Option<String>,
 }
 
 impl Opts {
@@ -80,6 +95,11 @@ impl Opts {
                 "--shards" => {
                     o.shards = Some(val()?.parse().map_err(|_| "--shards needs a number")?)
                 }
+                "--fault" => o.faults.push(val()?),
+                "--fault-rate" => o.fault_rate = Some(val()?),
+                "--fault-model" => o.fault_model = Some(val()?),
+                "--fault-path" => o.fault_path = Some(val()?),
+                "--seed" => o.seed = Some(val()?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -199,11 +219,24 @@ fn mock(opts: &Opts) -> ExitCode {
         eprintln!("ringgate mock: unknown profile {profile_name:?} (instant, seed, paced)");
         return ExitCode::from(2);
     };
+    let plan = match fault_plan(opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ringgate mock: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let faults = if plan.is_empty() {
+        String::new()
+    } else {
+        format!(", faults {}", opts.faults.join(" "))
+    };
     let driver = DriverChoice::resolve("auto");
-    match ringgate::mock::server::start(addr, profile, opts.shards.unwrap_or(1), driver) {
+    let shards = opts.shards.unwrap_or(1);
+    match ringgate::mock::server::start_with(addr, profile, shards, driver, plan) {
         Ok(m) => {
             ringgate::log::info(format_args!(
-                "mock listening on http://{} (profile {profile_name})",
+                "mock listening on http://{} (profile {profile_name}{faults})",
                 m.addr
             ));
             m.wait();
@@ -214,4 +247,42 @@ fn mock(opts: &Opts) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The mock's per-process fault plan from `--fault`, `--fault-rate`, `--fault-model`,
+/// `--fault-path` and `--seed`.
+fn fault_plan(opts: &Opts) -> Result<fault::Plan, String> {
+    let faults = opts
+        .faults
+        .iter()
+        .map(|f| fault::Fault::parse(f).map_err(|e| format!("--fault: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let seed = match &opts.seed {
+        Some(s) => s.parse().map_err(|_| "--seed needs a whole number")?,
+        None => 0,
+    };
+    if faults.is_empty() {
+        let limits = [&opts.fault_rate, &opts.fault_model, &opts.fault_path];
+        if limits.iter().any(|o| o.is_some()) {
+            return Err("--fault-rate/--fault-model/--fault-path need --fault".into());
+        }
+        return Ok(fault::Plan::default());
+    }
+    let rate = match &opts.fault_rate {
+        Some(r) => r
+            .parse::<f64>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or("--fault-rate needs a number from 0 to 1")?,
+        None => 1.0,
+    };
+    Ok(fault::Plan {
+        rules: vec![fault::Rule {
+            faults,
+            rate,
+            model: opts.fault_model.clone(),
+            path: opts.fault_path.clone(),
+        }],
+        seed,
+    })
 }

@@ -29,25 +29,29 @@ impl Shape {
     }
 }
 
-/// The error body for `status` (400 invalid request, 404 not found, 405 wrong method).
+/// The error body for `status` (400 invalid request, 404 not found, 405 wrong method, 429 rate
+/// limited, 5xx server errors, 503 / 529 overloaded).
 pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + message.len());
     match shape {
         Shape::OpenAi => {
-            let ty = if status == 404 {
-                "not_found_error"
-            } else {
-                "invalid_request_error"
+            let ty = match status {
+                404 => "not_found_error",
+                429 => "rate_limit_error",
+                500.. => "server_error",
+                _ => "invalid_request_error",
             };
             out.extend_from_slice(b"{\"error\":{\"message\":");
             push_json_str(&mut out, message);
             let _ = write!(out, ",\"type\":\"{ty}\",\"param\":null,\"code\":null}}}}");
         }
         Shape::Anthropic => {
-            let ty = if status == 404 {
-                "not_found_error"
-            } else {
-                "invalid_request_error"
+            let ty = match status {
+                404 => "not_found_error",
+                429 => "rate_limit_error",
+                503 | 529 => "overloaded_error",
+                500.. => "api_error",
+                _ => "invalid_request_error",
             };
             let _ = write!(
                 out,
@@ -60,6 +64,9 @@ pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
             let st = match status {
                 404 => "NOT_FOUND",
                 405 => "UNIMPLEMENTED",
+                429 => "RESOURCE_EXHAUSTED",
+                503 => "UNAVAILABLE",
+                500.. => "INTERNAL",
                 _ => "INVALID_ARGUMENT",
             };
             let _ = write!(out, "{{\"error\":{{\"code\":{status},\"message\":");
@@ -99,5 +106,12 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_slice(&body(Shape::OpenAi, 400, "m")).unwrap();
         assert_eq!(v["error"]["type"], "invalid_request_error");
+        let v: serde_json::Value =
+            serde_json::from_slice(&body(Shape::Anthropic, 503, "busy")).unwrap();
+        assert_eq!(v["error"]["type"], "overloaded_error");
+        let v: serde_json::Value = serde_json::from_slice(&body(Shape::OpenAi, 429, "m")).unwrap();
+        assert_eq!(v["error"]["type"], "rate_limit_error");
+        let v: serde_json::Value = serde_json::from_slice(&body(Shape::Gemini, 500, "m")).unwrap();
+        assert_eq!(v["error"]["status"], "INTERNAL");
     }
 }

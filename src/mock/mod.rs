@@ -4,15 +4,20 @@
 //! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
 //! plus a user turn triggers a tool call), and the dispatch to the per-dialect response writers
 //! (`chat`, `responses`, `anthropic`, `gemini`, `embeddings`), which share `pace` (timing and
-//! framing) and `tools` (the tool-call decision). Must not: depend on the gateway pipeline — the
-//! gateway calls `respond` / `chat::respond`, the standalone server in `server` calls the same
-//! functions.
+//! framing) and `tools` (the tool-call decision). The standalone server (`server`) also injects
+//! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
+//! `--fault` plan), `inject` writes them in place of the `answer`. Must not: depend on the
+//! gateway pipeline — the gateway calls `respond` / `chat::respond` (its in-process mock injects
+//! no faults), the standalone server calls the same writers.
 
+pub mod answer;
 pub mod anthropic;
 pub mod chat;
 pub mod embeddings;
 pub mod error;
+pub mod fault;
 pub mod gemini;
+pub mod inject;
 pub mod pace;
 pub mod responses;
 pub mod server;

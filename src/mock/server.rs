@@ -3,8 +3,11 @@
 //! `/v1/responses`, `/v1/messages` (+ `/count_tokens`), `/v1beta/models/{model}:generateContent`
 //! / `:streamGenerateContent[?alt=sse]`, `/v1/embeddings`, `GET /v1/models`.
 //!
-//! Owns: the mock's accept loop and path dispatch (404 / 405 for anything else). Must not: share
-//! state with the gateway or write any dialect's bytes itself.
+//! Faults (`fault`, written by `inject`): a request's `x-mock-fault` header, else the process's
+//! fault plan (`ringgate mock --fault …`), replaces the normal answer on any of these paths.
+//!
+//! Owns: the mock's accept loop, path dispatch (404 / 405 for anything else) and the per-shard
+//! fault dice. Must not: share state with the gateway or write any dialect's bytes itself.
 
 use std::cell::Cell;
 use std::io;
@@ -12,14 +15,16 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::answer::Answer;
 use super::error::{self, Shape};
-use super::{anthropic, embeddings, gemini, pace, Dialect, MockRequest, Profile};
+use super::fault::{self, Dice, Plan};
+use super::inject::{self, After};
+use super::{anthropic, embeddings, Dialect, MockRequest, Profile};
 use crate::error::ErrorShape;
 use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
-use crate::mock;
 use crate::shard::{self, DriverChoice};
 use crate::shutdown::{LocalSignal, Shutdown};
 
@@ -60,6 +65,18 @@ pub fn start(
     shards: usize,
     driver: DriverChoice,
 ) -> io::Result<MockServer> {
+    start_with(listen, profile, shards, driver, Plan::default())
+}
+
+/// [`start`] with a per-process fault plan (each shard rolls its own dice, seeded from the
+/// plan's seed and the shard index).
+pub fn start_with(
+    listen: SocketAddr,
+    profile: Profile,
+    shards: usize,
+    driver: DriverChoice,
+    plan: Plan,
+) -> io::Result<MockServer> {
     let (listeners, addr) = shard::bind_listeners(listen, shards)?;
     let shutdown = Shutdown::new();
     let sd = shutdown.clone();
@@ -67,10 +84,16 @@ pub fn start(
         listeners,
         driver,
         false,
-        move |_id, std_listener, _driver| {
+        move |id, std_listener, _driver| {
             let sd = sd.clone();
+            let plan = plan.clone();
             async move {
-                let local = Rc::new(Local::default());
+                let local = Rc::new(Local {
+                    draining: LocalSignal::default(),
+                    conns: Cell::new(0),
+                    dice: Dice::new(plan.seed, id),
+                    plan,
+                });
                 let open = || local.conns.get() as u64;
                 shard::accept_until(
                     "mock",
@@ -94,10 +117,11 @@ pub fn start(
     })
 }
 
-#[derive(Default)]
 struct Local {
     draining: LocalSignal,
     conns: Cell<usize>,
+    plan: Plan,
+    dice: Dice,
 }
 
 async fn serve(conn: ClientConn, profile: Profile, local: Rc<Local>) {
@@ -124,6 +148,12 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         let keep_alive = head.keep_alive;
         let method = head.method;
         let route = Route::of(head.path(&conn.buf), head.query(&conn.buf));
+        let asked = fault::from_header(conn.buf.get(..head.len).unwrap_or_default());
+        let path = if local.plan.is_empty() {
+            Vec::new()
+        } else {
+            head.path(&conn.buf).to_vec()
+        };
         let body = match read_body(
             &mut conn.stream,
             &mut conn.buf,
@@ -142,7 +172,39 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
                 return;
             }
         };
-        let ok = answer(&mut conn, method, route, &body, profile, keep_alive).await;
+        let answer = answer(method, route, &body);
+        let fault = match asked {
+            Ok(Some(f)) => Some(f),
+            Ok(None) if local.plan.is_empty() => None,
+            Ok(None) => local.plan.pick(&path, answer.model(), &local.dice),
+            Err(msg) => {
+                let b = error::body(answer.shape(), 400, &msg);
+                let bad = Answer::Json {
+                    status: 400,
+                    body: b,
+                    shape: answer.shape(),
+                    paced: false,
+                };
+                let ok = bad.write(&mut conn.stream, profile, keep_alive).await;
+                if ok.is_err() || !keep_alive {
+                    return;
+                }
+                continue;
+            }
+        };
+        let s = &mut conn.stream;
+        let after = match fault {
+            None => After::Normal,
+            Some(f) => monoio::select! {
+                _ = local.draining.wait() => After::Close,
+                a = inject::inject(s, &f, &answer, keep_alive) => a,
+            },
+        };
+        let ok = match after {
+            After::Normal => answer.write(s, profile, keep_alive).await.is_ok(),
+            After::Keep => true,
+            After::Close => false,
+        };
         if !ok || !keep_alive {
             return;
         }
@@ -210,56 +272,70 @@ impl Route {
     }
 }
 
-/// Answer one request; false when the connection must close.
-async fn answer(
-    conn: &mut ClientConn,
-    method: Method,
-    route: Route,
-    body: &[u8],
-    profile: Profile,
-    keep_alive: bool,
-) -> bool {
-    let s = &mut conn.stream;
-    let r = match (method, route) {
-        (Method::Post, Route::Dialect(d)) => {
-            mock::respond(s, d, "", body, profile, keep_alive).await
-        }
+/// What to answer to `method` on `route` with `body`.
+fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
+    let json = |status, body, shape, paced| Answer::Json {
+        status,
+        body,
+        shape,
+        paced,
+    };
+    let invalid = |shape, msg: String| json(400, error::body(shape, 400, &msg), shape, false);
+    match (method, route) {
+        (Method::Post, Route::Dialect(d)) => match MockRequest::parse_dialect(d, "", body) {
+            Ok(req) => Answer::generate(d, req),
+            Err(msg) => invalid(Shape::of(d), msg),
+        },
         (Method::Post, Route::Azure(Some(dep))) => {
-            mock::respond(s, Dialect::Chat, &dep, body, profile, keep_alive).await
+            match MockRequest::parse_dialect(Dialect::Chat, &dep, body) {
+                Ok(req) => Answer::generate(Dialect::Chat, req),
+                Err(msg) => invalid(Shape::OpenAi, msg),
+            }
         }
-        (Method::Post, Route::Azure(None)) => {
-            let msg = "Missing required query parameter: api-version";
-            error::write(s, Shape::OpenAi, 400, msg, keep_alive).await
-        }
+        (Method::Post, Route::Azure(None)) => invalid(
+            Shape::OpenAi,
+            "Missing required query parameter: api-version".into(),
+        ),
         (Method::Post, Route::Gemini(model, stream)) => {
             match MockRequest::parse_dialect(Dialect::Gemini, &model, body) {
                 Ok(mut req) => {
                     req.stream = stream.is_some();
-                    let sse = stream.unwrap_or(true);
-                    gemini::respond_framed(s, &req, sse, profile, keep_alive).await
+                    Answer::Generate {
+                        dialect: Dialect::Gemini,
+                        req,
+                        sse: stream.unwrap_or(true),
+                    }
                 }
-                Err(msg) => error::write(s, Shape::Gemini, 400, &msg, keep_alive).await,
+                Err(msg) => invalid(Shape::Gemini, msg),
             }
         }
-        (Method::Post, Route::CountTokens) => {
-            let b = anthropic::count_tokens_body(body);
-            pace::json(s, 200, &b, Profile::Instant, keep_alive).await
-        }
-        (Method::Post, Route::Embeddings) => {
-            embeddings::respond(s, body, profile, keep_alive).await
-        }
+        (Method::Post, Route::CountTokens) => json(
+            200,
+            anthropic::count_tokens_body(body),
+            Shape::Anthropic,
+            false,
+        ),
+        (Method::Post, Route::Embeddings) => match embeddings::embeddings_body(body) {
+            Ok(b) => json(200, b, Shape::OpenAi, true),
+            Err(msg) => invalid(Shape::OpenAi, msg),
+        },
         (Method::Get, Route::Models) => {
             let body = br#"{"object":"list","data":[{"id":"mock","object":"model","created":1700000000,"owned_by":"ringgate-mock"}]}"#;
-            pace::json(s, 200, body, Profile::Instant, keep_alive).await
+            json(200, body.to_vec(), Shape::OpenAi, false)
         }
         (_, Route::Unknown) => {
             let msg = "the mock does not serve this path";
-            error::write(s, Shape::OpenAi, 404, msg, keep_alive).await
+            json(
+                404,
+                error::body(Shape::OpenAi, 404, msg),
+                Shape::OpenAi,
+                false,
+            )
         }
         (_, route) => {
             let msg = "method not allowed on this path";
-            error::write(s, route.shape(), 405, msg, keep_alive).await
+            let shape = route.shape();
+            json(405, error::body(shape, 405, msg), shape, false)
         }
-    };
-    r.is_ok()
+    }
 }

@@ -1,0 +1,129 @@
+//! What the standalone mock answers to one request, decided from its path and body before
+//! anything is written: a generation in one dialect, or a complete JSON body (errors, token
+//! counts, embeddings, the model list). Written either normally (paced by the profile, through
+//! the dialect writers) or whole and unpaced as `Rendered` bytes, which `inject` breaks.
+//!
+//! Owns: the answer value and its two renderings. Must not: parse HTTP or choose faults.
+
+use std::io;
+
+use monoio::io::AsyncWriteRent;
+
+use super::error::Shape;
+use super::{anthropic, chat, gemini, pace, responses, Dialect, MockRequest, Profile};
+
+/// One request's answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// A generation in `dialect`; for Gemini streams `sse` picks SSE (`alt=sse`) over a JSON
+    /// array.
+    Generate {
+        dialect: Dialect,
+        req: MockRequest,
+        sse: bool,
+    },
+    /// A complete JSON body. `paced`: a 200 waits for the profile's first-token delay.
+    Json {
+        status: u16,
+        body: Vec<u8>,
+        shape: Shape,
+        paced: bool,
+    },
+}
+
+/// An answer as bytes: what a well-behaved mock would send, without timing.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub status: u16,
+    pub content_type: &'static [u8],
+    pub body: Vec<u8>,
+    /// The body is an SSE stream (events end with a blank line).
+    pub sse: bool,
+}
+
+impl Answer {
+    /// A generation request (`req.stream` says whether it streams).
+    pub fn generate(dialect: Dialect, req: MockRequest) -> Answer {
+        Answer::Generate {
+            dialect,
+            req,
+            sse: true,
+        }
+    }
+
+    /// The model the request asked for (generations only).
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            Answer::Generate { req, .. } => Some(&req.model),
+            Answer::Json { .. } => None,
+        }
+    }
+
+    /// The error shape of the request's dialect.
+    pub fn shape(&self) -> Shape {
+        match self {
+            Answer::Generate { dialect, .. } => Shape::of(*dialect),
+            Answer::Json { shape, .. } => *shape,
+        }
+    }
+
+    /// Write the answer as the mock normally does (paced by `profile`).
+    pub async fn write<S: AsyncWriteRent>(
+        &self,
+        s: &mut S,
+        profile: Profile,
+        keep_alive: bool,
+    ) -> io::Result<()> {
+        match self {
+            Answer::Generate { dialect, req, sse } => match dialect {
+                Dialect::Chat => chat::respond(s, req, profile, keep_alive).await,
+                Dialect::Responses => responses::respond(s, req, profile, keep_alive).await,
+                Dialect::Messages => anthropic::respond(s, req, profile, keep_alive).await,
+                Dialect::Gemini => gemini::respond_framed(s, req, *sse, profile, keep_alive).await,
+            },
+            Answer::Json {
+                status,
+                body,
+                paced,
+                ..
+            } => {
+                let p = if *paced { profile } else { Profile::Instant };
+                pace::json(s, *status, body, p, keep_alive).await
+            }
+        }
+    }
+
+    /// The whole answer as bytes, unpaced.
+    pub fn render(&self) -> Rendered {
+        let json = |status, body| Rendered {
+            status,
+            content_type: b"application/json",
+            body,
+            sse: false,
+        };
+        let sse = |body| Rendered {
+            status: 200,
+            content_type: b"text/event-stream",
+            body,
+            sse: true,
+        };
+        match self {
+            Answer::Json { status, body, .. } => json(*status, body.clone()),
+            Answer::Generate {
+                dialect,
+                req,
+                sse: gemini_sse,
+            } => match (dialect, req.stream) {
+                (Dialect::Chat, false) => json(200, chat::completion_body(req)),
+                (Dialect::Chat, true) => sse(chat::stream_transcript(req)),
+                (Dialect::Responses, false) => json(200, responses::response_body(req)),
+                (Dialect::Responses, true) => sse(responses::stream_transcript(req)),
+                (Dialect::Messages, false) => json(200, anthropic::message_body(req)),
+                (Dialect::Messages, true) => sse(anthropic::stream_transcript(req)),
+                (Dialect::Gemini, false) => json(200, gemini::response_body(req)),
+                (Dialect::Gemini, true) if *gemini_sse => sse(gemini::stream_transcript(req, true)),
+                (Dialect::Gemini, true) => json(200, gemini::stream_transcript(req, false)),
+            },
+        }
+    }
+}
