@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
-use ringgate::mock::{server::MockServer, Profile};
+use ringgate::mock::{fault::Plan, server::MockServer, Profile};
 use ringgate::shard::DriverChoice;
 
 pub const DRIVERS: [&str; 2] = ["epoll", "io_uring"];
@@ -27,6 +27,18 @@ pub fn start_mock(profile: Profile, driver: &str) -> MockServer {
         profile,
         1,
         driver_choice(driver),
+    )
+    .unwrap()
+}
+
+/// The mock with a per-process fault plan (see `ringgate::mock::fault`).
+pub fn start_mock_faulty(profile: Profile, driver: &str, plan: Plan) -> MockServer {
+    ringgate::mock::server::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        profile,
+        1,
+        driver_choice(driver),
+        plan,
     )
     .unwrap()
 }
@@ -267,6 +279,21 @@ impl Stack {
     pub fn new(profile: Profile, driver: &str, extra: &str) -> Stack {
         let mock = start_mock(profile, driver);
         let gw = start_gateway(mock.addr, driver, extra);
+        Stack {
+            addr: gw.addr,
+            gw: Some(gw),
+            mock: Some(mock),
+        }
+    }
+}
+
+impl Stack {
+    /// A gateway on a whole config text in front of `mock`; `{mock}` in the text is replaced
+    /// by the mock's address.
+    pub fn with_config(mock: MockServer, config: &str) -> Stack {
+        let text = config.replace("{mock}", &mock.addr.to_string());
+        let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+        let gw = gateway::start(cfg).unwrap();
         Stack {
             addr: gw.addr,
             gw: Some(gw),
