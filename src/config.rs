@@ -327,7 +327,9 @@ impl Config {
                     format!("provider {name:?}: base_url is required for kind {kind:?}"),
                 ),
                 (Some(u), _) => {
-                    if let Err(e) = Endpoint::parse(u.get_ref()) {
+                    // Parse the redacted form: a URL with credentials is refused either way,
+                    // and the message must not repeat the password.
+                    if let Err(e) = Endpoint::parse(&redact_url(u.get_ref())) {
                         err(u.span(), format!("provider {name:?}: {e}"));
                     }
                 }
@@ -412,6 +414,27 @@ impl Config {
     }
 }
 
+/// `url` fit to display or log: the password of a `user:pass@host` authority becomes `***`
+/// (`user:***@host`); userinfo without a colon (often a token) becomes `***@host`.
+pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return std::borrow::Cow::Borrowed(url);
+    };
+    let user = match authority[..at].split_once(':') {
+        Some((user, _)) => user,
+        None => "",
+    };
+    let sep = if user.is_empty() { "" } else { ":" };
+    std::borrow::Cow::Owned(format!(
+        "{}{user}{sep}***{}",
+        &url[..start],
+        &url[start + at..]
+    ))
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
     text.as_bytes()[..end]
@@ -487,6 +510,26 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
         assert_eq!(c.admission.max_body, 32 << 20);
         let errs = Config::parse("[admission]\nmode = \"sometimes\"\n").unwrap_err();
         assert_eq!(errs[0].line, Some(2), "{errs:?}");
+    }
+
+    #[test]
+    fn redacts_url_credentials() {
+        let cases = [
+            ("http://alice:s3cret@h:1/v1", "http://alice:***@h:1/v1"),
+            ("https://tok@h/v1?a=b@c", "https://***@h/v1?a=b@c"),
+            ("http://a:b:c@d@h", "http://a:***@h"),
+            ("http://h/p@q", "http://h/p@q"),
+            ("http://h:80", "http://h:80"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+        let errs = Config::parse(
+            "[[provider]]\nname=\"a\"\nkind=\"openai\"\nbase_url=\"http://alice:s3cret@h/v1\"\n",
+        )
+        .unwrap_err();
+        assert!(!errs[0].message.contains("s3cret"), "{errs:?}");
+        assert!(errs[0].message.contains("alice:***@h"), "{errs:?}");
     }
 
     #[test]

@@ -141,6 +141,13 @@ fn serve(opts: &Opts) -> ExitCode {
         .iter()
         .map(|m| m.name.get_ref().clone())
         .collect();
+    // Signal handlers go in before the listeners open, so no signal arriving once the port
+    // answers can take the default action (SIGHUP's would kill the process).
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ]);
     match ringgate::gateway::start(cfg) {
         Ok(running) => {
             ringgate::log::info(format_args!(
@@ -151,17 +158,22 @@ fn serve(opts: &Opts) -> ExitCode {
                 t0.elapsed()
             ));
             // SIGTERM/SIGINT: stop accepting, close idle connections, let in-flight requests
-            // finish (bounded by the drain timeout), then exit.
+            // finish (bounded by the drain timeout), then exit. SIGHUP: ignored (logged) until
+            // config reload exists.
             let shutdown = running.shutdown.clone();
-            match signal_hook::iterator::Signals::new([
-                signal_hook::consts::SIGTERM,
-                signal_hook::consts::SIGINT,
-            ]) {
+            match signals {
                 Ok(mut signals) => {
                     std::thread::spawn(move || {
-                        if let Some(sig) = signals.forever().next() {
+                        for sig in signals.forever() {
+                            if sig == signal_hook::consts::SIGHUP {
+                                ringgate::log::info(format_args!(
+                                    "SIGHUP: reload is not implemented yet; ignoring"
+                                ));
+                                continue;
+                            }
                             ringgate::log::info(format_args!("signal {sig}: draining"));
                             shutdown.fire();
+                            break;
                         }
                     });
                 }
