@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorShape, Kind};
 use crate::extract::RoutingFields;
 use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
-use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::metrics::bump;
 use crate::provider::Op;
 use crate::relay::{self, Outcome};
@@ -190,10 +190,7 @@ async fn stream(
     rb: &mut relay::StreamBuf,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
-    let mut out = std::mem::take(&mut conn.out);
-    out.clear();
-    write_head(
-        &mut out,
+    let mut out = conn.head(
         200,
         b"text/event-stream",
         Framing::Chunked,

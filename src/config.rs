@@ -66,6 +66,15 @@ pub struct ServerConfig {
     /// gets `503` + `Retry-After` and is closed. Default 16384. Each idle connection costs a few
     /// KiB of buffers outside the admission budget; this caps that overhead.
     pub max_connections: usize,
+    /// Browser origins (`https://app.example`, `http://localhost:3000`, or `*` for any) allowed
+    /// to call the gateway cross-site; they get CORS preflight answers and headers. A request
+    /// carrying any other `Origin` gets 403. Default empty: browser pages on other sites are
+    /// refused (SDKs and curl send no `Origin` and are unaffected).
+    pub cors_allow_origins: Vec<String>,
+    /// On a loopback listener, `Host` must be a loopback name or address (`localhost`,
+    /// `*.localhost`, `127.0.0.0/8`, `[::1]`; DNS-rebinding guard) or one of these names
+    /// (without port), e.g. the name a local reverse proxy forwards. Default empty.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +90,8 @@ impl Default for ServerConfig {
             body_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
             max_connections: 16_384,
+            cors_allow_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -307,6 +318,23 @@ impl Config {
                 ),
             );
         }
+        for o in &self.server.cors_allow_origins {
+            if let Err(e) = check_origin(o) {
+                err(0..0, format!("server.cors_allow_origins: {o:?}: {e}"));
+            }
+        }
+        for h in &self.server.allowed_hosts {
+            if h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+            {
+                err(
+                    0..0,
+                    format!("server.allowed_hosts: {h:?}: expected a host name without port"),
+                );
+            }
+        }
         for (i, p) in self.providers.iter().enumerate() {
             let name = p.name.get_ref();
             if name.is_empty() {
@@ -414,6 +442,32 @@ impl Config {
     }
 }
 
+/// An allow-list entry: `*`, or a serialized origin `scheme://host[:port]` as browsers send it
+/// (no path, no trailing slash).
+fn check_origin(o: &str) -> Result<(), &'static str> {
+    if o == "*" {
+        return Ok(());
+    }
+    let Some((scheme, host)) = o.split_once("://") else {
+        return Err("expected scheme://host[:port], e.g. https://app.example");
+    };
+    if scheme.is_empty()
+        || !scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    {
+        return Err("invalid scheme");
+    }
+    if host.is_empty()
+        || host
+            .bytes()
+            .any(|b| b"/?#@ ".contains(&b) || b.is_ascii_control())
+    {
+        return Err("an origin has a host and optional port only (no path, no trailing slash)");
+    }
+    Ok(())
+}
+
 /// `url` fit to display or log: the password of a `user:pass@host` authority becomes `***`
 /// (`user:***@host`); userinfo without a colon (often a token) becomes `***@host`.
 pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
@@ -510,6 +564,20 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
         assert_eq!(c.admission.max_body, 32 << 20);
         let errs = Config::parse("[admission]\nmode = \"sometimes\"\n").unwrap_err();
         assert_eq!(errs[0].line, Some(2), "{errs:?}");
+    }
+
+    #[test]
+    fn cors_and_host_lists_are_checked() {
+        let c = Config::parse(
+            "[server]\ncors_allow_origins = [\"https://app.example\", \"http://localhost:3000\", \"*\"]\nallowed_hosts = [\"gw.internal\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.cors_allow_origins.len(), 3);
+        for bad in ["app.example", "https://app.example/", "https://a/b", ""] {
+            let text = format!("[server]\ncors_allow_origins = [{bad:?}]\n");
+            assert!(Config::parse(&text).is_err(), "{bad}");
+        }
+        assert!(Config::parse("[server]\nallowed_hosts = [\"gw:80\"]\n").is_err());
     }
 
     #[test]

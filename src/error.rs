@@ -22,6 +22,9 @@ pub enum Kind {
     BadRequest,
     /// Well-framed request whose JSON body is unusable (400).
     InvalidBody,
+    /// Refused by policy before admission: a foreign `Origin`, a non-loopback `Host` on a
+    /// loopback listener (403).
+    Forbidden,
     /// Unknown path (404).
     NotFound,
     /// Wrong method for a known path (405).
@@ -87,6 +90,7 @@ impl Error {
     pub fn status(&self) -> u16 {
         match self.kind {
             Kind::BadRequest | Kind::InvalidBody => 400,
+            Kind::Forbidden => 403,
             Kind::NotFound | Kind::UnknownModel => 404,
             Kind::MethodNotAllowed => 405,
             Kind::ClientTimeout => 408,
@@ -104,6 +108,7 @@ impl Error {
         match self.kind {
             Kind::BadRequest
             | Kind::InvalidBody
+            | Kind::Forbidden
             | Kind::NotFound
             | Kind::MethodNotAllowed
             | Kind::UnknownModel
@@ -148,6 +153,7 @@ impl Error {
             (ErrorShape::Anthropic, Kind::Overloaded) => "overloaded_error",
             (ErrorShape::Anthropic, Kind::NotFound | Kind::UnknownModel) => "not_found_error",
             (ErrorShape::Anthropic, Kind::BodyTooLarge) => "request_too_large",
+            (ErrorShape::Anthropic, Kind::Forbidden) => "permission_error",
             (ErrorShape::Anthropic, _) if self.side() == Side::Client => "invalid_request_error",
             (ErrorShape::Anthropic, Kind::UpstreamTimeout) => "timeout_error",
             (ErrorShape::Anthropic, _) => "api_error",
@@ -159,6 +165,7 @@ impl Error {
         match self.kind {
             Kind::BadRequest => "bad_request",
             Kind::InvalidBody => "invalid_body",
+            Kind::Forbidden => "forbidden",
             Kind::NotFound => "not_found",
             Kind::MethodNotAllowed => "method_not_allowed",
             Kind::UnknownModel => "model_not_found",

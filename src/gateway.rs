@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::http::conn::{ClientConn, Limits};
+use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
 use crate::route::RouteTable;
@@ -35,6 +36,8 @@ pub struct Shard {
     pub draining: LocalSignal,
     /// This shard's share of `server.max_connections`.
     pub max_connections: u64,
+    /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
+    pub edge: EdgePolicy,
 }
 
 /// A started gateway.
@@ -87,6 +90,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
         ),
         false => None,
     };
+    let loopback = addr.ip().is_loopback();
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
     let hub = MetricsHub::new(n);
@@ -124,6 +128,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                     hub,
                     draining: LocalSignal::default(),
                     max_connections: s.max_connections.div_ceil(n).max(1) as u64,
+                    edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts),
                 });
                 drop(cfg);
                 accept_loop(std_listener, shard, sd).await;

@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorShape, Kind};
 use crate::gateway::Shard;
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
+use crate::http::edge::{self, Verdict};
 use crate::http::{BodyFraming, Method, RequestHead};
 use crate::metrics::{bump, dec};
 use crate::provider::Op;
@@ -68,6 +69,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         };
         bump(&shard.metrics.in_flight);
         let keep = handle(&mut conn, head, &shard).await;
+        conn.cors.clear();
         dec(&shard.metrics.in_flight);
         if !keep {
             break;
@@ -93,23 +95,54 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
     // route by path (head only)
     let path = head.path(&conn.buf);
     let target = classify(head.method, path);
-    let messages_path = path.starts_with(b"/v1/messages");
+    // Answer unclassified or refused requests in the dialect the path suggests.
+    let path_shape = if path.starts_with(b"/v1/messages") {
+        ErrorShape::Anthropic
+    } else {
+        ErrorShape::OpenAi
+    };
+    // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
+    let verdict = shard.edge.check(&head, &conn.buf);
+    let mut preflight = None;
+    if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
+        let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
+        if v == Verdict::Preflight {
+            let mut out = std::mem::take(&mut conn.out);
+            out.clear();
+            let req_headers = head.header(&conn.buf, &head.ac_request_headers);
+            let keep = keep_alive && !body_pending;
+            edge::preflight_response(&mut out, origin, req_headers, keep);
+            preflight = Some(out);
+        } else {
+            edge::cors_headers(&mut conn.cors, origin);
+        }
+    }
     if !body_pending {
         conn.consume(head.len);
+    }
+    if let Some(out) = preflight {
+        shard.metrics.count(endpoint_index(None), 204);
+        return match conn.write_raw(out, wt).await {
+            Some(back) => {
+                conn.out = back;
+                keep_alive && !body_pending
+            }
+            None => false,
+        };
+    }
+    // The body was not read on the refusals below: close rather than desynchronise.
+    if let Err(e) = verdict {
+        shard.metrics.count(endpoint_index(None), e.status());
+        return conn
+            .respond_error(&e, path_shape, keep_alive && !body_pending, wt)
+            .await;
     }
     let target = match target {
         Ok(t) => t,
         Err(e) => {
             shard.metrics.count(endpoint_index(None), e.status());
-            // Not classified: answer in the dialect the path suggests.
-            let shape = if messages_path {
-                ErrorShape::Anthropic
-            } else {
-                ErrorShape::OpenAi
-            };
-            // The body was not read: close rather than desynchronise.
             return conn
-                .respond_error(&e, shape, keep_alive && !body_pending, wt)
+                .respond_error(&e, path_shape, keep_alive && !body_pending, wt)
                 .await;
         }
     };

@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorShape, Kind};
 use crate::extract::{splice_model, RoutingFields};
 use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
-use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::metrics::bump;
 use crate::provider::Op;
 use crate::route::Route;
@@ -179,10 +179,7 @@ async fn relay(
         (RespFraming::Length(n), false) => Framing::Length(n as usize),
         _ => Framing::Chunked,
     };
-    let mut out = std::mem::take(&mut conn.out);
-    out.clear();
-    write_head(
-        &mut out,
+    let mut out = conn.head(
         status,
         &ex.head.content_type,
         framing,

@@ -22,7 +22,7 @@ fn huge_declared_body_is_refused_before_it_is_sent() {
         let gw = start_gateway(mock.addr, d, "");
         let mut s = connect(gw.addr);
         s.write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1073741824\r\n\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1073741824\r\n\r\n",
         )
         .unwrap();
         let t0 = Instant::now();
@@ -38,7 +38,7 @@ fn huge_declared_body_is_refused_before_it_is_sent() {
         let gw = start_gateway(mock.addr, d, &admission("4MiB", "drop", ""));
         let mut s = connect(gw.addr);
         s.write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1073741824\r\n\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1073741824\r\n\r\n",
         )
         .unwrap();
         let r = read_response(&mut s, &mut Vec::new()).unwrap();

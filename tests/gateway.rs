@@ -118,7 +118,7 @@ fn keep_alive_and_pipelining() {
             "/v1/chat/completions",
             r#"{"model":"gpt-4o-mini","max_tokens":1}"#,
         );
-        batch.extend_from_slice(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"gpt-4o\r\n12\r\n-mini\",\"max_tokens\r\n4\r\n\":2}\r\n0\r\n\r\n");
+        batch.extend_from_slice(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"gpt-4o\r\n12\r\n-mini\",\"max_tokens\r\n4\r\n\":2}\r\n0\r\n\r\n");
         batch.extend_from_slice(&get("/healthz"));
         s.write_all(&batch).unwrap();
         let a = read_response(&mut s, &mut buf).unwrap();
@@ -149,14 +149,14 @@ fn malformed_requests_get_openai_errors_and_the_gateway_keeps_serving() {
         let gw = Stack::new(Profile::Instant, d, "");
         // (raw request, status, error code, connection must close)
         let cases: Vec<(Vec<u8>, u16, &str, bool)> = vec![
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".to_vec(), 400, "bad_request", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".to_vec(), 400, "bad_request", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n".to_vec(), 400, "bad_request", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(), 400, "bad_request", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n folded\r\nContent-Length: 2\r\n\r\n{}".to_vec(), 400, "bad_request", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 501, "not_implemented", true),
-            (format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(20_000)).into_bytes(), 431, "head_too_large", true),
-            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1073741824\r\n\r\n".to_vec(), 413, "body_too_large", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".to_vec(), 400, "bad_request", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".to_vec(), 400, "bad_request", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n".to_vec(), 400, "bad_request", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(), 400, "bad_request", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nX-A: 1\r\n folded\r\nContent-Length: 2\r\n\r\n{}".to_vec(), 400, "bad_request", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 501, "not_implemented", true),
+            (format!("GET /{} HTTP/1.1\r\nHost: localhost\r\n\r\n", "a".repeat(20_000)).into_bytes(), 431, "head_too_large", true),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1073741824\r\n\r\n".to_vec(), 413, "body_too_large", true),
             (post("/v1/chat/completions", "{not json"), 400, "invalid_body", false),
             (post("/v1/chat/completions", r#"{"messages":[]}"#), 400, "invalid_body", false),
             (post("/v1/chat/completions", r#"{"model":"gpt-4o-mini","stream":"yes"}"#), 400, "invalid_body", false),
@@ -205,7 +205,7 @@ fn slow_head_times_out_with_408() {
     each_driver(|d| {
         let gw = Stack::new(Profile::Instant, d, "");
         let mut s = connect(gw.addr);
-        s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n")
+        s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
             .unwrap();
         let mut buf = Vec::new();
         let r = read_response(&mut s, &mut buf).unwrap();

@@ -1,6 +1,8 @@
 //! Sans-IO decoder for `Transfer-Encoding: chunked` bodies (requests and upstream responses).
 //!
-//! Owns: the chunk-size / data / CRLF / trailer state machine and its limits.
+//! Owns: the chunk-size / data / CRLF / trailer state machine and its limits. Every line ends
+//! in CRLF: a bare LF anywhere in framing (size line, extension, after data, trailers, final
+//! line) is an error, as in request heads (RFC 9112 §2.2, §7.1; see `head`).
 //! Must not: allocate beyond appending decoded data to the caller's buffer, or do IO.
 
 use crate::error::{Error, Kind};
@@ -81,6 +83,7 @@ impl ChunkedDecoder {
                         self.size = (self.size << 4) | u64::from(d);
                         i += 1;
                     }
+                    None if b == b'\n' => return Err(bad("bare LF in chunk size line")),
                     None if self.digits == 0 => return Err(bad("invalid chunk size")),
                     None if b == b'\r' => {
                         self.state = State::SizeLf;
@@ -154,6 +157,8 @@ impl ChunkedDecoder {
                 State::TrailerStart => {
                     if b == b'\r' {
                         self.state = State::EndLf;
+                    } else if b == b'\n' {
+                        return Err(bad("bare LF in chunked trailer section"));
                     } else {
                         self.state = State::Trailer;
                         self.bump_trailer()?;
@@ -163,6 +168,8 @@ impl ChunkedDecoder {
                 State::Trailer => {
                     if b == b'\r' {
                         self.state = State::TrailerLf;
+                    } else if b == b'\n' {
+                        return Err(bad("bare LF in chunked trailer section"));
                     } else {
                         self.bump_trailer()?;
                     }
@@ -258,6 +265,33 @@ mod tests {
                 String::from_utf8_lossy(c)
             );
         }
+    }
+
+    #[test]
+    fn bare_lf_rejected_everywhere() {
+        // Each is a valid body with one CRLF turned into a bare LF.
+        let cases: &[&[u8]] = &[
+            b"5\nhello\r\n0\r\n\r\n",
+            b"5;e=1\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\n0\r\n\r\n",
+            b"5\r\nhello\r\n0\n\r\n",
+            b"5\r\nhello\r\n0\r\n\n",
+            b"5\r\nhello\r\n0\r\nX-T: 1\n\r\n",
+            b"5\r\nhello\r\n0\r\nX-T: 1\nY: 2\r\n\r\n",
+            b"5\r\nhello\r\n0\r\nX-T: 1\r\n\n",
+        ];
+        for c in cases {
+            for split in 0..=c.len() {
+                let r = decode_all(c, split);
+                assert!(
+                    matches!(&r, Err(e) if e.status() == 400),
+                    "{:?} split {split}: {r:?}",
+                    String::from_utf8_lossy(c)
+                );
+            }
+        }
+        let ok = b"5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n";
+        assert!(decode_all(ok, 3).unwrap().2);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use monoio::net::TcpStream;
 
 use super::head::{self, RequestHead};
 use super::io::{read_more, write_all_timeout};
-use super::response::{write_head, Framing};
+use super::response::{write_head_parts, Framing};
 use crate::error::{Error, ErrorShape, Kind};
 
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +29,9 @@ pub struct ClientConn {
     pub buf: Vec<u8>,
     /// Reusable output buffer.
     pub out: Vec<u8>,
+    /// Header lines (CRLF-terminated) every response head of the current request carries:
+    /// the CORS headers of an allowed cross-origin request. Empty otherwise.
+    pub cors: Vec<u8>,
 }
 
 impl ClientConn {
@@ -40,6 +43,7 @@ impl ClientConn {
             stream,
             buf: Vec::with_capacity(4096),
             out: Vec::new(),
+            cors: Vec::new(),
         }
     }
 
@@ -91,6 +95,29 @@ impl ClientConn {
         self.buf.drain(..n.min(self.buf.len()));
     }
 
+    /// The reusable output buffer holding a response head (with this request's CORS lines), for
+    /// callers that write the body themselves with [`ClientConn::write_raw`].
+    pub fn head(
+        &mut self,
+        status: u16,
+        content_type: &[u8],
+        framing: Framing,
+        keep_alive: bool,
+        extra: &[u8],
+    ) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        write_head_parts(
+            &mut out,
+            status,
+            content_type,
+            framing,
+            keep_alive,
+            &[extra, &self.cors],
+        );
+        out
+    }
+
     /// Write a complete response. Returns false if the client is gone.
     pub async fn respond(
         &mut self,
@@ -101,10 +128,7 @@ impl ClientConn {
         keep_alive: bool,
         write_timeout: Duration,
     ) -> bool {
-        let mut out = std::mem::take(&mut self.out);
-        out.clear();
-        write_head(
-            &mut out,
+        let mut out = self.head(
             status,
             content_type,
             Framing::Length(body.len()),

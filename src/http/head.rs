@@ -3,7 +3,9 @@
 //! needs (method, framing, keep-alive, auth headers).
 //!
 //! Owns: RFC 9112 request framing decisions (CL/TE conflicts, duplicate or invalid
-//! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host) and head limits.
+//! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends)
+//! and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
+//! for `edge` to judge.
 //! Must not: read from sockets or look at the body.
 
 use std::ops::Range;
@@ -18,6 +20,7 @@ pub enum Method {
     Get,
     Post,
     Head,
+    Options,
     Other,
 }
 
@@ -41,6 +44,14 @@ pub struct RequestHead {
     pub authorization: Option<Range<usize>>,
     pub x_api_key: Option<Range<usize>>,
     pub anthropic_version: Option<Range<usize>>,
+    /// `Host` value (checked against loopback names on a loopback listener).
+    pub host: Option<Range<usize>>,
+    /// `Origin` value: present on browser-borne requests (checked against the CORS allow-list).
+    pub origin: Option<Range<usize>>,
+    /// `Access-Control-Request-Method` was sent: with `OPTIONS`, a CORS preflight.
+    pub ac_request_method: bool,
+    /// `Access-Control-Request-Headers` value (echoed by an allowed preflight).
+    pub ac_request_headers: Option<Range<usize>>,
 }
 
 impl RequestHead {
@@ -98,10 +109,25 @@ pub fn parse(
         Some("GET") => Method::Get,
         Some("POST") => Method::Post,
         Some("HEAD") => Method::Head,
+        Some("OPTIONS") => Method::Options,
         _ => Method::Other,
     };
     let version = req.version.unwrap_or(1);
     let target = range_of(buf, req.path.unwrap_or("").as_bytes());
+
+    // RFC 9112 §2.2: a recipient MAY accept a bare LF as a line terminator. httparse does; a
+    // gateway in front of other HTTP servers must not (a server that disagrees on where a line
+    // ends is a request-smuggling vector), so every LF of the head must follow a CR. One memchr
+    // pass over the head: a few ns per header line.
+    let head_bytes = buf.get(..len).unwrap_or_default();
+    for i in memchr::memchr_iter(b'\n', head_bytes) {
+        if i == 0 || head_bytes[i - 1] != b'\r' {
+            return Err(Error::new(
+                Kind::BadRequest,
+                "bare LF in the request head (lines must end in CRLF)",
+            ));
+        }
+    }
 
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
@@ -113,6 +139,10 @@ pub fn parse(
     let mut authorization = None;
     let mut x_api_key = None;
     let mut anthropic_version = None;
+    let mut host = None;
+    let mut origin = None;
+    let mut ac_request_method = false;
+    let mut ac_request_headers = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -123,45 +153,60 @@ pub fn parse(
                 "obsolete line folding is not allowed",
             ));
         }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if content_length.is_some() {
-                return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
+        // Dispatch on the name's length first: most headers cost one integer compare.
+        let is = |want: &[u8]| name.eq_ignore_ascii_case(want);
+        match name.len() {
+            4 if is(b"host") => {
+                host_count += 1;
+                host = Some(range_of(buf, value));
             }
-            content_length = Some(parse_content_length(value)?);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            if te_seen {
-                return Err(Error::new(Kind::BadRequest, "duplicate Transfer-Encoding"));
-            }
-            te_seen = true;
-            if trim(value).eq_ignore_ascii_case(b"chunked") {
-                chunked = true;
-            } else {
-                return Err(Error::new(
-                    Kind::NotImplemented,
-                    "only Transfer-Encoding: chunked is supported",
-                ));
-            }
-        } else if name.eq_ignore_ascii_case(b"host") {
-            host_count += 1;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for tok in value.split(|&b| b == b',') {
-                let tok = trim(tok);
-                if tok.eq_ignore_ascii_case(b"close") {
-                    conn_close = true;
-                } else if tok.eq_ignore_ascii_case(b"keep-alive") {
-                    conn_keep_alive = true;
+            6 if is(b"origin") => {
+                if origin.is_some() {
+                    return Err(Error::new(Kind::BadRequest, "duplicate Origin"));
                 }
+                origin = Some(range_of(buf, value));
             }
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            if trim(value).eq_ignore_ascii_case(b"100-continue") {
+            6 if is(b"expect") && trim(value).eq_ignore_ascii_case(b"100-continue") => {
                 expect_continue = true;
             }
-        } else if name.eq_ignore_ascii_case(b"authorization") {
-            authorization = Some(range_of(buf, value));
-        } else if name.eq_ignore_ascii_case(b"x-api-key") {
-            x_api_key = Some(range_of(buf, value));
-        } else if name.eq_ignore_ascii_case(b"anthropic-version") {
-            anthropic_version = Some(range_of(buf, value));
+            9 if is(b"x-api-key") => x_api_key = Some(range_of(buf, value)),
+            10 if is(b"connection") => {
+                for tok in value.split(|&b| b == b',') {
+                    let tok = trim(tok);
+                    if tok.eq_ignore_ascii_case(b"close") {
+                        conn_close = true;
+                    } else if tok.eq_ignore_ascii_case(b"keep-alive") {
+                        conn_keep_alive = true;
+                    }
+                }
+            }
+            13 if is(b"authorization") => authorization = Some(range_of(buf, value)),
+            14 if is(b"content-length") => {
+                if content_length.is_some() {
+                    return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
+                }
+                content_length = Some(parse_content_length(value)?);
+            }
+            17 if is(b"transfer-encoding") => {
+                if te_seen {
+                    return Err(Error::new(Kind::BadRequest, "duplicate Transfer-Encoding"));
+                }
+                te_seen = true;
+                if trim(value).eq_ignore_ascii_case(b"chunked") {
+                    chunked = true;
+                } else {
+                    return Err(Error::new(
+                        Kind::NotImplemented,
+                        "only Transfer-Encoding: chunked is supported",
+                    ));
+                }
+            }
+            17 if is(b"anthropic-version") => anthropic_version = Some(range_of(buf, value)),
+            29 if is(b"access-control-request-method") => ac_request_method = true,
+            30 if is(b"access-control-request-headers") => {
+                ac_request_headers = Some(range_of(buf, value));
+            }
+            _ => {}
         }
     }
 
@@ -206,6 +251,10 @@ pub fn parse(
         authorization,
         x_api_key,
         anthropic_version,
+        host,
+        origin,
+        ac_request_method,
+        ac_request_headers,
     }))
 }
 
@@ -277,6 +326,44 @@ mod tests {
                 (g, w) => panic!("{req:?}: got {g:?}, want {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn bare_lf_rejected() {
+        let cases = [
+            "GET / HTTP/1.1\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\n\n",
+            "GET / HTTP/1.1\nHost: a\n\n",
+            "\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nX: 1\nContent-Length: 5\r\n\r\n",
+        ];
+        for req in cases {
+            match p(req) {
+                Err(e) => assert_eq!(e.status(), 400, "{req:?}: {e}"),
+                other => panic!("{req:?}: accepted: {other:?}"),
+            }
+        }
+        // CRLF throughout (with the leading empty line RFC 9112 §2.2 allows) is fine.
+        assert!(p("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn origin_host_and_preflight_fields() {
+        let raw = b"OPTIONS /v1/messages HTTP/1.1\r\nHost: localhost:8080\r\nOrigin: https://a.example\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: x-api-key\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!(h.method, Method::Options);
+        assert_eq!(h.header(raw, &h.host), Some(&b"localhost:8080"[..]));
+        assert_eq!(h.header(raw, &h.origin), Some(&b"https://a.example"[..]));
+        assert!(h.ac_request_method);
+        assert_eq!(
+            h.header(raw, &h.ac_request_headers),
+            Some(&b"x-api-key"[..])
+        );
+        let dup = "GET / HTTP/1.1\r\nHost: a\r\nOrigin: https://a\r\nOrigin: https://b\r\n\r\n";
+        assert_eq!(p(dup).unwrap_err().status(), 400);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! HTTP/1.1 wire handling, split like hyper's `proto/h1`: `head` parses request heads,
 //! `chunked` decodes chunked bodies, `response` writes response heads and chunk frames, `io`
-//! moves bytes between owned buffers and monoio streams.
+//! moves bytes between owned buffers and monoio streams, `edge` holds the browser-facing
+//! `Origin`/`Host` checks.
 //!
 //! Owns: framing rules (RFC 9112) and limits. Must not: know about models, providers or JSON.
 
 pub mod body;
 pub mod chunked;
 pub mod conn;
+pub mod edge;
 pub mod head;
 pub mod io;
 pub mod response;

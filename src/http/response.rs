@@ -16,6 +16,7 @@ pub fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -43,6 +44,18 @@ pub fn write_head(
     keep_alive: bool,
     extra: &[u8],
 ) {
+    write_head_parts(out, status, content_type, framing, keep_alive, &[extra]);
+}
+
+/// As [`write_head`], with the extra header lines in several pieces.
+pub fn write_head_parts(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &[u8],
+    framing: Framing,
+    keep_alive: bool,
+    extra: &[&[u8]],
+) {
     let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason(status));
     out.extend_from_slice(b"content-type: ");
     out.extend_from_slice(content_type);
@@ -56,7 +69,9 @@ pub fn write_head(
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
     }
-    out.extend_from_slice(extra);
+    for e in extra {
+        out.extend_from_slice(e);
+    }
     out.extend_from_slice(b"\r\n");
 }
 

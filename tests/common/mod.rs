@@ -146,7 +146,9 @@ pub fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Response> {
     buf.drain(..head_len);
     let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     let mut body = Vec::new();
-    if let Some(cl) = get("content-length") {
+    if status == 204 || status == 304 || status < 200 {
+        // no body by definition (RFC 9112 §6.3)
+    } else if let Some(cl) = get("content-length") {
         let cl: usize = cl.parse().unwrap();
         while buf.len() < cl {
             let n = s.read(&mut tmp).unwrap();
@@ -205,14 +207,14 @@ pub fn request(addr: SocketAddr, raw: &[u8]) -> Response {
 
 pub fn post(path: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
 }
 
 pub fn get(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").into_bytes()
 }
 
 /// True when the peer closed the connection (reads EOF or reset within the timeout).
@@ -277,8 +279,13 @@ pub struct Stack {
 
 impl Stack {
     pub fn new(profile: Profile, driver: &str, extra: &str) -> Stack {
+        Stack::with_server(profile, driver, "", extra)
+    }
+
+    /// As `new`, with extra lines inside `[server]`.
+    pub fn with_server(profile: Profile, driver: &str, server_extra: &str, extra: &str) -> Stack {
         let mock = start_mock(profile, driver);
-        let gw = start_gateway(mock.addr, driver, extra);
+        let gw = start_gateway_with(mock.addr, driver, server_extra, extra);
         Stack {
             addr: gw.addr,
             gw: Some(gw),

@@ -1,0 +1,212 @@
+//! The client edge: browser-borne requests (Origin allow-list, CORS preflight, loopback Host),
+//! bare-LF heads, and the health endpoints at the connection cap. Real sockets on 127.0.0.1,
+//! both I/O drivers.
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+use ringgate::mock::Profile;
+
+fn each_driver(f: impl Fn(&str)) {
+    for d in DRIVERS {
+        f(d);
+    }
+}
+
+const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+const MESSAGES: &str =
+    r#"{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// A POST as a browser form/fetch would send it cross-site: `text/plain` needs no preflight.
+fn browser_post(path: &str, body: &str, origin: &str, host: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn foreign_origin_is_refused_in_the_clients_dialect() {
+    each_driver(|d| {
+        let gw = Stack::new(Profile::Instant, d, "");
+        let r = request(
+            gw.addr,
+            &browser_post(
+                "/v1/chat/completions",
+                CHAT,
+                "https://evil.example",
+                "localhost",
+            ),
+        );
+        assert_eq!(r.status, 403, "{d}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "forbidden", "{d}");
+        assert!(r.header("access-control-allow-origin").is_none());
+        let r = request(
+            gw.addr,
+            &browser_post("/v1/messages", MESSAGES, "null", "localhost"),
+        );
+        assert_eq!(r.status, 403, "{d}: {}", r.text());
+        assert_eq!(r.json()["type"], "error", "{d}: Anthropic shape");
+        assert_eq!(r.json()["error"]["type"], "permission_error", "{d}");
+        // Nothing reached the upstream; the gateway still serves SDK traffic (no Origin).
+        assert_eq!(metric(gw.addr, "ringgate_upstream_idle_connections"), 0);
+        let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+    });
+}
+
+#[test]
+fn allowed_origin_gets_preflight_and_cors_headers() {
+    each_driver(|d| {
+        let gw = Stack::with_server(
+            Profile::Instant,
+            d,
+            r#"cors_allow_origins = ["https://app.example"]"#,
+            "",
+        );
+        // preflight, then the request, on one keep-alive connection
+        let mut s = connect(gw.addr);
+        let mut buf = Vec::new();
+        s.write_all(b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n\r\n").unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 204, "{d}: {}", r.text());
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        assert_eq!(
+            r.header("access-control-allow-headers"),
+            Some("authorization, content-type")
+        );
+        assert!(r
+            .header("access-control-allow-methods")
+            .unwrap()
+            .contains("POST"));
+        assert_eq!(r.header("access-control-max-age"), Some("600"));
+        assert!(
+            r.header("content-length").is_none(),
+            "no Content-Length on 204"
+        );
+        assert!(r.body.is_empty());
+        for stream in [false, true] {
+            let body = format!(
+                r#"{{"model":"gpt-4o-mini","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+            );
+            s.write_all(&browser_post(
+                "/v1/chat/completions",
+                &body,
+                "https://app.example",
+                "localhost",
+            ))
+            .unwrap();
+            let r = read_response(&mut s, &mut buf).unwrap();
+            assert_eq!(r.status, 200, "{d} stream={stream}: {}", r.text());
+            assert_eq!(
+                r.header("access-control-allow-origin"),
+                Some("https://app.example"),
+                "{d} stream={stream}"
+            );
+            assert_eq!(r.header("vary"), Some("Origin"));
+        }
+        // translated path (Messages in, OpenAI upstream) and an error answer carry them too
+        s.write_all(&browser_post(
+            "/v1/messages",
+            MESSAGES,
+            "https://app.example",
+            "localhost",
+        ))
+        .unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        s.write_all(&browser_post(
+            "/v1/chat/completions",
+            r#"{"model":"nope","messages":[]}"#,
+            "https://app.example",
+            "localhost",
+        ))
+        .unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 404, "{d}: {}", r.text());
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        // a request without Origin on the same connection gets no CORS headers
+        s.write_all(&get("/healthz")).unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.header("access-control-allow-origin").is_none(), "{d}");
+        // other origins: preflight and request refused
+        let r = request(gw.addr, b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\nAccess-Control-Request-Method: POST\r\n\r\n");
+        assert_eq!(r.status, 403, "{d}");
+        let r = request(
+            gw.addr,
+            &browser_post(
+                "/v1/chat/completions",
+                CHAT,
+                "https://evil.example",
+                "localhost",
+            ),
+        );
+        assert_eq!(r.status, 403, "{d}");
+    });
+}
+
+#[test]
+fn non_loopback_host_is_refused_on_a_loopback_listener() {
+    each_driver(|d| {
+        let gw = Stack::new(Profile::Instant, d, "");
+        let port = gw.addr.port();
+        for host in [
+            "evil.example",
+            "attacker.example:8080",
+            "localhost.evil.example",
+        ] {
+            let raw = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{CHAT}",
+                CHAT.len()
+            );
+            let r = request(gw.addr, raw.as_bytes());
+            assert_eq!(r.status, 403, "{d} {host}: {}", r.text());
+            assert_eq!(r.json()["error"]["code"], "forbidden");
+        }
+        for host in [
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            "app.localhost".to_string(),
+            "127.0.0.2".to_string(),
+            "[::1]:1".to_string(),
+        ] {
+            let raw = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(request(gw.addr, raw.as_bytes()).status, 200, "{d} {host}");
+        }
+    });
+}
+
+#[test]
+fn bare_lf_head_is_a_400_and_the_connection_closes() {
+    each_driver(|d| {
+        let gw = Stack::new(Profile::Instant, d, "");
+        // The smuggling shape: a bare-LF head, with a CRLF request hidden after it.
+        let mut s = connect(gw.addr);
+        s.write_all(b"GET /healthz HTTP/1.1\nHost: localhost\n\nGET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 400, "{d}: {}", r.text());
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(buf.is_empty(), "{d}: only one answer");
+        assert!(is_closed(&mut s), "{d}");
+        // a bare LF in a chunked request body's framing, too
+        let r = request(gw.addr, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n2\n{}\r\n0\r\n\r\n");
+        assert_eq!(r.status, 400, "{d}: {}", r.text());
+        assert_eq!(request(gw.addr, &get("/healthz")).status, 200, "{d}");
+    });
+}
