@@ -66,6 +66,10 @@ pub struct ServerConfig {
     /// gets `503` + `Retry-After` and is closed. Default 16384. Each idle connection costs a few
     /// KiB of buffers outside the admission budget; this caps that overhead.
     pub max_connections: usize,
+    /// An idle keep-alive connection that received nothing for this long gives its buffers back
+    /// and waits holding none (a few hundred bytes per idle connection instead of ~12 KiB).
+    /// Default 1000 ms: clients that reuse a connection sooner keep their buffer.
+    pub idle_release_ms: u64,
     /// Browser origins (`https://app.example`, `http://localhost:3000`, or `*` for any) allowed
     /// to call the gateway cross-site; they get CORS preflight answers and headers. A request
     /// carrying any other `Origin` gets 403. Default empty: browser pages on other sites are
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             body_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
             max_connections: 16_384,
+            idle_release_ms: 1_000,
             cors_allow_origins: Vec::new(),
             allowed_hosts: Vec::new(),
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::admit::Admission;
 use crate::config::Config;
-use crate::http::conn::{ClientConn, Limits};
+use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
@@ -36,6 +36,10 @@ pub struct Shard {
     pub draining: LocalSignal,
     /// This shard's share of `server.max_connections`.
     pub max_connections: u64,
+    /// Connections over the cap whose first request is being read, to answer health probes.
+    pub over_cap: std::cell::Cell<u32>,
+    /// Client read buffers (idle connections hold none).
+    pub read_bufs: ReadBufs,
     /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
     pub edge: EdgePolicy,
 }
@@ -128,6 +132,8 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                     hub,
                     draining: LocalSignal::default(),
                     max_connections: s.max_connections.div_ceil(n).max(1) as u64,
+                    over_cap: std::cell::Cell::new(0),
+                    read_bufs: ReadBufs::new(Duration::from_millis(s.idle_release_ms)),
                     edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts),
                 });
                 drop(cfg);
@@ -155,16 +161,24 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         DRAIN_TIMEOUT,
         open,
         |stream| {
-            let conn = ClientConn::new(stream);
-            if shard.metrics.connections.get() >= shard.max_connections {
-                monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
-            } else {
+            let conn = ClientConn::pooled(stream, &shard.read_bufs);
+            if shard.metrics.connections.get() < shard.max_connections {
                 monoio::spawn(pipeline::serve_connection(conn, shard.clone()));
+            } else if shard.over_cap.get() < OVER_CAP_PROBES {
+                // At the cap, a few connections still get their first request read: health
+                // probes are answered, everything else gets the 503.
+                monoio::spawn(pipeline::serve_over_cap(conn, shard.clone()));
+            } else {
+                monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
             }
         },
     )
     .await;
 }
+
+/// Connections over `max_connections` per shard whose first request is read (to answer
+/// `/healthz` and `/readyz`); more are refused without reading.
+const OVER_CAP_PROBES: u32 = 8;
 
 /// Longest time a stopping shard waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);

@@ -68,7 +68,9 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             }
         };
         bump(&shard.metrics.in_flight);
-        let keep = handle(&mut conn, head, &shard).await;
+        // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
+        // an idle connection's task stays small.
+        let keep = Box::pin(handle(&mut conn, head, &shard)).await;
         conn.cors.clear();
         dec(&shard.metrics.in_flight);
         if !keep {
@@ -77,6 +79,58 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     }
     dec(&shard.metrics.connections);
 }
+
+/// Over `max_connections`: read one request head (briefly: probes send at once), answer
+/// `/healthz` and `/readyz` as usual and anything else with 503 + Retry-After, then close.
+pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
+    shard.over_cap.set(shard.over_cap.get() + 1);
+    let wt = shard.limits.write_timeout;
+    let wait = shard.limits.header_timeout.min(OVER_CAP_WAIT);
+    let limits = crate::http::conn::Limits {
+        idle_timeout: wait,
+        header_timeout: wait,
+        ..shard.limits
+    };
+    let next = monoio::select! {
+        _ = shard.draining.wait() => Err(Error::overloaded("draining")),
+        h = conn.read_head(&limits) => h,
+    };
+    match next {
+        Ok(Some(head)) => {
+            let target = classify(head.method, head.path(&conn.buf));
+            let edge = shard.edge.check(&head, &conn.buf);
+            match (target, edge) {
+                (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
+                    let body: &[u8] = if t == Target::Healthz {
+                        b"{\"status\":\"ok\"}"
+                    } else {
+                        b"{\"status\":\"ready\"}"
+                    };
+                    shard.metrics.count(endpoint_index(Some(t)), 200);
+                    conn.respond(200, b"application/json", b"", body, false, wt)
+                        .await;
+                }
+                _ => refuse_connection(conn, shard.clone()).await,
+            }
+        }
+        // nothing (complete) arrived in time: the usual refusal
+        Ok(None)
+        | Err(Error {
+            kind: Kind::ClientTimeout,
+            ..
+        }) => {
+            refuse_connection(conn, shard.clone()).await;
+        }
+        Err(e) => {
+            shard.metrics.count(endpoint_index(None), e.status());
+            conn.respond_error(&e, ErrorShape::OpenAi, false, wt).await;
+        }
+    }
+    shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
+}
+
+/// Longest an over-the-cap connection is given to send its request head.
+const OVER_CAP_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// Over `max_connections`: answer 503 + Retry-After without reading the request, then close.
 pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {

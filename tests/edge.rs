@@ -5,6 +5,7 @@
 mod common;
 
 use std::io::Write;
+use std::time::Duration;
 
 use common::*;
 use ringgate::mock::Profile;
@@ -208,5 +209,74 @@ fn bare_lf_head_is_a_400_and_the_connection_closes() {
         let r = request(gw.addr, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n2\n{}\r\n0\r\n\r\n");
         assert_eq!(r.status, 400, "{d}: {}", r.text());
         assert_eq!(request(gw.addr, &get("/healthz")).status, 200, "{d}");
+    });
+}
+#[test]
+fn health_endpoints_answer_at_the_connection_cap() {
+    each_driver(|d| {
+        let gw = Stack::with_server(Profile::Instant, d, "max_connections = 4", "");
+        // fill the cap with idle keep-alive connections (each served one request)
+        let mut idle = Vec::new();
+        for _ in 0..4 {
+            let mut s = connect(gw.addr);
+            s.write_all(&get("/healthz")).unwrap();
+            let mut buf = Vec::new();
+            assert_eq!(read_response(&mut s, &mut buf).unwrap().status, 200);
+            idle.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        for path in ["/healthz", "/readyz"] {
+            let r = request(gw.addr, &get(path));
+            assert_eq!(r.status, 200, "{d} {path} at the cap: {}", r.text());
+        }
+        let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+        assert_eq!(r.status, 503, "{d}: {}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"));
+        // the idle ones still work
+        let mut buf = Vec::new();
+        idle[0]
+            .write_all(&post("/v1/chat/completions", CHAT))
+            .unwrap();
+        assert_eq!(read_response(&mut idle[0], &mut buf).unwrap().status, 200);
+        drop(idle);
+        std::thread::sleep(Duration::from_millis(100));
+        let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+    });
+}
+
+#[test]
+fn idle_connections_give_their_buffers_back_and_keep_serving() {
+    each_driver(|d| {
+        // Release after 5 ms: every pause below crosses (or races) the release.
+        let gw = Stack::with_server(Profile::Instant, d, "idle_release_ms = 5", "");
+        let mut conns: Vec<_> = (0..8).map(|_| connect(gw.addr)).collect();
+        let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
+        for round in 0..12u64 {
+            for (i, s) in conns.iter_mut().enumerate() {
+                let raw = post("/v1/chat/completions", CHAT);
+                if (round + i as u64) % 3 == 0 {
+                    // the head arrives in two pieces, after the release
+                    let (a, b) = raw.split_at(20);
+                    s.write_all(a).unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                    s.write_all(b).unwrap();
+                } else {
+                    s.write_all(&raw).unwrap();
+                }
+                let r = read_response(s, &mut bufs[i]).unwrap();
+                assert_eq!(r.status, 200, "{d} round {round} conn {i}: {}", r.text());
+            }
+            std::thread::sleep(Duration::from_millis(round % 8));
+        }
+        // two pipelined requests after an idle pause
+        std::thread::sleep(Duration::from_millis(20));
+        let mut two = get("/healthz");
+        two.extend_from_slice(&post("/v1/chat/completions", CHAT));
+        conns[0].write_all(&two).unwrap();
+        for _ in 0..2 {
+            let r = read_response(&mut conns[0], &mut bufs[0]).unwrap();
+            assert_eq!(r.status, 200, "{d}: {}", r.text());
+        }
     });
 }

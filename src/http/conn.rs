@@ -1,11 +1,17 @@
 //! A client connection as the server sees it: the socket, its read buffer (heads are parsed in
 //! place), and the idle / header-read timeouts between requests.
 //!
-//! Owns: reading one request head, writing whole responses and error responses.
+//! Owns: reading one request head, writing whole responses and error responses, and what an
+//! idle connection holds: after `release_after` without a byte it gives its buffers back (the
+//! read buffer to the shard's small free list) and waits for readability with no buffer at
+//! all; bytes arriving take a buffer again.
 //! Must not: route or interpret bodies.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use monoio::io::{CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
 
 use super::head::{self, RequestHead};
@@ -24,6 +30,70 @@ pub struct Limits {
     pub write_timeout: Duration,
 }
 
+/// Size of a pooled read buffer: most heads fit; larger ones grow it.
+pub const READ_BUF: usize = 4096;
+/// Free read buffers a shard keeps for reuse (the rest go back to the allocator).
+const MAX_FREE_BUFS: usize = 64;
+/// `os error 125`: the read was cancelled before any byte arrived.
+const ECANCELED: i32 = 125;
+
+/// A shard's client read buffers: a bounded free list, and how long a connection may idle
+/// before it gives its buffer back. Cloning is an `Rc` clone.
+#[derive(Clone)]
+pub struct ReadBufs {
+    inner: Rc<ReadBufsInner>,
+}
+
+struct ReadBufsInner {
+    free: RefCell<Vec<Vec<u8>>>,
+    release_after: Duration,
+}
+
+impl Default for ReadBufs {
+    fn default() -> Self {
+        ReadBufs::new(Duration::from_secs(1))
+    }
+}
+
+impl ReadBufs {
+    pub fn new(release_after: Duration) -> Self {
+        ReadBufs {
+            inner: Rc::new(ReadBufsInner {
+                free: RefCell::new(Vec::new()),
+                release_after,
+            }),
+        }
+    }
+
+    /// An empty buffer of at least `READ_BUF` bytes.
+    fn take(&self) -> Vec<u8> {
+        let reused = self
+            .inner
+            .free
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut f| f.pop());
+        reused.unwrap_or_else(|| Vec::with_capacity(READ_BUF))
+    }
+
+    /// Keep `buf` for reuse if it is a standard one and the list has room; else free it.
+    fn give(&self, mut buf: Vec<u8>) {
+        if (READ_BUF..=2 * READ_BUF).contains(&buf.capacity()) {
+            if let Ok(mut f) = self.inner.free.try_borrow_mut() {
+                if f.len() < MAX_FREE_BUFS {
+                    buf.clear();
+                    f.push(buf);
+                }
+            }
+        }
+    }
+
+    /// Free buffers held for reuse.
+    pub fn free_count(&self) -> usize {
+        self.inner.free.try_borrow().map_or(0, |f| f.len())
+    }
+}
+
 pub struct ClientConn {
     pub stream: TcpStream,
     pub buf: Vec<u8>,
@@ -32,62 +102,109 @@ pub struct ClientConn {
     /// Header lines (CRLF-terminated) every response head of the current request carries:
     /// the CORS headers of an allowed cross-origin request. Empty otherwise.
     pub cors: Vec<u8>,
+    bufs: ReadBufs,
+    /// Cancels the buffered wait for a next request when the connection goes idle.
+    canceller: Canceller,
 }
 
 impl ClientConn {
+    /// A connection with a private buffer list (e.g. the mock's).
     pub fn new(stream: TcpStream) -> ClientConn {
+        ClientConn::pooled(stream, &ReadBufs::default())
+    }
+
+    /// A connection taking its read buffer from the shard's `bufs` when bytes arrive.
+    pub fn pooled(stream: TcpStream, bufs: &ReadBufs) -> ClientConn {
         let _ = stream.set_nodelay(true);
-        // Small to start: most heads fit; buffers grow on demand and an idle connection costs
-        // ~4 KiB of user memory.
         ClientConn {
             stream,
-            buf: Vec::with_capacity(4096),
+            buf: Vec::new(),
             out: Vec::new(),
             cors: Vec::new(),
+            bufs: bufs.clone(),
+            canceller: Canceller::new(),
         }
     }
 
     /// Wait for the next request head. `Ok(None)`: the client closed (or idled out) cleanly
     /// between requests.
     pub async fn read_head(&mut self, limits: &Limits) -> Result<Option<RequestHead>, Error> {
-        let mut deadline = if self.buf.is_empty() {
-            Instant::now() + limits.idle_timeout
-        } else {
-            Instant::now() + limits.header_timeout
-        };
-        loop {
-            if !self.buf.is_empty() {
-                if let Some(h) = head::parse(&self.buf, limits.max_head, limits.max_headers)? {
-                    return Ok(Some(h));
-                }
+        if self.buf.is_empty() {
+            match self.first_bytes(Instant::now() + limits.idle_timeout).await {
+                Ok(n) if n > 0 => {}
+                // EOF, idle timeout or a reset between requests: a clean end.
+                _ => return Ok(None),
             }
-            let was_empty = self.buf.is_empty();
+        }
+        let deadline = Instant::now() + limits.header_timeout;
+        loop {
+            if let Some(h) = head::parse(&self.buf, limits.max_head, limits.max_headers)? {
+                return Ok(Some(h));
+            }
             match read_more(&mut self.stream, &mut self.buf, deadline).await {
-                Ok(0) => {
-                    return if was_empty {
-                        Ok(None)
-                    } else {
-                        Err(Error::new(Kind::BadRequest, "connection closed mid-head"))
-                    }
-                }
-                Ok(_) => {
-                    if was_empty {
-                        deadline = Instant::now() + limits.header_timeout;
-                    }
-                }
+                Ok(0) => return Err(Error::new(Kind::BadRequest, "connection closed mid-head")),
+                Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                    return if was_empty {
-                        Ok(None)
-                    } else {
-                        Err(Error::new(
-                            Kind::ClientTimeout,
-                            "timed out reading the request head",
-                        ))
-                    };
+                    return Err(Error::new(
+                        Kind::ClientTimeout,
+                        "timed out reading the request head",
+                    ));
                 }
                 Err(_) => return Ok(None),
             }
         }
+    }
+
+    /// Read the first bytes of a next request into an empty `buf` by `deadline`.
+    ///
+    /// Hot keep-alive clients send at once: read with a buffer, as any read. After
+    /// `release_after` without a byte the read is cancelled (a cancelled read hands back its
+    /// buffer and any bytes that raced the cancel), the buffers go back, and the connection
+    /// waits for readability holding none; bytes then take a buffer from the free list.
+    async fn first_bytes(&mut self, deadline: Instant) -> std::io::Result<usize> {
+        if self.buf.capacity() < READ_BUF {
+            self.buf = self.bufs.take();
+        }
+        let now = Instant::now();
+        let linger = self
+            .bufs
+            .inner
+            .release_after
+            .min(deadline.saturating_duration_since(now));
+        let owned = std::mem::take(&mut self.buf);
+        let (res, owned) = {
+            let read = self.stream.cancelable_read(owned, self.canceller.handle());
+            let mut read = std::pin::pin!(read);
+            monoio::select! {
+                r = &mut read => r,
+                _ = monoio::time::sleep(linger) => {
+                    self.canceller = std::mem::take(&mut self.canceller).cancel();
+                    read.await
+                }
+            }
+        };
+        self.buf = owned;
+        match res {
+            Err(e) if e.raw_os_error() == Some(ECANCELED) => {}
+            other => return other,
+        }
+        // idle: hold no buffer while waiting
+        self.release_buffers();
+        let left = deadline.saturating_duration_since(Instant::now());
+        match monoio::time::timeout(left, self.stream.readable(false)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
+        self.buf = self.bufs.take();
+        read_more(&mut self.stream, &mut self.buf, deadline).await
+    }
+
+    /// Give the read buffer back to the shard's list and free the output buffers.
+    fn release_buffers(&mut self) {
+        self.bufs.give(std::mem::take(&mut self.buf));
+        self.out = Vec::new();
+        self.cors = Vec::new();
     }
 
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).
