@@ -63,8 +63,10 @@ pub struct ServerConfig {
     /// Idle keep-alive time between requests. Default 60 s, then the connection is closed.
     pub idle_timeout_ms: u64,
     /// Open client connections, process-wide (split across shards). Beyond it a new connection
-    /// gets `503` + `Retry-After` and is closed. Default 16384. Each idle connection costs a few
-    /// KiB of buffers outside the admission budget; this caps that overhead.
+    /// gets `503` + `Retry-After` and is closed; a few per shard have their first request read
+    /// so `/healthz` and `/readyz` still answer. Default 16384. Each idle connection costs a few
+    /// KiB outside the admission budget (no buffer once idle, see `idle_release_ms`); this caps
+    /// that overhead.
     pub max_connections: usize,
     /// An idle keep-alive connection that received nothing for this long gives its buffers back
     /// and waits holding none (a few hundred bytes per idle connection instead of ~12 KiB).
