@@ -454,7 +454,7 @@ pub fn error_shape_ok(client: Client, v: &Value) -> bool {
 pub fn send(s: &mut TcpStream, client: Client, model: &str, stream: bool) -> std::io::Result<()> {
     let body = client.body(model, stream);
     let req = format!(
-        "POST {} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
         client.path(),
         body.len()
     );
