@@ -16,6 +16,7 @@ use crate::admit::AdmissionConfig;
 use crate::forward::policy::Lb;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
+use crate::upstream::target;
 
 pub mod routing;
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
@@ -160,7 +161,7 @@ pub struct ProviderConfig {
     pub ca_file: Option<String>,
     /// `kind = "azure"`: the `api-version` query parameter (default 2024-10-21).
     #[serde(default)]
-    pub api_version: Option<String>,
+    pub api_version: Option<Spanned<String>>,
     /// Engine quirks for `openai-compatible` upstreams: `no_stream_options` (the engine rejects
     /// `stream_options`, so streamed usage is not requested from it).
     #[serde(default)]
@@ -377,6 +378,22 @@ impl Config {
                     );
                 }
             }
+            if let Some(v) = &p.api_version {
+                let ok = !v.get_ref().is_empty()
+                    && v.get_ref().len() <= 64
+                    && v.get_ref()
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+                if !ok {
+                    err(
+                        v.span(),
+                        format!(
+                            "provider {name:?}: api_version {:?} must be 1 to 64 characters from A-Z a-z 0-9 - . _ (e.g. 2024-10-21)",
+                            v.get_ref()
+                        ),
+                    );
+                }
+            }
             for q in &p.quirks {
                 if q != "no_stream_options" {
                     err(
@@ -413,6 +430,32 @@ impl Config {
             if self.models[..i].iter().any(|o| o.name.get_ref() == name) {
                 err(m.name.span(), format!("duplicate model name {name:?}"));
             }
+            // Client model names and upstream names may become part of an upstream path: they
+            // must follow `upstream::target`'s model identifier rule (a name that breaks it
+            // could never be requested: clients sending it get a 400).
+            let rule = match name.strip_suffix('*') {
+                Some(prefix) if !prefix.is_empty() => target::model_prefix(prefix),
+                Some(_) => Ok(()),
+                None => target::model_id(name),
+            };
+            if let Err(why) = rule {
+                err(
+                    m.name.span(),
+                    format!("model name {name:?} {why}; {}", target::MODEL_RULE),
+                );
+            }
+            for d in m.deployment_refs() {
+                let Some(u) = d.upstream_model else { continue };
+                if let Err(why) = target::model_id(u) {
+                    err(
+                        d.provider.span(),
+                        format!(
+                            "model {name:?}: upstream_model {u:?} {why}; {}",
+                            target::MODEL_RULE
+                        ),
+                    );
+                }
+            }
         }
         routing::validate(self, &mut err);
         errs
@@ -428,19 +471,30 @@ impl Config {
         let mut w = self.admission.warnings(shards);
         for p in &self.providers {
             let keys = p.key_refs();
-            let unset: Vec<&str> = keys
+            // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL
+            // or other controls would end the header line, so such a key is never sent.
+            let unusable: Vec<(&str, String)> = keys
                 .iter()
-                .map(|k| k.0)
-                .filter(|env| std::env::var_os(env).is_none())
+                .filter_map(|&(env, _)| {
+                    let problem = match std::env::var(env) {
+                        Err(std::env::VarError::NotPresent) => "is not set".to_string(),
+                        Err(std::env::VarError::NotUnicode(_)) => "is not UTF-8".to_string(),
+                        Ok(v) => format!(
+                            "cannot be a header value: it {}",
+                            target::header_value(&v).err()?
+                        ),
+                    };
+                    Some((env, problem))
+                })
                 .collect();
-            for env in &unset {
-                let effect = if unset.len() == keys.len() {
+            for (env, problem) in &unusable {
+                let effect = if unusable.len() == keys.len() {
                     "requests will go without a key"
                 } else {
                     "that key is skipped"
                 };
                 w.push(format!(
-                    "provider {:?}: env var {env} is not set ({effect})",
+                    "provider {:?}: env var {env} {problem} ({effect})",
                     p.name.get_ref()
                 ));
             }
@@ -605,6 +659,29 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
         .unwrap_err();
         assert!(!errs[0].message.contains("s3cret"), "{errs:?}");
         assert!(errs[0].message.contains("alice:***@h"), "{errs:?}");
+    }
+
+    #[test]
+    fn request_line_and_header_bytes_are_validated_with_lines() {
+        let text = "[[provider]]\nname = \"az\"\nkind = \"azure\"\nbase_url = \"http://h/v1 HTTP/1.1\"\n\
+                    api_version = \"1\\r\\nX: y\"\n\n\
+                    [[model]]\nname = \"ok\"\nprovider = \"az\"\nupstream_model = \"../admin\"\n\n\
+                    [[model]]\nname = \"has space\"\nprovider = \"az\"\n\n\
+                    [[model]]\nname = \"/abs*\"\nprovider = \"az\"\n\n\
+                    [[model]]\nname = \"org/*\"\nprovider = \"az\"\nupstream_model = \"dep.1:x@y+z\"\n\n\
+                    [[model]]\nname = \"multi\"\ndeployments = [\n  { provider = \"az\", upstream_model = \"ok-1\" },\n  { provider = \"az\", upstream_model = \"a b\" },\n]\n";
+        let errs = Config::parse(text).unwrap_err();
+        let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
+        assert_eq!(
+            lines,
+            [Some(4), Some(5), Some(9), Some(13), Some(17), Some(29)],
+            "{errs:?}"
+        );
+        assert!(errs[0].message.contains("path"), "{errs:?}");
+        assert!(errs[1].message.contains("api_version"), "{errs:?}");
+        assert!(errs[2].message.contains("upstream_model"), "{errs:?}");
+        assert!(errs[3].message.contains("A-Z a-z 0-9"), "{errs:?}");
+        assert!(errs[5].message.contains("\"a b\""), "{errs:?}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub enum ProviderKind {
 }
 
 use crate::translate::Dialect;
+use crate::upstream::target;
 
 /// Operations a client can ask for (besides generation in its dialect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +60,9 @@ impl ProviderKind {
     }
 
     /// Upstream request target for `op` in `dialect`, below the provider's base path.
-    /// `model` is the upstream model (Azure deployment, Gemini URL model).
+    /// `model` is the upstream model (Azure deployment, Gemini URL model): it and `api_version`
+    /// go in percent-encoded (`upstream::target`), so whatever they hold stays one path segment /
+    /// one query value of one request line.
     pub fn path(
         self,
         base: &str,
@@ -69,28 +72,38 @@ impl ProviderKind {
         stream: bool,
         api_version: Option<&str>,
     ) -> String {
+        let mut p = String::with_capacity(base.len() + model.len() + 64);
+        p.push_str(base);
         match (self, op, dialect) {
             (ProviderKind::Anthropic, Op::CountTokens, _) => {
-                format!("{base}/v1/messages/count_tokens")
+                p.push_str("/v1/messages/count_tokens")
             }
-            (ProviderKind::Anthropic, _, _) => format!("{base}/v1/messages"),
-            (ProviderKind::Gemini, _, _) if stream => {
-                format!("{base}/v1beta/models/{model}:streamGenerateContent?alt=sse")
-            }
-            (ProviderKind::Gemini, _, _) => format!("{base}/v1beta/models/{model}:generateContent"),
-            (ProviderKind::Azure, op, _) => {
-                let what = if op == Op::Embeddings {
-                    "embeddings"
+            (ProviderKind::Anthropic, _, _) => p.push_str("/v1/messages"),
+            (ProviderKind::Gemini, _, _) => {
+                p.push_str("/v1beta/models/");
+                target::push_segment(&mut p, model);
+                p.push_str(if stream {
+                    ":streamGenerateContent?alt=sse"
                 } else {
-                    "chat/completions"
-                };
-                let v = api_version.unwrap_or(DEFAULT_AZURE_API_VERSION);
-                format!("{base}/openai/deployments/{model}/{what}?api-version={v}")
+                    ":generateContent"
+                });
             }
-            (_, Op::Embeddings, _) => format!("{base}/embeddings"),
-            (_, _, Dialect::Responses) => format!("{base}/responses"),
-            _ => format!("{base}/chat/completions"),
+            (ProviderKind::Azure, op, _) => {
+                p.push_str("/openai/deployments/");
+                target::push_segment(&mut p, model);
+                p.push_str(if op == Op::Embeddings {
+                    "/embeddings"
+                } else {
+                    "/chat/completions"
+                });
+                p.push_str("?api-version=");
+                target::push_query_value(&mut p, api_version.unwrap_or(DEFAULT_AZURE_API_VERSION));
+            }
+            (_, Op::Embeddings, _) => p.push_str("/embeddings"),
+            (_, _, Dialect::Responses) => p.push_str("/responses"),
+            _ => p.push_str("/chat/completions"),
         }
+        p
     }
 
     pub fn as_str(self) -> &'static str {
@@ -154,5 +167,34 @@ mod tests {
             p(ProviderKind::Azure, Op::Generate, Dialect::Chat, false),
             "/b/openai/deployments/m/chat/completions?api-version=2024-10-21"
         );
+    }
+
+    #[test]
+    fn model_and_api_version_cannot_leave_their_segment() {
+        let evil =
+            "x/chat/completions?api-version=1 HTTP/1.1\r\nHost: u\r\n\r\nPOST /o HTTP/1.1\r\nX: ";
+        let az = ProviderKind::Azure.path(
+            "/b",
+            Op::Generate,
+            Dialect::Chat,
+            evil,
+            false,
+            Some("1 &x\r\n"),
+        );
+        assert_eq!(
+            az,
+            "/b/openai/deployments/x%2Fchat%2Fcompletions%3Fapi-version%3D1%20HTTP%2F1.1%0D%0AHost%3A%20u%0D%0A%0D%0APOST%20%2Fo%20HTTP%2F1.1%0D%0AX%3A%20/chat/completions?api-version=1%20%26x%0D%0A"
+        );
+        let ge =
+            ProviderKind::Gemini.path("", Op::Generate, Dialect::Gemini, "../../v1/x", true, None);
+        assert_eq!(
+            ge,
+            "/v1beta/models/..%2F..%2Fv1%2Fx:streamGenerateContent?alt=sse"
+        );
+        let ge = ProviderKind::Gemini.path("", Op::Generate, Dialect::Gemini, "..", false, None);
+        assert_eq!(ge, "/v1beta/models/%2E%2E:generateContent");
+        for p in [az, ge] {
+            assert!(target::check_head(&p, "h", b"").is_ok(), "{p}");
+        }
     }
 }

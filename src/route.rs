@@ -18,6 +18,7 @@ use crate::forward::policy::{Fallback, Policy};
 use crate::mock::Profile;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
+use crate::upstream::target;
 
 /// One API key of a provider, as prebuilt header lines.
 #[derive(Debug)]
@@ -229,9 +230,7 @@ fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
         .key_refs()
         .into_iter()
         .filter_map(|(env, weight)| {
-            let key = std::env::var(env)
-                .ok()
-                .filter(|k| !k.is_empty() && !k.contains(['\r', '\n']))?;
+            let key = api_key(env)?;
             Some(ApiKey {
                 env: Some(env.to_string()),
                 weight,
@@ -261,8 +260,24 @@ fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
             .as_ref()
             .and_then(|s| Profile::parse(s.get_ref()))
             .unwrap_or(Profile::Instant),
-        api_version: p.api_version.clone(),
+        api_version: p.api_version.as_ref().map(|v| v.get_ref().clone()),
         no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
+    }
+}
+
+/// The API key in env var `env`, if set and usable as a header value (`upstream::target`): a
+/// key with CR, LF, NUL or other controls would end the header line, so it is dropped with a
+/// log line (`ringgate check` warns about it too).
+fn api_key(env: &str) -> Option<String> {
+    let key = std::env::var(env).ok()?;
+    match target::header_value(&key) {
+        Ok(()) => Some(key),
+        Err(why) => {
+            crate::log::info(format_args!(
+                "env var {env} cannot be sent as an API key header: it {why}; ignoring it"
+            ));
+            None
+        }
     }
 }
 
@@ -411,6 +426,17 @@ mod tests {
         let b = &t.providers()[1];
         assert_eq!(b.keys.len(), 1);
         assert!(b.keys[0].env.is_none() && b.auth_headers.is_empty());
+    }
+
+    #[test]
+    fn keys_that_would_break_a_header_line_are_dropped() {
+        std::env::set_var("RINGGATE_TEST_KEY_CRLF", "sk-1\r\nX-Evil: 1");
+        std::env::set_var("RINGGATE_TEST_KEY_CTL", "sk-1\x01");
+        std::env::set_var("RINGGATE_TEST_KEY_OK", "sk-ok_1");
+        assert_eq!(api_key("RINGGATE_TEST_KEY_CRLF"), None);
+        assert_eq!(api_key("RINGGATE_TEST_KEY_CTL"), None);
+        assert_eq!(api_key("RINGGATE_TEST_KEY_OK").as_deref(), Some("sk-ok_1"));
+        assert_eq!(api_key("RINGGATE_TEST_KEY_UNSET_XYZ"), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! An upstream base URL, parsed once at config time: scheme, host, port, path prefix.
 //!
-//! Owns: `Endpoint` and its parser. Must not: resolve names or open sockets.
+//! Owns: `Endpoint` and its parser (host and path checked by `target`'s rules). Must not: resolve names or open sockets.
 
 /// Where a provider lives, as its SDK's `base_url` would say it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,14 @@ impl Endpoint {
         if host.is_empty() {
             return Err(format!("base_url {url:?} has no host"));
         }
+        // Host and path end up in every request head: only bytes `target` allows.
+        if let Err(why) = super::target::host(&host) {
+            return Err(format!("base_url {url:?}: the host {why}"));
+        }
         let base_path = path.trim_end_matches('/').to_string();
+        if let Err(why) = super::target::path_prefix(&base_path) {
+            return Err(format!("base_url {url:?}: the path {why}"));
+        }
         let host_header = match (host.contains(':'), port == default_port) {
             (true, true) => format!("[{host}]"),
             (true, false) => format!("[{host}]:{port}"),
@@ -143,6 +150,13 @@ mod tests {
             "http://h:99999",
             "http://u:p@h",
             "http://[::1",
+            "http://h /v1",
+            "http://h\r\nx: y/v1",
+            "http://h/v1 HTTP/1.1\r\n",
+            "http://h/v1?x=1",
+            "http://h/v1#f",
+            "http://h/../v1",
+            "http://[::1%eth0]:80",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }

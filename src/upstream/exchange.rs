@@ -110,6 +110,7 @@ impl Client {
     /// Send `req` and wait for the response head.
     pub async fn send(&self, req: &UpstreamRequest<'_>) -> Result<Exchange<'_>, Error> {
         let ep = req.endpoint;
+        super::target::check_head(req.path, &ep.host_header, req.headers)?;
         let key = PoolKey {
             host: ep.host.clone(),
             port: ep.port,

@@ -1,6 +1,7 @@
 //! The upstream client: per-shard keep-alive pools keyed by (host, port, TLS), HTTP/1.1 request
 //! writing, response-head parsing and body framing (Content-Length, chunked, close), TLS via
-//! rustls, and the connect / first-byte / gap / total timeouts.
+//! rustls, and the connect / first-byte / gap / total timeouts; `target`: the rules and encoders
+//! for every byte that enters an upstream request line or header.
 //!
 //! Owns: connections to providers and their reuse. Must not: build request bodies, translate,
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
@@ -9,6 +10,7 @@ pub mod conn;
 pub mod endpoint;
 pub mod exchange;
 pub mod pool;
+pub mod target;
 pub mod tls;
 
 pub use exchange::{Client, Exchange, RespFraming, ResponseHead, UpstreamRequest};
