@@ -1,14 +1,24 @@
-//! Same-dialect passthrough support: find `model` and `stream` in a JSON body without parsing
-//! the whole document (sonic-rs lazy lookup), and splice a different model name in.
+//! Same-dialect passthrough support: find `model` and `stream` in a JSON body without building
+//! the document (sonic-rs lazy iteration over the top-level object), and splice a different model
+//! name in.
 //!
-//! Owns: the routing fields of a request body. Must not: validate or rewrite anything else —
-//! the rest of the body is forwarded byte for byte.
+//! Before anything is forwarded the body must be one JSON object, nested at most
+//! `nesting::MAX_DEPTH` deep (checked before sonic-rs recurses), followed by nothing but
+//! whitespace, with at most one `model` and one `stream` key (after unescaping), so the gateway
+//! and the upstream can never read a different model; and `model` must be a valid model
+//! identifier (`upstream::target::model_id`), since it may become part of an upstream path.
+//! Every violation is a 400 (`Kind::InvalidBody`) before routing.
+//!
+//! Owns: the routing fields of a request body and those checks. Must not: validate or rewrite
+//! anything else — the rest of the body is forwarded byte for byte.
 
 use std::ops::Range;
 
 use sonic_rs::JsonValueTrait;
 
 use crate::error::{push_json_str, Error, Kind};
+use crate::nesting;
+use crate::upstream::target::{self, MODEL_RULE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutingFields {
@@ -26,10 +36,17 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
             "request body is empty; expected a JSON object",
         ));
     }
-    // One lazy pass over the top-level object: values are skipped (SIMD), not built, and the
-    // scan stops as soon as both fields were seen.
+    // Bound the nesting before sonic-rs recurses into it (see `nesting`).
+    nesting::check(body).map_err(|e| {
+        Error::new(
+            Kind::InvalidBody,
+            format!("request body is not acceptable: {e}"),
+        )
+    })?;
+    // One lazy pass over the whole top-level object: values are skipped (SIMD), not built.
     let mut model = None;
     let mut stream = None;
+    let mut after_last = None;
     for entry in sonic_rs::to_object_iter(body) {
         let (key, value) = entry.map_err(|e| {
             Error::new(
@@ -37,13 +54,28 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
                 format!("request body is not a valid JSON object: {e}"),
             )
         })?;
-        match key.as_ref() {
-            "model" => model = Some(value),
-            "stream" => stream = Some(value),
+        let raw = value.as_raw_str();
+        after_last = Some(offset_in(body, raw).map_or(usize::MAX, |o| o + raw.len()));
+        let slot = match key.as_ref() {
+            "model" => &mut model,
+            "stream" => &mut stream,
             _ => continue,
+        };
+        if slot.replace(value).is_some() {
+            return Err(Error::new(
+                Kind::InvalidBody,
+                format!("request body has a duplicate {:?} key", key.as_ref()),
+            ));
         }
-        if model.is_some() && stream.is_some() {
-            break;
+    }
+    // The iterator stopped at the object's closing brace (after optional whitespace following
+    // the last value); only whitespace may follow that brace. (No entries: `model` is missing.)
+    if let Some(end) = after_last {
+        if !only_whitespace_after_close(body.get(end..).unwrap_or_default()) {
+            return Err(Error::new(
+                Kind::InvalidBody,
+                "request body has data after its JSON object",
+            ));
         }
     }
     let model_node =
@@ -52,9 +84,15 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         .as_str()
         .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?
         .to_string();
+    if let Err(why) = target::model_id(&model_str) {
+        return Err(Error::new(
+            Kind::InvalidBody,
+            format!("\"model\" is not a valid model name: it {why}; {MODEL_RULE}"),
+        ));
+    }
     let raw = model_node.as_raw_str();
-    let start = (raw.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
-    let model_span = start..start + raw.len();
+    let start = offset_in(body, raw).unwrap_or(usize::MAX);
+    let model_span = start..start.saturating_add(raw.len());
     if body.get(model_span.clone()) != Some(raw.as_bytes()) {
         return Err(Error::new(
             Kind::Internal,
@@ -73,6 +111,19 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         model_span,
         stream,
     })
+}
+
+/// Offset of `raw` (a slice sonic-rs handed out for `body`) in `body`, if it lies there.
+fn offset_in(body: &[u8], raw: &str) -> Option<usize> {
+    let start = (raw.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    (start + raw.len() <= body.len()).then_some(start)
+}
+
+/// `rest` is optional whitespace, `}`, optional whitespace.
+fn only_whitespace_after_close(rest: &[u8]) -> bool {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut it = rest.iter().skip_while(|b| ws(b));
+    it.next() == Some(&b'}') && it.all(ws)
 }
 
 /// A copy of `body` with the model value replaced by `model`.
@@ -97,8 +148,13 @@ mod tests {
                 "gpt-4o",
                 true,
             ),
-            (r#" { "stream" : null , "model" : "x\"y" } "#, "x\"y", false),
-            (r#"{"model":"\u00e9"}"#, "é", false),
+            (r#" { "stream" : null , "model" : "x\/y" } "#, "x/y", false),
+            (r#"{"model":"gpt\u002d4"}"#, "gpt-4", false),
+            (
+                "{\"model\":\"a\",\"m\":{\"model\":1,\"stream\":2}}\r\n \t",
+                "a",
+                false,
+            ),
         ];
         for (body, model, stream) in ok {
             let f = routing_fields(body.as_bytes()).unwrap();
@@ -111,12 +167,67 @@ mod tests {
             (r#"{"model":3}"#, "string"),
             (r#"{"model":"a","stream":"yes"}"#, "boolean"),
             (r#"[1,2]"#, "JSON object"),
+            // not a model identifier (it may become part of an upstream path)
+            (r#"{"model":"\u00e9"}"#, "valid model name"),
+            (r#"{"model":""}"#, "valid model name"),
+            (r#"{"model":"a\r\nb"}"#, "valid model name"),
+            (r#"{"model":"../x"}"#, "valid model name"),
+            (r#"{"model":"a?b"}"#, "valid model name"),
+            // duplicate routing keys: the gateway and the upstream might read different ones
+            (r#"{"model":"a","model":"b"}"#, "duplicate \"model\""),
+            (r#"{"model":"a","mod\u0065l":"b"}"#, "duplicate \"model\""),
+            (
+                r#"{"stream":false,"model":"a","stream":true}"#,
+                "duplicate \"stream\"",
+            ),
+            // trailing data after the object
+            (r#"{"model":"a"} x"#, "after its JSON object"),
+            (r#"{"model":"a"}{"model":"b"}"#, "after its JSON object"),
+            (r#"{"model":"a"}}"#, "after its JSON object"),
+            (r#"{"model":"a"},"#, "after its JSON object"),
+            (r#"{"model":"a" } \n {}"#, "after its JSON object"),
+            ("{} x", "missing"),
         ];
         for (body, want) in bad {
             let e = routing_fields(body.as_bytes()).unwrap_err();
             assert_eq!(e.status(), 400, "{body}");
             assert!(e.message.contains(want), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+            let inner = format!("{}{}", open.repeat(12_000), close.repeat(12_000));
+            for body in [
+                format!(r#"{{"model":"m","messages":{inner}}}"#),
+                format!(r#"{{"messages":{inner},"model":"m"}}"#),
+                format!(r#"{{"model":"m"}} {inner}"#),
+                inner.clone(),
+            ] {
+                let e = routing_fields(body.as_bytes()).unwrap_err();
+                assert_eq!(e.status(), 400);
+                assert!(
+                    e.message.contains("nested deeper than 128"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
+        // 128 levels in all (the top-level object is one of them) still pass, on a stack the
+        // size of a shard's (sonic-rs recurses once per level: ~6.7 MiB in debug builds).
+        let ok = format!(
+            r#"{{"model":"m","x":{}{}}}"#,
+            "[".repeat(127),
+            "]".repeat(127)
+        );
+        let parsed = std::thread::Builder::new()
+            .stack_size(crate::shard::STACK_BYTES)
+            .spawn(move || routing_fields(ok.as_bytes()).map(|f| f.model))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(parsed.unwrap(), "m");
     }
 
     #[test]

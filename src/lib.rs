@@ -3,10 +3,12 @@
 //! Module map by pipeline stage (see `pipeline` for the request path, top to bottom):
 //! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
 //! - `http`: HTTP/1.1 heads, bodies, responses, client connections
-//! - `extract`: model/stream lookup for same-dialect passthrough
+//! - `extract`, `nesting`: model/stream lookup (and the body checks before routing), the JSON
+//!   depth bound
 //! - `route`, `provider`: model → deployments + policy, the closed provider enum
 //! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
-//! - `upstream`: pooled upstream connections, TLS, response framing
+//! - `upstream`: pooled upstream connections, TLS, response framing; `upstream::target` is what
+//!   may enter an upstream request line or header
 //! - `relay`: upstream → client byte path (SSE per event)
 //! - `mock`: the upstream simulator
 //! - `config`, `error`, `metrics`, `log`
@@ -28,6 +30,7 @@ pub mod http;
 pub mod log;
 pub mod metrics;
 pub mod mock;
+pub mod nesting;
 pub mod pipeline;
 pub mod provider;
 pub mod relay;

@@ -35,6 +35,16 @@ impl DriverChoice {
 
 /// Entries in each shard's ring.
 const RING_ENTRIES: u32 = 1024;
+/// Stack of each shard thread (virtual until touched). Recursive JSON parsing is bounded by
+/// `nesting::MAX_DEPTH` (128); this leaves that bound, not the stack, as what stops deep input.
+/// Measured for `extract::routing_fields` at depth 128: under 32 KiB in release builds (the old
+/// 2 MiB default overflowed near depth 12,000), but ~6.7 MiB in debug builds (sonic-rs frames
+/// are ~53 KiB per level unoptimised), hence 32 MiB there.
+pub const STACK_BYTES: usize = if cfg!(debug_assertions) {
+    32 << 20
+} else {
+    8 << 20
+};
 const BACKLOG: i32 = 4096;
 
 /// Bind `n` SO_REUSEPORT listeners on `addr`. Refuses an address some other socket already
@@ -100,6 +110,7 @@ where
         let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
         let h = std::thread::Builder::new()
             .name(format!("ringgate-shard-{id}"))
+            .stack_size(STACK_BYTES)
             .spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);

@@ -116,6 +116,7 @@ impl MockRequest {
         model: &str,
         body: &[u8],
     ) -> Result<MockRequest, String> {
+        crate::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
         // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
         // would fail the whole lookup, so nested knobs are read from their object below.
         const KEYS: [&str; 11] = [
