@@ -58,7 +58,7 @@ fn head(c: &mut Criterion) {
 
 fn extract(c: &mut Criterion) {
     let mut g = c.benchmark_group("routing_fields");
-    for size in [800usize, 80_000] {
+    for size in [800usize, 2_000, 80_000] {
         let body = chat_body(size);
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_with_input(
