@@ -233,9 +233,9 @@ mod tests {
     #[test]
     fn renders_counters_with_labels() {
         let cfg = Config::parse(
-            "[[provider]]\nname=\"a\"\nkind=\"mock\"\n[[provider]]\nname=\"b\"\nkind=\"mock\"\n\
-             [[model]]\nname=\"m\"\ndeployments=[{provider=\"a\",upstream_model=\"x\"},{provider=\"b\"}]\nfallbacks=[\"n\\\"q\"]\n\
-             [[model]]\nname=\"n\\\"q\"\nprovider=\"b\"\n",
+            "[[provider]]\nname=\"a\"\nkind=\"mock\"\n[[provider]]\nname=\"b\\\"p\"\nkind=\"mock\"\n\
+             [[model]]\nname=\"m\"\ndeployments=[{provider=\"a\",upstream_model=\"x\"},{provider=\"b\\\"p\"}]\nfallbacks=[\"n-q\"]\n\
+             [[model]]\nname=\"n-q\"\nprovider=\"b\\\"p\"\n",
         )
         .unwrap();
         let t = RouteTable::build(&cfg);
@@ -264,15 +264,15 @@ mod tests {
         );
         let want = [
             "ringgate_upstream_attempts_total{shard=\"3\",model=\"m\",deployment=\"a/x\"} 2",
-            "ringgate_upstream_attempts_total{shard=\"3\",model=\"m\",deployment=\"b/m\"} 1",
-            "ringgate_upstream_failures_total{shard=\"3\",model=\"m\",deployment=\"b/m\",reason=\"503\"} 1",
-            "ringgate_breaker_state{shard=\"3\",model=\"m\",deployment=\"b/m\"} 1",
+            "ringgate_upstream_attempts_total{shard=\"3\",model=\"m\",deployment=\"b\\\"p/m\"} 1",
+            "ringgate_upstream_failures_total{shard=\"3\",model=\"m\",deployment=\"b\\\"p/m\",reason=\"503\"} 1",
+            "ringgate_breaker_state{shard=\"3\",model=\"m\",deployment=\"b\\\"p/m\"} 1",
             "ringgate_breaker_state{shard=\"3\",model=\"m\",deployment=\"a/x\"} 0",
-            "ringgate_breaker_opens_total{shard=\"3\",model=\"m\",deployment=\"b/m\"} 1",
+            "ringgate_breaker_opens_total{shard=\"3\",model=\"m\",deployment=\"b\\\"p/m\"} 1",
             "ringgate_retries_total{shard=\"3\",model=\"m\",reason=\"503\"} 1",
-            "ringgate_fallbacks_total{shard=\"3\",model=\"m\",fallback=\"n\\\"q\"} 1",
-            "ringgate_key_cooldowns_total{shard=\"3\",provider=\"b\"} 1",
-            "ringgate_upstream_attempts_total{shard=\"3\",model=\"n\\\"q\",deployment=\"b/n\\\"q\"} 0",
+            "ringgate_fallbacks_total{shard=\"3\",model=\"m\",fallback=\"n-q\"} 1",
+            "ringgate_key_cooldowns_total{shard=\"3\",provider=\"b\\\"p\"} 1",
+            "ringgate_upstream_attempts_total{shard=\"3\",model=\"n-q\",deployment=\"b\\\"p/n-q\"} 0",
         ];
         for w in want {
             assert!(out.lines().any(|l| l == w), "missing {w}\n{out}");
