@@ -11,7 +11,7 @@
 //!   may enter an upstream request line or header
 //! - `relay`: upstream → client byte path (SSE per event)
 //! - `mock`: the upstream simulator
-//! - `config`, `error`, `metrics`, `log`
+//! - `config`, `error`, `metrics`, `log`, `sock` (non-consuming socket peeks)
 
 #![forbid(unsafe_code)]
 #![cfg_attr(
@@ -37,5 +37,6 @@ pub mod relay;
 pub mod route;
 pub mod shard;
 pub mod shutdown;
+pub mod sock;
 pub mod translate;
 pub mod upstream;

@@ -1,11 +1,13 @@
 //! One upstream connection: plain TCP or rustls over TCP, behind one type that implements
 //! monoio's owned-buffer read/write traits.
 //!
-//! Owns: connecting (with timeout), TCP_NODELAY, the TLS handshake with SNI.
+//! Owns: connecting (with timeout), TCP_NODELAY, the TLS handshake with SNI, and the
+//! before-reuse check of an idle connection (`is_quiet`).
 //! Must not: speak HTTP.
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use monoio::buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut};
@@ -17,7 +19,8 @@ use rustls::pki_types::ServerName;
 
 pub enum Conn {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    /// The TLS stream and the fd of the TCP socket inside it (valid while the stream lives).
+    Tls(Box<TlsStream<TcpStream>>, RawFd),
 }
 
 impl Conn {
@@ -32,13 +35,14 @@ impl Conn {
             match tls {
                 None => Ok(Conn::Plain(tcp)),
                 Some((connector, host)) => {
+                    let fd = tcp.as_raw_fd();
                     let name = ServerName::try_from(host.to_string())
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                     let s = connector
                         .connect(name, tcp)
                         .await
                         .map_err(|e| io::Error::other(format!("TLS handshake: {e}")))?;
-                    Ok(Conn::Tls(Box::new(s)))
+                    Ok(Conn::Tls(Box::new(s), fd))
                 }
             }
         };
@@ -47,20 +51,32 @@ impl Conn {
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
         }
     }
+
+    /// An idle connection may carry a new request only if nothing is pending on it: bytes
+    /// (a late second response, an error the peer sent after the answer) or a close. One
+    /// non-blocking `MSG_PEEK` syscall. For TLS the raw socket is checked: any record arriving
+    /// on an idle connection (alert, close_notify, ticket) discards it too — conservative.
+    pub fn is_quiet(&self) -> bool {
+        let fd = match self {
+            Conn::Plain(s) => s.as_raw_fd(),
+            Conn::Tls(_, fd) => *fd,
+        };
+        crate::sock::peek(fd) == crate::sock::Peeked::Quiet
+    }
 }
 
 impl AsyncReadRent for Conn {
     async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.read(buf).await,
-            Conn::Tls(s) => s.read(buf).await,
+            Conn::Tls(s, _) => s.read(buf).await,
         }
     }
 
     async fn readv<T: IoVecBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.readv(buf).await,
-            Conn::Tls(s) => s.readv(buf).await,
+            Conn::Tls(s, _) => s.readv(buf).await,
         }
     }
 }
@@ -69,28 +85,28 @@ impl AsyncWriteRent for Conn {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.write(buf).await,
-            Conn::Tls(s) => s.write(buf).await,
+            Conn::Tls(s, _) => s.write(buf).await,
         }
     }
 
     async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.writev(buf).await,
-            Conn::Tls(s) => s.writev(buf).await,
+            Conn::Tls(s, _) => s.writev(buf).await,
         }
     }
 
     async fn flush(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.flush().await,
-            Conn::Tls(s) => s.flush().await,
+            Conn::Tls(s, _) => s.flush().await,
         }
     }
 
     async fn shutdown(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.shutdown().await,
-            Conn::Tls(s) => s.shutdown().await,
+            Conn::Tls(s, _) => s.shutdown().await,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Per-shard keep-alive pool of idle upstream connections keyed by (host, port, TLS), plus a
 //! small DNS cache.
 //!
-//! Owns: idle connections, their age limit and count limit; resolved addresses.
+//! Owns: idle connections, their age limit, count limit and before-reuse check (nothing
+//! pending on the socket); resolved addresses.
 //! Must not: be shared across shards (it is `!Send` by design: `RefCell`, no locks).
 
 use std::cell::RefCell;
@@ -44,12 +45,14 @@ impl Pool {
         }
     }
 
-    /// Most recently returned idle connection that is not too old.
+    /// Most recently returned idle connection that is not too old and has nothing pending:
+    /// a connection with unread bytes (the peer wrote after its response ended) or a close
+    /// pending is dropped, never handed out — its bytes would be read as the next answer.
     pub fn take(&self, key: &PoolKey) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
         while let Some(i) = list.pop() {
-            if i.since.elapsed() < self.ttl {
+            if i.since.elapsed() < self.ttl && i.conn.is_quiet() {
                 return Some(i.conn);
             }
         }
