@@ -1,7 +1,9 @@
 //! A cross-thread shutdown signal that shard tasks can await.
 //!
-//! Owns: `Shutdown` (cheap clone, set once) and its `wait()` future.
-//! Must not: be polled on the per-request hot path; only accept loops and drains await it.
+//! Owns: `Shutdown` (cheap clone, set once) and its `wait()` future; `LocalSignal`, the
+//! shard-local equivalent.
+//! Must not: poll `Shutdown` on the per-request hot path (only accept loops await it); a
+//! `LocalSignal` wait costs O(1) per poll and may be.
 //! Uses `Arc`/`Mutex` deliberately: shutdown is one of the rare explicit cross-shard events.
 
 use std::future::Future;
@@ -85,20 +87,30 @@ impl Future for Wait {
     }
 }
 
-/// A shard-local broadcast signal (no locks, no atomics): the accept loop fires it when the
-/// process-wide `Shutdown` fires, and idle keep-alive connections awaiting their next request
-/// end at once instead of holding sockets open.
+/// A shard-local broadcast signal (no locks, no atomics). Shards use two: `draining` (the
+/// accept loop fires it when the process-wide `Shutdown` fires; idle keep-alive connections end
+/// at once instead of holding sockets open) and `drain_expired` (fired when the drain time is
+/// up; streams still running end with their dialect's error event and a proper chunked end).
+///
+/// Waiters live in a slab: registering, re-polling and dropping a wait are O(1), so a stream may
+/// keep one wait for its whole life and poll it once per relayed piece at near-zero cost.
 #[derive(Default)]
 pub struct LocalSignal {
     fired: std::cell::Cell<bool>,
-    next: std::cell::Cell<usize>,
-    wakers: std::cell::RefCell<Vec<(usize, Waker)>>,
+    slots: std::cell::RefCell<Vec<Option<Waker>>>,
+    free: std::cell::RefCell<Vec<usize>>,
 }
 
 impl LocalSignal {
     pub fn fire(&self) {
         self.fired.set(true);
-        for (_, w) in self.wakers.take() {
+        let wakers: Vec<Waker> = self
+            .slots
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        for w in wakers {
             w.wake();
         }
     }
@@ -108,27 +120,58 @@ impl LocalSignal {
     }
 
     pub fn wait(&self) -> LocalWait<'_> {
-        let id = self.next.get();
-        self.next.set(id.wrapping_add(1));
-        LocalWait { signal: self, id }
+        LocalWait {
+            signal: self,
+            slot: None,
+        }
+    }
+
+    /// Waiters currently registered (tests).
+    pub fn waiters(&self) -> usize {
+        self.slots.borrow().iter().filter(|w| w.is_some()).count()
     }
 }
 
 pub struct LocalWait<'a> {
     signal: &'a LocalSignal,
-    id: usize,
+    /// Index in the signal's slab once registered.
+    slot: Option<usize>,
 }
 
 impl Future for LocalWait<'_> {
     type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.signal.fired.get() {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let sig = self.signal;
+        if sig.fired.get() {
             return Poll::Ready(());
         }
-        let mut w = self.signal.wakers.borrow_mut();
-        match w.iter_mut().find(|(id, _)| *id == self.id) {
-            Some((_, slot)) => slot.clone_from(cx.waker()),
-            None => w.push((self.id, cx.waker().clone())),
+        let mut slots = sig.slots.borrow_mut();
+        match self.slot {
+            Some(i) => {
+                if let Some(slot) = slots.get_mut(i) {
+                    match slot {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => *slot = Some(cx.waker().clone()),
+                    }
+                }
+            }
+            None => {
+                let w = Some(cx.waker().clone());
+                let i = match sig.free.borrow_mut().pop() {
+                    Some(i) => {
+                        if let Some(slot) = slots.get_mut(i) {
+                            *slot = w;
+                        }
+                        i
+                    }
+                    None => {
+                        slots.push(w);
+                        slots.len() - 1
+                    }
+                };
+                drop(slots);
+                self.slot = Some(i);
+            }
         }
         Poll::Pending
     }
@@ -136,10 +179,56 @@ impl Future for LocalWait<'_> {
 
 impl Drop for LocalWait<'_> {
     fn drop(&mut self) {
-        if let Ok(mut w) = self.signal.wakers.try_borrow_mut() {
-            if let Some(i) = w.iter().position(|(id, _)| *id == self.id) {
-                w.swap_remove(i);
+        if let Some(i) = self.slot {
+            if let Ok(mut slots) = self.signal.slots.try_borrow_mut() {
+                if let Some(slot) = slots.get_mut(i) {
+                    *slot = None;
+                }
+                if let Ok(mut free) = self.signal.free.try_borrow_mut() {
+                    free.push(i);
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use std::task::Wake;
+
+    struct Count(AtomicU32);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn local_signal_slots_are_reused_and_all_woken() {
+        let sig = LocalSignal::default();
+        let c = Arc::new(Count(AtomicU32::new(0)));
+        let waker = Waker::from(c.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut a = Box::pin(sig.wait());
+        let mut b = Box::pin(sig.wait());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(
+            a.as_mut().poll(&mut cx).is_pending(),
+            "re-poll keeps one slot"
+        );
+        assert!(b.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(sig.waiters(), 2);
+        drop(a);
+        assert_eq!(sig.waiters(), 1);
+        let mut d = Box::pin(sig.wait());
+        assert!(d.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(sig.slots.borrow().len(), 2, "the freed slot is reused");
+        sig.fire();
+        assert_eq!(c.0.load(Ordering::SeqCst), 2);
+        assert!(b.as_mut().poll(&mut cx).is_ready());
+        assert!(d.as_mut().poll(&mut cx).is_ready());
+        assert!(sig.is_fired());
     }
 }
