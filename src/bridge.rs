@@ -13,11 +13,11 @@ use crate::extract::RoutingFields;
 use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
-use crate::metrics::bump;
 use crate::provider::Op;
-use crate::relay::{self, Outcome};
+use crate::relay::{self, NoHead, Outcome};
 use crate::route::Route;
 use crate::translate::{self, Dialect, SseDecoder, StreamTranslator};
+use crate::upstream::RespFraming;
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
@@ -71,6 +71,7 @@ pub async fn translated(
 
     // upstream
     let sent = relay::send_upstream(
+        conn,
         shard,
         route,
         Op::Generate,
@@ -82,15 +83,18 @@ pub async fn translated(
     .await;
     let mut ex = match sent {
         Ok(ex) => ex,
-        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+        Err(NoHead::Failed(e)) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+        Err(NoHead::ClientGone) => return relay::gone(shard, 499),
     };
     drop(req_body);
+    let pname = &provider.name;
     let status = ex.head.status;
 
     // translate back: errors, whole answers, or streams
     if status >= 400 {
         let mut raw = Vec::new();
         if let Err(e) = ex.read_to_end(&mut raw, MAX_ERROR_BODY).await {
+            let e = relay::report(shard, pname, &e);
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
         let out = translate::upstream_error_to_client(up, client, status, &raw);
@@ -113,6 +117,7 @@ pub async fn translated(
             match ex.next(&mut raw).await {
                 Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
                     let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
+                    let e = relay::report(shard, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
                 Ok(true) => {
@@ -123,7 +128,7 @@ pub async fn translated(
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    bump(&shard.metrics.upstream_errors);
+                    let e = relay::report(shard, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
             }
@@ -149,11 +154,11 @@ pub async fn translated(
                 }
             }
             Err(e) => {
-                bump(&shard.metrics.upstream_errors);
                 let e = Error::new(
                     Kind::UpstreamProtocol,
                     format!("could not translate the upstream answer: {}", e.message),
                 );
+                let e = relay::report(shard, pname, &e);
                 Outcome::error(conn, &e, shape, keep_alive, wt).await
             }
         };
@@ -166,7 +171,7 @@ pub async fn translated(
         conn,
         shard,
         &mut ex,
-        up,
+        (pname, up),
         client,
         &fields.model,
         include_usage,
@@ -177,12 +182,17 @@ pub async fn translated(
 }
 
 /// Relay an upstream SSE stream, translated event by event and flushed per upstream read.
+/// Only whole upstream events are translated. A stream that breaks — upstream cut, a
+/// close-delimited body ending without its dialect's terminal event (its partial last event is
+/// discarded, as the SSE rules say), a malformed or oversized event, the drain's end — ends
+/// with the client dialect's error event (last: no terminal events claim a normal end after it)
+/// and a proper chunked end.
 #[allow(clippy::too_many_arguments)]
 async fn stream(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
-    up: Dialect,
+    (provider, up): (&str, Dialect),
     client: Dialect,
     client_model: &str,
     include_usage: bool,
@@ -206,15 +216,24 @@ async fn stream(
     let limit = rb.limit;
     let piece = &mut rb.buf;
     let mut events = Vec::with_capacity(16 * 1024);
+    let close_delimited = ex.head.framing == RespFraming::Close;
+    // Gemini has no terminal event: a candidate's finishReason ends its stream.
+    let mut finish_seen = false;
+    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
         events.clear();
-        let more = match ex.next_upto(piece, limit).await {
+        let next = monoio::select! {
+            r = ex.next_upto(piece, limit) => r,
+            _ = &mut drain_over => Err(relay::shutting_down()),
+        };
+        let more = match next {
             Ok(m) => m,
             Err(e) => {
-                bump(&shard.metrics.upstream_errors);
+                let e = relay::report(shard, provider, &e);
+                // The error event ends the stream: no terminal events claiming a normal end
+                // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
-                tr.finish(&mut events);
                 write_chunk(&mut out, &events);
                 out.extend_from_slice(LAST_CHUNK);
                 let _ = conn.write_raw(out, wt).await;
@@ -225,22 +244,34 @@ async fn stream(
             }
         };
         decoder.feed(piece);
-        if !more {
+        if !more && !close_delimited {
+            // A framed end: a last event missing its blank line is still dispatched (lenient;
+            // several upstreams omit it) — and fails below if it was cut mid-JSON.
             decoder.finish();
         }
         let mut failed = None;
         while let Some(ev) = decoder.next_event() {
+            if up == Dialect::Gemini && ev.data.contains("\"finishReason\"") {
+                finish_seen = true;
+            }
             if let Err(e) = tr.push(&ev, &mut events) {
-                failed = Some(e.message);
+                failed = Some(format!("malformed upstream stream: {}", e.message));
                 break;
             }
         }
-        if let Some(msg) = &failed {
-            bump(&shard.metrics.upstream_errors);
-            tr.error(&format!("malformed upstream stream: {msg}"), &mut events);
+        if failed.is_none() && !more && close_delimited && !(tr.is_done() || finish_seen) {
+            failed = Some("the upstream stream ended before its last event".to_string());
+        }
+        if failed.is_none() && decoder.pending_bytes() > relay::MAX_PENDING_EVENT {
+            failed = Some("upstream stream event too large".to_string());
+        }
+        if let Some(msg) = failed.take() {
+            let e = relay::report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
+            tr.error(&e.message, &mut events);
+            failed = Some(e.message);
         }
         let end = !more || failed.is_some() || tr.is_done();
-        if end {
+        if end && failed.is_none() {
             tr.finish(&mut events);
         }
         write_chunk(&mut out, &events);

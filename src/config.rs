@@ -82,6 +82,10 @@ pub struct ServerConfig {
     /// `*.localhost`, `127.0.0.0/8`, `[::1]`; DNS-rebinding guard) or one of these names
     /// (without port), e.g. the name a local reverse proxy forwards. Default empty.
     pub allowed_hosts: Vec<String>,
+    /// On shutdown (SIGTERM/SIGINT), how long in-flight requests may run on after the listener
+    /// closed. Default 30 s. Streams still running then end with their dialect's error event
+    /// and a proper chunked end; requests still waiting for an upstream get 503.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +104,7 @@ impl Default for ServerConfig {
             idle_release_ms: 1_000,
             cors_allow_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            drain_timeout_ms: 30_000,
         }
     }
 }

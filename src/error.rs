@@ -63,6 +63,9 @@ pub struct Error {
     pub message: String,
     /// True when a retry on a fresh connection may succeed (nothing reached the client yet).
     pub retryable: bool,
+    /// Set on upstream failures shown to a client (`rg-<shard>-<n>`, also in the log line with
+    /// the details); sent as `x-request-id` on error responses.
+    pub request_id: Option<Box<str>>,
 }
 
 impl Error {
@@ -71,6 +74,31 @@ impl Error {
             kind,
             message: message.into(),
             retryable: false,
+            request_id: None,
+        }
+    }
+
+    /// The same failure as the client may see it: upstream-side errors lose their details
+    /// (hosts, addresses, resolver and TLS output, which stay in the log under `request_id`)
+    /// for a generic message carrying the id. Other errors only gain the id.
+    pub fn for_client(&self, request_id: &str) -> Error {
+        let generic = match self.kind {
+            Kind::UpstreamConnect => Some("the gateway could not reach the upstream provider"),
+            Kind::UpstreamTimeout => Some("the upstream provider did not answer in time"),
+            Kind::UpstreamProtocol => {
+                Some("the upstream provider sent an invalid or incomplete response")
+            }
+            _ => None,
+        };
+        let message = match generic {
+            Some(g) => format!("{g} (request id {request_id})"),
+            None => format!("{} (request id {request_id})", self.message),
+        };
+        Error {
+            kind: self.kind,
+            message,
+            retryable: self.retryable,
+            request_id: Some(request_id.into()),
         }
     }
 
@@ -258,6 +286,16 @@ mod tests {
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "overloaded_error");
         assert_eq!(e.status(), 503);
+    }
+
+    #[test]
+    fn client_view_of_an_upstream_failure_is_generic() {
+        let e = Error::new(Kind::UpstreamConnect, "connect api.internal:8443: refused");
+        let c = e.for_client("rg-0-7");
+        assert_eq!(c.status(), 502);
+        assert!(!c.message.contains("api.internal") && !c.message.contains("8443"));
+        assert!(c.message.contains("rg-0-7"));
+        assert_eq!(c.request_id.as_deref(), Some("rg-0-7"));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Shard {
     pub hub: MetricsHub,
     /// Fired when the process shuts down: idle connections close, in-flight ones finish.
     pub draining: LocalSignal,
+    /// Fired when the drain time is up: requests still waiting for an upstream get 503, streams
+    /// still running end with their dialect's error event and a proper chunked end.
+    pub drain_expired: LocalSignal,
     /// This shard's share of `server.max_connections`.
     pub max_connections: u64,
     /// Connections over the cap whose first request is being read, to answer health probes.
@@ -42,6 +45,8 @@ pub struct Shard {
     pub read_bufs: ReadBufs,
     /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
     pub edge: EdgePolicy,
+    /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
+    pub drain_time: Duration,
 }
 
 /// A started gateway.
@@ -131,10 +136,12 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                     metrics: ShardMetrics::default(),
                     hub,
                     draining: LocalSignal::default(),
+                    drain_expired: LocalSignal::default(),
                     max_connections: s.max_connections.div_ceil(n).max(1) as u64,
                     over_cap: std::cell::Cell::new(0),
                     read_bufs: ReadBufs::new(Duration::from_millis(s.idle_release_ms)),
                     edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts),
+                    drain_time: Duration::from_millis(s.drain_timeout_ms),
                 });
                 drop(cfg);
                 accept_loop(std_listener, shard, sd).await;
@@ -157,8 +164,11 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         &name,
         std_listener,
         &shutdown,
-        &shard.draining,
-        DRAIN_TIMEOUT,
+        shard::Drain {
+            started: &shard.draining,
+            expired: Some(&shard.drain_expired),
+            time: shard.drain_time,
+        },
         open,
         |stream| {
             let conn = ClientConn::pooled(stream, &shard.read_bufs);
@@ -180,14 +190,12 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
 /// `/healthz` and `/readyz`); more are refused without reading.
 const OVER_CAP_PROBES: u32 = 8;
 
-/// Longest time a stopping shard waits for in-flight requests.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Publish this shard's metrics for scrapes served by other shards, once a second.
 /// Also flushes the rate-limited admission log.
 async fn publish_metrics(shard: Rc<Shard>) {
     loop {
         shard.admission.log_tick();
+        crate::relay::log_tick(&shard);
         if shard.hub.shards() > 1 {
             let mut text = String::new();
             pipeline::render_shard_metrics(&shard, &mut text);

@@ -1,16 +1,20 @@
 //! Relaying an upstream response to the client: the same-dialect passthrough (model splice,
-//! bytes forwarded as they arrive), SSE re-framed per event and flushed per event, mid-stream
-//! failures ended with a dialect-correct error event, and client disconnects releasing the
-//! upstream connection (dropped, never pooled).
+//! bytes forwarded as they arrive), SSE forwarded in whole events and flushed per event,
+//! broken streams (upstream cut, close-delimited without the terminal event, drain over) ended
+//! with a dialect-correct error event and a proper chunked end, and client disconnects
+//! releasing the upstream connection (dropped, never pooled) — also while the upstream has not
+//! answered yet. Upstream failures are reported here: counted, logged rate-limited with a
+//! request id, and shown to the client without hosts or addresses.
 //!
-//! Owns: the upstream → client byte path. Must not: read the client's request or choose routes.
+//! Owns: the upstream → client byte path, `send_upstream` (the one way to the upstream for
+//! both paths), `report`. Must not: read the client's request body or choose routes.
 //! Back-pressure is structural: the next upstream read starts only after the previous write
 //! to the client finished, so at most one read buffer per stream is held.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::admit::{Chunk, Permit};
-use crate::error::{Error, ErrorShape, Kind};
+use crate::error::{Error, ErrorShape, Kind, Side};
 use crate::extract::{splice_model, RoutingFields};
 use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
@@ -35,7 +39,19 @@ impl Outcome {
         keep_alive: bool,
         wt: Duration,
     ) -> Outcome {
-        let keep = conn.respond_error(e, shape, keep_alive, wt).await;
+        let keep = match &e.request_id {
+            // Upstream failures carry their id as a header too, for support tickets.
+            Some(id) => {
+                let keep = keep_alive && !e.closes_connection();
+                let extra = format!("x-request-id: {id}\r\n");
+                let body = e.body(shape);
+                let ct = b"application/json";
+                conn.respond(e.status(), ct, extra.as_bytes(), &body, keep, wt)
+                    .await
+                    && keep
+            }
+            None => conn.respond_error(e, shape, keep_alive, wt).await,
+        };
         Outcome {
             status: e.status(),
             keep_alive: keep,
@@ -74,8 +90,10 @@ impl Drop for StreamBuf {
     }
 }
 
-/// Largest partial SSE event held while waiting for its end (then forwarded as is).
-const MAX_PENDING_EVENT: usize = 32 * 1024;
+/// Largest partial SSE event held while waiting for its end (charged to the request's permit as
+/// it grows). Whole events only are forwarded, so a larger one is an upstream error; Responses'
+/// `response.completed` repeats the whole answer and is the largest event seen in practice.
+pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
 /// Same dialect in and out: forward the body byte for byte (with the model name spliced when
 /// the route renames it) and relay the answer as it arrives.
@@ -102,7 +120,8 @@ pub async fn passthrough(
         None => body,
     };
     let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
-    let mut ex = match send_upstream(
+    let sent = send_upstream(
+        conn,
         shard,
         route,
         op,
@@ -111,21 +130,40 @@ pub async fn passthrough(
         fields.stream,
         body,
     )
-    .await
-    {
+    .await;
+    let mut ex = match sent {
         Ok(ex) => ex,
-        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+        Err(NoHead::Failed(e)) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+        Err(NoHead::ClientGone) => return gone(shard, 499),
     };
     let mut piece = match StreamBuf::new(shard, permit) {
         Ok(b) => b,
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
-    relay(conn, &mut ex, keep_alive, wt, shard, dialect, &mut piece).await
+    let up = Upstream {
+        ex: &mut ex,
+        provider: &route.provider.name,
+        dialect,
+    };
+    relay(conn, up, keep_alive, shard, &mut piece, permit).await
 }
 
-/// Send `body` to the route's provider for `op` in `dialect` and wait for the response head.
-/// Counts upstream failures (no answer, or a 5xx head).
+/// Why no upstream response head is available.
+pub enum NoHead {
+    /// Answer the client with this error (upstream details already logged and redacted).
+    Failed(Error),
+    /// The client closed its connection while the upstream was silent; the upstream request
+    /// was cancelled (its connection dropped).
+    ClientGone,
+}
+
+/// Send `body` to the route's provider for `op` in `dialect` and wait for the response head,
+/// watching the client meanwhile: a client that closes cancels the upstream request at once
+/// (not at `first_byte_timeout`), and the end of the drain cancels it with a 503. Failures are
+/// logged and counted here (see [`report`]); 5xx heads are counted and logged too.
+#[allow(clippy::too_many_arguments)]
 pub async fn send_upstream<'s>(
+    conn: &ClientConn,
     shard: &'s Shard,
     route: &Route,
     op: Op,
@@ -133,13 +171,13 @@ pub async fn send_upstream<'s>(
     upstream_model: &str,
     stream: bool,
     body: &[u8],
-) -> Result<Exchange<'s>, Error> {
+) -> Result<Exchange<'s>, NoHead> {
     let provider = &route.provider;
     let endpoint = provider.endpoint.as_ref().ok_or_else(|| {
-        Error::new(
+        NoHead::Failed(Error::new(
             Kind::Internal,
             format!("provider {} has no base_url", provider.name),
-        )
+        ))
     })?;
     let path = provider.kind.path(
         &endpoint.base_path,
@@ -155,26 +193,106 @@ pub async fn send_upstream<'s>(
         headers: &provider.auth_headers,
         body,
     };
-    let r = shard.upstream.send(&req).await;
-    if r.as_ref().map_or(true, |ex| ex.head.status >= 500) {
-        bump(&shard.metrics.upstream_errors);
+    let r = monoio::select! {
+        r = shard.upstream.send(&req) => r,
+        _ = conn.wait_closed() => return Err(NoHead::ClientGone),
+        _ = shard.drain_expired.wait() => Err(shutting_down()),
+    };
+    match r {
+        Ok(ex) => {
+            if ex.head.status >= 500 {
+                bump(&shard.metrics.upstream_errors);
+                if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+                    crate::log::info(format_args!(
+                        "upstream failure: provider {}: answered HTTP {}{}",
+                        provider.name,
+                        ex.head.status,
+                        not_logged(dropped)
+                    ));
+                }
+            }
+            Ok(ex)
+        }
+        Err(e) => Err(NoHead::Failed(report(shard, &provider.name, &e))),
     }
-    r
 }
 
-/// Forward the response of `ex` to the client.
+/// The error that ends requests still running when the drain time is up.
+pub fn shutting_down() -> Error {
+    Error::new(
+        Kind::Overloaded,
+        "the gateway is shutting down; retry the request",
+    )
+}
+
+/// An error on its way to the client. Upstream-side failures are counted, logged (rate-limited:
+/// a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
+/// reason — never keys or bodies), and come back generic with the id (see
+/// [`Error::for_client`]): hosts, addresses and resolver output stay in the log.
+pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
+    if e.side() != Side::Upstream {
+        return e.clone();
+    }
+    bump(&shard.metrics.upstream_errors);
+    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
+    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+        crate::log::info(format_args!(
+            "upstream failure {id}: provider {provider}: {}: {}{}",
+            e.code(),
+            e.message,
+            not_logged(dropped)
+        ));
+    }
+    e.for_client(&id)
+}
+
+/// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
+pub fn log_tick(shard: &Shard) {
+    if let Some(n) = shard.upstream.failure_log.flush(Instant::now()) {
+        crate::log::info(format_args!(
+            "shard {}: {n} upstream failures not logged (rate limit)",
+            shard.id
+        ));
+    }
+}
+
+fn not_logged(dropped: u64) -> String {
+    if dropped == 0 {
+        String::new()
+    } else {
+        format!(" ({dropped} earlier upstream failures not logged)")
+    }
+}
+
+/// The upstream side of a relay: the exchange, who answers, in which dialect.
+struct Upstream<'a, 'c> {
+    ex: &'a mut Exchange<'c>,
+    provider: &'a str,
+    dialect: Dialect,
+}
+
+/// Forward the response of `up.ex` to the client. SSE is forwarded event by event, whole events
+/// only; a stream that breaks (upstream cut, a close-delimited stream without its terminal
+/// event, an oversized event, the drain's end) drops its partial event and ends with the
+/// dialect's error event and a proper chunked end. A broken non-SSE body is cut by closing.
 async fn relay(
     conn: &mut ClientConn,
-    ex: &mut Exchange<'_>,
+    up: Upstream<'_, '_>,
     keep_alive: bool,
-    wt: Duration,
     shard: &Shard,
-    dialect: Dialect,
     rb: &mut StreamBuf,
+    permit: &Permit,
 ) -> Outcome {
+    let Upstream {
+        ex,
+        provider,
+        dialect,
+    } = up;
+    let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
     let status = ex.head.status;
     let sse = ex.head.is_event_stream();
+    let close_delimited = ex.head.framing == RespFraming::Close;
     let framing = match (ex.head.framing, sse) {
         (RespFraming::Length(n), false) => Framing::Length(n as usize),
         _ => Framing::Chunked,
@@ -189,7 +307,10 @@ async fn relay(
     let limit = rb.limit;
     let piece = &mut rb.buf;
     let mut pending: Vec<u8> = Vec::new();
+    let mut charged = 0u64;
+    let mut terminal = false;
     let mut head_sent = false;
+    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
         // For SSE, send the head at once (clients see the stream open); otherwise wait for the
@@ -201,50 +322,61 @@ async fn relay(
             }
             head_sent = true;
         }
-        let more = match ex.next_upto(piece, limit).await {
+        let next = monoio::select! {
+            r = ex.next_upto(piece, limit) => r,
+            _ = &mut drain_over => Err(shutting_down()),
+        };
+        let more = match next {
             Ok(m) => m,
             Err(e) => {
-                bump(&shard.metrics.upstream_errors);
+                let e = report(shard, provider, &e);
                 if !head_sent {
                     // Nothing reached the client yet: a clean error response.
                     conn.out = out;
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
-                if framing == Framing::Chunked {
-                    let mut ev = std::mem::take(&mut pending);
-                    if sse {
-                        // The dialect-correct mid-stream error event (OpenAI: a data line with
-                        // an error object; Anthropic: `event: error`).
-                        crate::translate::stream_error_event(dialect, &e.message, &mut ev);
-                    }
-                    write_chunk(&mut out, &ev);
-                    out.extend_from_slice(LAST_CHUNK);
-                    let _ = conn.write_raw(out, wt).await;
-                }
-                // A Content-Length body cut short can only be signalled by closing.
-                return Outcome {
-                    status: 502,
-                    keep_alive: false,
-                };
+                return broken(conn, out, sse, dialect, &e, wt).await;
             }
         };
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
             Framing::Chunked if sse => {
                 pending.extend_from_slice(piece);
-                let cut = if more {
-                    last_event_end(&pending)
-                } else {
-                    pending.len()
-                };
-                let cut = if cut == 0 && pending.len() > MAX_PENDING_EVENT {
-                    pending.len()
-                } else {
-                    cut
-                };
+                if !more && !close_delimited {
+                    complete_last_line(&mut pending);
+                }
+                let cut = last_event_end(&pending);
                 if cut > 0 {
-                    write_chunk(&mut out, &pending[..cut]);
+                    let events = &pending[..cut];
+                    if close_delimited && !terminal {
+                        terminal = has_terminal_event(dialect, events);
+                    }
+                    write_chunk(&mut out, events);
                     pending.drain(..cut);
+                }
+                let problem = if !more {
+                    // A close-delimited body ends the same way whether complete or cut: only
+                    // its dialect's terminal event tells. Any body ending mid-event is cut.
+                    if close_delimited {
+                        (!terminal).then_some("the upstream stream ended before its last event")
+                    } else {
+                        pending
+                            .iter()
+                            .any(|b| !b.is_ascii_whitespace())
+                            .then_some("the upstream stream ended inside an event")
+                    }
+                } else if pending.len() > MAX_PENDING_EVENT {
+                    Some("upstream stream event too large")
+                } else {
+                    None
+                };
+                if let Some(msg) = problem {
+                    let e = report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
+                    return broken(conn, out, sse, dialect, &e, wt).await;
+                }
+                if let Err(r) = permit.charge_capacity(&pending, &mut charged) {
+                    return broken(conn, out, sse, dialect, &Error::overloaded(r.as_str()), wt)
+                        .await;
                 }
             }
             Framing::Chunked => write_chunk(&mut out, piece),
@@ -263,6 +395,68 @@ async fn relay(
             conn.out = out;
             return Outcome { status, keep_alive };
         }
+    }
+}
+
+/// End a response that broke after its head was sent. SSE: the whole events already in `out`,
+/// the dialect-correct error event (OpenAI: a data line with an error object; Anthropic:
+/// `event: error`), and the chunked end — the client sees a well-formed failure. Other bodies
+/// can only be cut by closing (a chunked end or the full length would claim completeness).
+async fn broken(
+    conn: &mut ClientConn,
+    mut out: Vec<u8>,
+    sse: bool,
+    dialect: Dialect,
+    e: &Error,
+    wt: Duration,
+) -> Outcome {
+    if sse {
+        let mut ev = Vec::new();
+        crate::translate::stream_error_event(dialect, &e.message, &mut ev);
+        write_chunk(&mut out, &ev);
+        out.extend_from_slice(LAST_CHUNK);
+        let _ = conn.write_raw(out, wt).await;
+    }
+    Outcome {
+        status: 502,
+        keep_alive: false,
+    }
+}
+
+/// At the framed end of a body, a last event whose lines are complete but lacks its blank line
+/// is completed (several upstreams omit it). A last line cut mid-way is left as it is.
+fn complete_last_line(pending: &mut Vec<u8>) {
+    if !pending.iter().any(|b| !b.is_ascii_whitespace()) {
+        return;
+    }
+    if pending.ends_with(b"\r\n") {
+        pending.extend_from_slice(b"\r\n");
+    } else if pending.ends_with(b"\n") {
+        pending.push(b'\n');
+    }
+}
+
+/// Whether whole SSE `events` include the dialect's terminal event: Chat `data: [DONE]`,
+/// Messages `message_stop`, Responses `response.completed` / `.incomplete` / `.failed`, Gemini
+/// a `finishReason`. (A JSON string cannot hold a raw newline or an unescaped quote, so these
+/// patterns never match inside content.)
+fn has_terminal_event(dialect: Dialect, events: &[u8]) -> bool {
+    let at_line_start = |pat: &[u8]| {
+        memchr::memmem::find_iter(events, pat)
+            .any(|i| i == 0 || matches!(events.get(i - 1), Some(b'\n' | b'\r')))
+    };
+    let typed = |t: &str| {
+        at_line_start(format!("event: {t}").as_bytes())
+            || at_line_start(format!("event:{t}").as_bytes())
+            || memchr::memmem::find(events, format!("\"type\":\"{t}\"").as_bytes()).is_some()
+    };
+    match dialect {
+        Dialect::Chat => at_line_start(b"data: [DONE]") || at_line_start(b"data:[DONE]"),
+        Dialect::Messages => typed("message_stop"),
+        Dialect::Responses => {
+            typed("response.completed") || typed("response.incomplete") || typed("response.failed")
+        }
+        Dialect::Gemini => memchr::memmem::find(events, b"\"finishReason\"").is_some(),
     }
 }
 
@@ -286,6 +480,47 @@ fn last_event_end(buf: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_events_per_dialect() {
+        assert!(has_terminal_event(
+            Dialect::Chat,
+            b"data: {}\n\ndata: [DONE]\n\n"
+        ));
+        assert!(!has_terminal_event(
+            Dialect::Chat,
+            b"data: {\"c\":\"x data: [DONE]\"}\n\n"
+        ));
+        assert!(has_terminal_event(
+            Dialect::Messages,
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        ));
+        assert!(!has_terminal_event(
+            Dialect::Messages,
+            b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n"
+        ));
+        assert!(has_terminal_event(
+            Dialect::Responses,
+            b"event: response.completed\ndata: {}\n\n"
+        ));
+        assert!(!has_terminal_event(
+            Dialect::Responses,
+            b"event: response.created\n\n"
+        ));
+    }
+
+    #[test]
+    fn last_line_completion() {
+        let mut p = b"data: a\n".to_vec();
+        complete_last_line(&mut p);
+        assert_eq!(last_event_end(&p), p.len());
+        let mut p = b"data: a\r\n".to_vec();
+        complete_last_line(&mut p);
+        assert_eq!(last_event_end(&p), p.len());
+        let mut p = b"data: {\"a\":".to_vec();
+        complete_last_line(&mut p);
+        assert_eq!(last_event_end(&p), 0, "a line cut mid-way is not completed");
+    }
 
     #[test]
     fn event_boundaries() {

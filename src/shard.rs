@@ -173,16 +173,26 @@ where
     }
 }
 
+/// How a shard stops: `started` fires when the listener closes (idle keep-alive connections
+/// end); in-flight requests get `time` to finish; then `expired` fires (streams still running
+/// end properly — error event, chunked end) and they get a short grace to write that end.
+pub struct Drain<'a> {
+    pub started: &'a crate::shutdown::LocalSignal,
+    pub expired: Option<&'a crate::shutdown::LocalSignal>,
+    pub time: std::time::Duration,
+}
+
+/// Longest wait, after the drain time is up, for cut streams to write their last bytes.
+const CUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A shard's accept loop: adopt `std_listener`, hand every accepted connection to `on_conn`
-/// until `shutdown` fires; then close the listener (new connections are refused), fire
-/// `draining` (idle keep-alive connections end) and wait up to `drain` for `open()` to reach
-/// zero (in-flight requests finish).
+/// until `shutdown` fires; then close the listener (new connections are refused) and drain
+/// (see [`Drain`]) while `open()` is above zero.
 pub async fn accept_until<F, O>(
     name: &str,
     std_listener: StdListener,
     shutdown: &crate::shutdown::Shutdown,
-    draining: &crate::shutdown::LocalSignal,
-    drain: std::time::Duration,
+    drain: Drain<'_>,
     open: O,
     mut on_conn: F,
 ) where
@@ -211,10 +221,24 @@ pub async fn accept_until<F, O>(
         }
     }
     drop(listener);
-    draining.fire();
-    let until = std::time::Instant::now() + drain;
-    while open() > 0 && std::time::Instant::now() < until {
-        monoio::time::sleep(std::time::Duration::from_millis(5)).await;
+    drain.started.fire();
+    let open = &open;
+    let wait_open = |until: std::time::Instant| async move {
+        while open() > 0 && std::time::Instant::now() < until {
+            monoio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    wait_open(std::time::Instant::now() + drain.time).await;
+    if let Some(expired) = drain.expired {
+        if open() > 0 {
+            crate::log::info(format_args!(
+                "{name}: drain time ({} ms) is up; ending {} open connection(s)",
+                drain.time.as_millis(),
+                open()
+            ));
+            expired.fire();
+            wait_open(std::time::Instant::now() + CUT_GRACE).await;
+        }
     }
 }
 

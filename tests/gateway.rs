@@ -246,13 +246,11 @@ fn upstream_down_is_a_502_and_a_stale_pooled_connection_is_retried() {
         assert_eq!(
             r.status,
             200,
-            "{d}: reused dead connection must be retried once on a fresh one: {}",
+            "{d}: a pooled connection the upstream closed is never used: {}",
             r.text()
         );
-        assert!(
-            metric(gw.addr, "ringgate_upstream_retries_total") >= 1,
-            "{d}: the retry is counted"
-        );
+        // (The before-reuse peek now discards it; the retry-once rule for a connection that
+        // dies after the peek is tested in upstream_faults.rs.)
         gw.stop();
         mock.stop();
     });

@@ -289,6 +289,25 @@ impl ClientConn {
             && keep
     }
 
+    /// Resolves when the client has closed or reset the connection; stays pending while it is
+    /// silent or has sent more bytes. Bytes are only peeked at, never read, so dropping this
+    /// future (the answer arrived first) loses no pipelined request. For watching a client
+    /// while its answer is pending upstream.
+    pub async fn wait_closed(&self) {
+        use crate::sock::{peek, Peeked};
+        use std::os::fd::AsRawFd;
+        loop {
+            if self.stream.readable(false).await.is_err() {
+                return;
+            }
+            match peek(self.stream.as_raw_fd()) {
+                Peeked::Closed => return,
+                Peeked::Quiet => continue,
+                Peeked::Data => std::future::pending::<()>().await,
+            }
+        }
+    }
+
     /// Write raw bytes (already framed). Returns the buffer for reuse, or None if the client is gone.
     pub async fn write_raw(&mut self, data: Vec<u8>, timeout: Duration) -> Option<Vec<u8>> {
         write_all_timeout(&mut self.stream, data, timeout)

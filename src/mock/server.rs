@@ -99,8 +99,11 @@ pub fn start_with(
                     "mock",
                     std_listener,
                     &sd,
-                    &local.draining,
-                    Duration::from_secs(5),
+                    shard::Drain {
+                        started: &local.draining,
+                        expired: None,
+                        time: Duration::from_secs(5),
+                    },
                     open,
                     |stream| {
                         monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));

@@ -22,6 +22,8 @@ use crate::http::io::read_more;
 
 /// Largest upstream response head accepted.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Upstream-failure log lines per second per shard (the rest are counted).
+const FAILURE_LOG_LINES: u32 = 20;
 /// Requests with bodies up to this size are written in one buffer with their head.
 const COALESCE_BODY: usize = 32 * 1024;
 
@@ -30,6 +32,10 @@ pub struct Client {
     pub pool: Pool,
     /// Requests retried on a fresh connection after a reused one failed before any byte.
     pub retries: std::cell::Cell<u64>,
+    /// Upstream failures reported so far; numbers their request ids (`rg-<shard>-<n>`).
+    failures: std::cell::Cell<u64>,
+    /// Limits upstream-failure log lines (per shard).
+    pub failure_log: crate::log::RateLimited,
     tls: Option<TlsConnector>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
@@ -95,6 +101,8 @@ impl Client {
     pub fn new(cfg: &UpstreamConfig, tls: Option<TlsConnector>) -> Client {
         Client {
             retries: std::cell::Cell::new(0),
+            failures: std::cell::Cell::new(0),
+            failure_log: crate::log::RateLimited::new(FAILURE_LOG_LINES),
             pool: Pool::new(
                 cfg.max_idle_per_host,
                 Duration::from_millis(cfg.idle_ttl_ms),
@@ -105,6 +113,13 @@ impl Client {
             gap_timeout: Duration::from_millis(cfg.stream_gap_timeout_ms),
             total_timeout: Duration::from_millis(cfg.total_timeout_ms),
         }
+    }
+
+    /// The number of the next reported upstream failure (from 1).
+    pub fn next_failure(&self) -> u64 {
+        let n = self.failures.get() + 1;
+        self.failures.set(n);
+        n
     }
 
     /// Send `req` and wait for the response head.
