@@ -193,7 +193,9 @@ pub async fn send_upstream<'s>(
         headers: &provider.auth_headers,
         body,
     };
+    // Biased: the exchange is polled first, so an answer that is already there costs no watch.
     let r = monoio::select! {
+        biased;
         r = shard.upstream.send(&req) => r,
         _ = conn.wait_closed() => return Err(NoHead::ClientGone),
         _ = shard.drain_expired.wait() => Err(shutting_down()),

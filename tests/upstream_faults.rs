@@ -88,27 +88,34 @@ const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content
 #[test]
 fn bytes_sent_after_a_complete_response_never_reach_the_next_request() {
     each_driver(|d| {
-        let up = fake_upstream(|s, n| {
-            s.write_all(&json_response(&format!("{{\"n\":{n}}}")))
-                .unwrap();
-            // A late second response on the same connection, after the first one ended.
-            std::thread::sleep(Duration::from_millis(20));
-            let _ = s.write_all(&json_response(r#"{"bogus":true}"#));
-            true
-        });
-        let gw = start_gateway(up, d, "");
-        let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
-        assert_eq!(r.json()["n"], 1, "{d}: {}", r.text());
-        std::thread::sleep(Duration::from_millis(100));
-        let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
-        assert_eq!(r.status, 200, "{d}: {}", r.text());
-        assert_eq!(
-            r.json()["n"],
-            2,
-            "{d}: the second request gets its own answer, not the stale bytes: {}",
-            r.text()
-        );
-        gw.stop();
+        // Late: the extra response comes 20 ms after the first (the pooled connection is idle
+        // by then); glued: in the same write (already buffered when the first one ends).
+        for late in [true, false] {
+            let up = fake_upstream(move |s, n| {
+                let mut out = json_response(&format!("{{\"n\":{n}}}"));
+                if late {
+                    s.write_all(&out).unwrap();
+                    out.clear();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                out.extend_from_slice(&json_response(r#"{"bogus":true}"#));
+                let _ = s.write_all(&out);
+                true
+            });
+            let gw = start_gateway(up, d, "");
+            let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+            assert_eq!(r.json()["n"], 1, "{d}: {}", r.text());
+            std::thread::sleep(Duration::from_millis(100));
+            let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+            assert_eq!(r.status, 200, "{d}: {}", r.text());
+            assert_eq!(
+                r.json()["n"],
+                2,
+                "{d} late={late}: the second request gets its own answer, not stale bytes: {}",
+                r.text()
+            );
+            gw.stop();
+        }
     });
 }
 
