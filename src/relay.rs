@@ -337,7 +337,7 @@ async fn relay(
                     conn.out = out;
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
-                return broken(conn, out, sse, dialect, &e, wt).await;
+                return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
             }
         };
         match framing {
@@ -350,13 +350,14 @@ async fn relay(
                 let cut = last_event_end(&pending);
                 if cut > 0 {
                     let events = &pending[..cut];
-                    if close_delimited && !terminal {
-                        terminal = has_terminal_event(dialect, events);
-                    }
+                    terminal = terminal || is_terminal_event(dialect, last_event(events));
                     write_chunk(&mut out, events);
                     pending.drain(..cut);
                 }
-                let problem = if !more {
+                let problem = if terminal {
+                    // Whatever follows the terminal event is no longer part of the stream.
+                    None
+                } else if !more {
                     // A close-delimited body ends the same way whether complete or cut: only
                     // its dialect's terminal event tells. Any body ending mid-event is cut.
                     if close_delimited {
@@ -374,11 +375,11 @@ async fn relay(
                 };
                 if let Some(msg) = problem {
                     let e = report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
-                    return broken(conn, out, sse, dialect, &e, wt).await;
+                    return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
                 }
                 if let Err(r) = permit.charge_capacity(&pending, &mut charged) {
-                    return broken(conn, out, sse, dialect, &Error::overloaded(r.as_str()), wt)
-                        .await;
+                    let e = Error::overloaded(r.as_str());
+                    return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
                 }
             }
             Framing::Chunked => write_chunk(&mut out, piece),
@@ -402,25 +403,29 @@ async fn relay(
 
 /// End a response that broke after its head was sent. SSE: the whole events already in `out`,
 /// the dialect-correct error event (OpenAI: a data line with an error object; Anthropic:
-/// `event: error`), and the chunked end — the client sees a well-formed failure. Other bodies
-/// can only be cut by closing (a chunked end or the full length would claim completeness).
+/// `event: error`), and the chunked end — the client sees a well-formed failure; if the
+/// stream's terminal event already went out, the stream is complete for the client and just
+/// ends (the upstream connection is dropped). Other bodies can only be cut by closing (a
+/// chunked end or the full length would claim completeness).
 async fn broken(
     conn: &mut ClientConn,
     mut out: Vec<u8>,
-    sse: bool,
+    (sse, terminal, status): (bool, bool, u16),
     dialect: Dialect,
     e: &Error,
     wt: Duration,
 ) -> Outcome {
     if sse {
-        let mut ev = Vec::new();
-        crate::translate::stream_error_event(dialect, &e.message, &mut ev);
-        write_chunk(&mut out, &ev);
+        if !terminal {
+            let mut ev = Vec::new();
+            crate::translate::stream_error_event(dialect, &e.message, &mut ev);
+            write_chunk(&mut out, &ev);
+        }
         out.extend_from_slice(LAST_CHUNK);
         let _ = conn.write_raw(out, wt).await;
     }
     Outcome {
-        status: 502,
+        status: if sse && terminal { status } else { 502 },
         keep_alive: false,
     }
 }
@@ -438,27 +443,47 @@ fn complete_last_line(pending: &mut Vec<u8>) {
     }
 }
 
-/// Whether whole SSE `events` include the dialect's terminal event: Chat `data: [DONE]`,
-/// Messages `message_stop`, Responses `response.completed` / `.incomplete` / `.failed`, Gemini
-/// a `finishReason`. (A JSON string cannot hold a raw newline or an unescaped quote, so these
-/// patterns never match inside content.)
-fn has_terminal_event(dialect: Dialect, events: &[u8]) -> bool {
+/// The last of the whole SSE `events` (they end with a blank line).
+fn last_event(events: &[u8]) -> &[u8] {
+    let kept = events
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    let start = last_event_end(events.get(..kept).unwrap_or_default());
+    events.get(start..).unwrap_or_default()
+}
+
+/// Whether one whole SSE event is the dialect's terminal event: Chat `data: [DONE]`, Messages
+/// `message_stop`, Responses `response.completed` / `.incomplete` / `.failed`, Gemini a
+/// `finishReason`. Only the event's first bytes are looked at (its `event:` line and the JSON
+/// `type`, which comes first); a JSON string cannot hold a raw newline or an unescaped quote,
+/// so these patterns never match inside content. Costs a few short scans per relayed piece.
+fn is_terminal_event(dialect: Dialect, ev: &[u8]) -> bool {
+    let head = ev.get(..ev.len().min(256)).unwrap_or(ev);
     let at_line_start = |pat: &[u8]| {
-        memchr::memmem::find_iter(events, pat)
-            .any(|i| i == 0 || matches!(events.get(i - 1), Some(b'\n' | b'\r')))
+        memchr::memmem::find_iter(head, pat)
+            .any(|i| i == 0 || matches!(head.get(i - 1), Some(b'\n' | b'\r')))
     };
-    let typed = |t: &str| {
-        at_line_start(format!("event: {t}").as_bytes())
-            || at_line_start(format!("event:{t}").as_bytes())
-            || memchr::memmem::find(events, format!("\"type\":\"{t}\"").as_bytes()).is_some()
-    };
+    let has = |pat: &[u8]| memchr::memmem::find(head, pat).is_some();
     match dialect {
         Dialect::Chat => at_line_start(b"data: [DONE]") || at_line_start(b"data:[DONE]"),
-        Dialect::Messages => typed("message_stop"),
-        Dialect::Responses => {
-            typed("response.completed") || typed("response.incomplete") || typed("response.failed")
+        Dialect::Messages => {
+            at_line_start(b"event: message_stop") || has(b"\"type\":\"message_stop\"")
         }
-        Dialect::Gemini => memchr::memmem::find(events, b"\"finishReason\"").is_some(),
+        Dialect::Responses => [
+            (
+                &b"event: response.completed"[..],
+                &b"\"type\":\"response.completed\""[..],
+            ),
+            (
+                b"event: response.incomplete",
+                b"\"type\":\"response.incomplete\"",
+            ),
+            (b"event: response.failed", b"\"type\":\"response.failed\""),
+        ]
+        .iter()
+        .any(|(line, typed)| at_line_start(line) || has(typed)),
+        Dialect::Gemini => memchr::memmem::find(ev, b"\"finishReason\"").is_some(),
     }
 }
 
@@ -485,30 +510,40 @@ mod tests {
 
     #[test]
     fn terminal_events_per_dialect() {
-        assert!(has_terminal_event(
-            Dialect::Chat,
-            b"data: {}\n\ndata: [DONE]\n\n"
-        ));
-        assert!(!has_terminal_event(
-            Dialect::Chat,
-            b"data: {\"c\":\"x data: [DONE]\"}\n\n"
-        ));
-        assert!(has_terminal_event(
+        let t = |d, evs: &[u8]| is_terminal_event(d, last_event(evs));
+        assert!(t(Dialect::Chat, b"data: {}\n\ndata: [DONE]\n\n"));
+        assert!(!t(Dialect::Chat, b"data: [DONE]\n\ndata: {}\n\n"));
+        assert!(!t(Dialect::Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n"));
+        assert!(t(
             Dialect::Messages,
-            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+            b"event: ping\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
         ));
-        assert!(!has_terminal_event(
+        assert!(t(
+            Dialect::Messages,
+            b"data: {\"type\":\"message_stop\"}\n\n"
+        ));
+        assert!(!t(
             Dialect::Messages,
             b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n"
         ));
-        assert!(has_terminal_event(
+        assert!(t(
             Dialect::Responses,
             b"event: response.completed\ndata: {}\n\n"
         ));
-        assert!(!has_terminal_event(
+        assert!(!t(
             Dialect::Responses,
-            b"event: response.created\n\n"
+            b"event: response.created\ndata: {}\n\n"
         ));
+        assert_eq!(last_event(b"data: a\n\ndata: b\n\n"), b"data: b\n\n");
+        assert_eq!(last_event(b"data: b\n\n"), b"data: b\n\n");
+        assert_eq!(
+            last_event(b"data: a\r\n\r\ndata: b\r\n\r\n"),
+            b"data: b\r\n\r\n"
+        );
+        assert_eq!(
+            last_event(b"data: a\n\ndata: b\n\n\n\n"),
+            b"data: b\n\n\n\n"
+        );
     }
 
     #[test]

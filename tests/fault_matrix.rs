@@ -59,22 +59,6 @@ const FAULTS: &[&str] = &[
 /// `fault/client/route/mode`; a segment is `*` or alternatives separated by `|`. Shrink this as
 /// fixes land (the test prints cells that now pass).
 const KNOWN_FAILING: &[(&str, &str)] = &[
-    // Issue 8 #3, being fixed: the unrequested second response stays on the pooled upstream
-    // connection and becomes the next request's answer.
-    ("extra-bytes/*/*/*", "issue 8 #3: stale bytes on a pooled upstream connection"),
-    // Issue 8 #4, being fixed: passthrough forwards the partial event and glues the error event
-    // to it (chunked cut; also the total_timeout cut of huge-body), or ends cleanly after it
-    // (close-delimited cut).
-    (
-        "cut-after=2|cut-close-after=2|huge-body/*/pass/stream",
-        "issue 8 #4: partial event forwarded (glued to the error event, or a clean end)",
-    ),
-    // Issue 8 #4, being fixed ("end with the dialect's error event"): translated Responses and
-    // Messages streams emit the success ending (response.completed / message_stop) after it.
-    (
-        "stall-mid-body|cut-after=2|cut-close-after=2|malformed|bad-chunk|huge-body/responses|messages/trans/stream",
-        "issue 8 #4: translated stream ends with success events after the error event",
-    ),
     // Not assigned to anyone yet: passthrough forwards an upstream error body as is.
     (
         "500|502/*/pass/*",
@@ -85,12 +69,6 @@ const KNOWN_FAILING: &[(&str, &str)] = &[
     (
         "malformed/*/pass/*",
         "passthrough does not validate upstream JSON or SSE data",
-    ),
-    // Not assigned: an SSE body whose framing breaks after its terminal event ([DONE],
-    // message_stop, response.completed) gets an error event appended after that event.
-    (
-        "short-length/*/pass/stream",
-        "error event appended after the stream's terminal event",
     ),
 ];
 

@@ -27,11 +27,6 @@ FAULTS = ["429:retry-after=1", "500", "502", "503", "reset", "close", "garbage",
 
 # (pattern, reason); a pattern is fault/sdk/route/mode, a segment `*` or alternatives `a|b`.
 KNOWN_FAILING = [
-    ("extra-bytes/*/*/*", "issue 8 #3: stale bytes on a pooled upstream connection"),
-    ("cut-after=2|cut-close-after=2/*/pass/stream",
-     "issue 8 #4: partial event forwarded (glued to the error event, or a clean end)"),
-    ("stall-mid-body|cut-after=2|cut-close-after=2|malformed|bad-chunk/responses/trans/stream",
-     "issue 8 #4: translated stream ends with response.completed after the error event"),
     ("malformed/*/pass/*", "passthrough does not validate upstream JSON or SSE data"),
 ]
 
