@@ -472,7 +472,8 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 /// once the head was out); clients' pools notice that before reuse, and so does this. Waits a
 /// little for the close: on a loaded machine it can trail the response by tens of ms.
 pub fn closed_by_peer(s: &TcpStream) -> bool {
-    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut b = [0u8; 1];
     match s.peek(&mut b) {
         Ok(0) => true,
