@@ -9,6 +9,7 @@
 pub mod conn;
 pub mod endpoint;
 pub mod exchange;
+pub mod pipe;
 pub mod pool;
 pub mod target;
 pub mod tls;
