@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod mock;
 pub mod nesting;
 pub mod pipeline;
+pub mod plan;
 pub mod provider;
 pub mod relay;
 pub mod route;

@@ -1,0 +1,256 @@
+//! Planning one upstream attempt: (provider, upstream model, op, client dialect, body) → the
+//! upstream request (target, dialect, spliced or translated body, quirks) and how its answer
+//! comes back to the client (byte-for-byte passthrough, or translated through the hub).
+//!
+//! Owns: the one decision per provider kind of *what* to send (the dispatch `match` on
+//! `ProviderKind` for a request). Must not: do IO, choose deployments (that is `forward`), or
+//! write to the client (that is `respond`). Pure: unit-tested without sockets.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Kind};
+use crate::extract::{splice_model, RoutingFields};
+use crate::provider::{Op, ProviderKind};
+use crate::route::Provider;
+use crate::translate::{self, Dialect};
+
+/// How the upstream's answer reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Same dialect: relayed as it arrives (SSE per whole event).
+    Passthrough,
+    /// Another dialect: translated back through the hub (`up` is what the upstream speaks).
+    Translate { up: Dialect, include_usage: bool },
+}
+
+/// Where the attempt goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// An HTTP upstream: the request target below the provider's endpoint.
+    Http { path: String },
+    /// The in-process mock provider, answering in the client's dialect.
+    Mock,
+    /// Answered by the gateway itself (a 200 JSON body), e.g. a token-count estimate for
+    /// providers that have no exact count endpoint.
+    Local(Vec<u8>),
+}
+
+/// One planned upstream request.
+#[derive(Debug)]
+pub struct Plan<'b> {
+    pub mode: Mode,
+    pub target: Target,
+    /// The model name the upstream sees.
+    pub upstream_model: String,
+    /// The request body as sent: the client's bytes, spliced, or translated.
+    pub body: Cow<'b, [u8]>,
+}
+
+/// Plan the request for `provider` (serving `upstream_model`, or the client's name when
+/// `None`). Errors are the client's (400: the body cannot be translated or the provider does
+/// not offer `op`).
+pub fn plan<'b>(
+    provider: &Provider,
+    upstream_model: Option<&str>,
+    op: Op,
+    client: Dialect,
+    body: &'b [u8],
+    fields: &RoutingFields,
+) -> Result<Plan<'b>, Error> {
+    let kind = provider.kind;
+    let model = upstream_model.unwrap_or(&fields.model);
+    let passthrough = |target: Target, body: Cow<'b, [u8]>| Plan {
+        mode: Mode::Passthrough,
+        target,
+        upstream_model: model.to_string(),
+        body,
+    };
+    let path = |op: Op, dialect: Dialect| {
+        kind.path(
+            provider.base_path(),
+            op,
+            dialect,
+            model,
+            fields.stream,
+            provider.api_version.as_deref(),
+        )
+    };
+    match (kind, op) {
+        (ProviderKind::Mock, _) => Ok(passthrough(Target::Mock, Cow::Borrowed(body))),
+        (kind, Op::CountTokens) if kind != ProviderKind::Anthropic => {
+            // Only Anthropic counts exactly; elsewhere answer with the documented estimate.
+            let out = format!("{{\"input_tokens\":{}}}", translate::estimate_tokens(body));
+            Ok(passthrough(
+                Target::Local(out.into_bytes()),
+                Cow::Borrowed(body),
+            ))
+        }
+        (kind, Op::Embeddings) if !kind.speaks(Dialect::Chat) => Err(Error::new(
+            Kind::InvalidBody,
+            format!("provider kind {} does not offer embeddings", kind.as_str()),
+        )),
+        (kind, op) if kind.speaks(client) => {
+            let body = match upstream_model {
+                Some(m) if m != fields.model => {
+                    Cow::Owned(splice_model(body, &fields.model_span, m))
+                }
+                _ => Cow::Borrowed(body),
+            };
+            Ok(passthrough(Target::Http { path: path(op, client) }, body))
+        }
+        (kind, _) => {
+            let up = kind.native();
+            let invalid = |e: translate::TranslateError| Error::new(Kind::InvalidBody, e.message);
+            let chat = translate::request_to_chat(client, body).map_err(invalid)?;
+            let include_usage = chat
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
+            let mut out = translate::chat_to_request(up, &chat, model).map_err(invalid)?;
+            drop(chat);
+            if up == Dialect::Chat && provider.no_stream_options {
+                out = strip_stream_options(out);
+            }
+            Ok(Plan {
+                mode: Mode::Translate { up, include_usage },
+                target: Target::Http {
+                    path: path(Op::Generate, up),
+                },
+                upstream_model: model.to_string(),
+                body: Cow::Owned(out),
+            })
+        }
+    }
+}
+
+/// Quirk `no_stream_options`: engines that reject the field get the body without it.
+fn strip_stream_options(body: Vec<u8>) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("stream_options");
+            }
+            serde_json::to_vec(&v).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::routing_fields;
+    use crate::mock::Profile;
+    use crate::upstream::endpoint::Endpoint;
+
+    fn provider(kind: ProviderKind, quirk: bool) -> Provider {
+        Provider {
+            name: "p".into(),
+            kind,
+            endpoint: Endpoint::parse("http://127.0.0.1:1/v1").ok(),
+            auth_headers: Vec::new(),
+            mock_profile: Profile::Instant,
+            api_version: None,
+            no_stream_options: quirk,
+        }
+    }
+
+    #[test]
+    fn one_decision_per_kind() {
+        let body = br#"{"model":"alias","stream":true,"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#;
+        let f = routing_fields(body).unwrap();
+        let chat = Dialect::Chat;
+
+        let p = plan(
+            &provider(ProviderKind::OpenAi, false),
+            Some("real"),
+            Op::Generate,
+            chat,
+            body,
+            &f,
+        )
+        .unwrap();
+        assert_eq!(p.mode, Mode::Passthrough);
+        assert_eq!(
+            p.target,
+            Target::Http {
+                path: "/v1/chat/completions".into()
+            }
+        );
+        assert!(std::str::from_utf8(&p.body)
+            .unwrap()
+            .starts_with(r#"{"model":"real","stream":true"#));
+
+        let p = plan(
+            &provider(ProviderKind::OpenAi, false),
+            None,
+            Op::Generate,
+            chat,
+            body,
+            &f,
+        )
+        .unwrap();
+        assert!(matches!(p.body, Cow::Borrowed(_)), "no splice without a rename");
+
+        let p = plan(
+            &provider(ProviderKind::Anthropic, false),
+            Some("claude"),
+            Op::Generate,
+            chat,
+            body,
+            &f,
+        )
+        .unwrap();
+        assert_eq!(
+            p.mode,
+            Mode::Translate {
+                up: Dialect::Messages,
+                include_usage: true
+            }
+        );
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(v["model"], "claude");
+
+        let p = plan(
+            &provider(ProviderKind::Mock, false),
+            None,
+            Op::Generate,
+            Dialect::Messages,
+            body,
+            &f,
+        )
+        .unwrap();
+        assert_eq!((p.mode, p.target), (Mode::Passthrough, Target::Mock));
+
+        let p = plan(
+            &provider(ProviderKind::OpenAi, false),
+            None,
+            Op::CountTokens,
+            Dialect::Messages,
+            body,
+            &f,
+        )
+        .unwrap();
+        assert!(matches!(p.target, Target::Local(_)));
+
+        let e = plan(
+            &provider(ProviderKind::Anthropic, false),
+            None,
+            Op::Embeddings,
+            chat,
+            body,
+            &f,
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), 400);
+    }
+
+    #[test]
+    fn quirk_strips_stream_options() {
+        let out = strip_stream_options(
+            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#.to_vec(),
+        );
+        assert_eq!(out, br#"{"model":"m","stream":true}"#);
+    }
+}
