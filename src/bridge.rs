@@ -1,23 +1,21 @@
-//! The translated path: a client dialect the provider does not speak. The request goes through
-//! the hub (OpenAI Chat) into the provider's dialect, and the answer — JSON or SSE, event by
-//! event — comes back the same way into the client's dialect, errors included.
+//! The translated way back: the provider answered in its own dialect (the request went through
+//! the hub, see `plan`), and the answer — JSON or SSE, event by event — comes back into the
+//! client's dialect, errors included.
 //!
-//! Owns: sequencing `translate` calls around one upstream exchange. Must not: parse or emit
-//! dialect JSON itself (that is `translate`, pure and golden-tested) or pool connections.
-
-use std::time::Duration;
+//! Owns: sequencing `translate` calls around one open upstream exchange. Must not: parse or
+//! emit dialect JSON itself (that is `translate`, pure and golden-tested), send upstream
+//! requests (`forward`) or pool connections.
 
 use crate::admit::Permit;
 use crate::error::{Error, ErrorShape, Kind};
-use crate::extract::RoutingFields;
-use crate::gateway::Shard;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
-use crate::provider::Op;
-use crate::relay::{self, NoHead, Outcome};
-use crate::route::Route;
+use crate::outcome::{gone, Outcome};
+use crate::relay;
+use crate::report::{report, shutting_down};
+use crate::shard::Shard;
 use crate::translate::{self, Dialect, SseDecoder, StreamTranslator};
-use crate::upstream::RespFraming;
+use crate::upstream::{Exchange, RespFraming};
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
@@ -33,68 +31,29 @@ pub fn shape(client: Dialect) -> ErrorShape {
     }
 }
 
+/// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
+/// error bodies, whole answers, or SSE event by event.
 #[allow(clippy::too_many_arguments)]
 pub async fn translated(
     conn: &mut ClientConn,
     shard: &Shard,
-    route: &Route,
-    body: &[u8],
-    fields: &RoutingFields,
+    ex: &mut Exchange<'_>,
+    pname: &str,
+    up: Dialect,
     client: Dialect,
+    (client_model, stream_requested, include_usage): (&str, bool, bool),
     keep_alive: bool,
     permit: &Permit,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = shape(client);
-    let provider = &route.provider;
-    let up = provider.kind.native();
-    let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
-
-    // translate the request through the hub
-    let chat = match translate::request_to_chat(client, body) {
-        Ok(c) => c,
-        Err(e) => return invalid(conn, &e.message, shape, keep_alive, wt).await,
-    };
-    let include_usage = chat
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
-    let mut req_body = match translate::chat_to_request(up, &chat, upstream_model) {
-        Ok(b) => b,
-        Err(e) => return invalid(conn, &e.message, shape, keep_alive, wt).await,
-    };
-    drop(chat);
-    if up == Dialect::Chat && provider.no_stream_options {
-        req_body = strip_stream_options(req_body);
-    }
-
-    // upstream
-    let sent = relay::send_upstream(
-        conn,
-        shard,
-        route,
-        Op::Generate,
-        up,
-        upstream_model,
-        fields.stream,
-        &req_body,
-    )
-    .await;
-    let mut ex = match sent {
-        Ok(ex) => ex,
-        Err(NoHead::Failed(e)) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
-        Err(NoHead::ClientGone) => return relay::gone(shard, 499),
-    };
-    drop(req_body);
-    let pname = &provider.name;
     let status = ex.head.status;
 
     // translate back: errors, whole answers, or streams
     if status >= 400 {
         let mut raw = Vec::new();
         if let Err(e) = ex.read_to_end(&mut raw, MAX_ERROR_BODY).await {
-            let e = relay::report(shard, pname, &e);
+            let e = report(shard, pname, &e);
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
         let out = translate::upstream_error_to_client(up, client, status, &raw);
@@ -107,7 +66,7 @@ pub async fn translated(
             keep_alive: ok && keep_alive,
         };
     }
-    if !fields.stream {
+    if !stream_requested {
         // The whole answer is needed for translation: read it, charging its buffer to the
         // permit as it grows (bounded by MAX_TRANSLATED_BODY); the permit returns the bytes
         // when the request ends, on every path.
@@ -117,7 +76,7 @@ pub async fn translated(
             match ex.next(&mut raw).await {
                 Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
                     let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
-                    let e = relay::report(shard, pname, &e);
+                    let e = report(shard, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
                 Ok(true) => {
@@ -128,13 +87,13 @@ pub async fn translated(
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    let e = relay::report(shard, pname, &e);
+                    let e = report(shard, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
             }
         }
         let out = translate::response_to_chat(up, &raw)
-            .and_then(|chat| translate::chat_to_response(client, &chat, &fields.model));
+            .and_then(|chat| translate::chat_to_response(client, &chat, client_model));
         drop(raw);
         return match out {
             Ok(out) => {
@@ -158,7 +117,7 @@ pub async fn translated(
                     Kind::UpstreamProtocol,
                     format!("could not translate the upstream answer: {}", e.message),
                 );
-                let e = relay::report(shard, pname, &e);
+                let e = report(shard, pname, &e);
                 Outcome::error(conn, &e, shape, keep_alive, wt).await
             }
         };
@@ -170,10 +129,10 @@ pub async fn translated(
     stream(
         conn,
         shard,
-        &mut ex,
+        ex,
         (pname, up),
         client,
-        &fields.model,
+        client_model,
         include_usage,
         keep_alive,
         &mut rb,
@@ -209,7 +168,7 @@ async fn stream(
     );
     match conn.write_raw(out, wt).await {
         Some(back) => out = back,
-        None => return relay::gone(shard, 200),
+        None => return gone(shard, 200),
     }
     let mut decoder = SseDecoder::new();
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
@@ -225,12 +184,12 @@ async fn stream(
         events.clear();
         let next = monoio::select! {
             r = ex.next_upto(piece, limit) => r,
-            _ = &mut drain_over => Err(relay::shutting_down()),
+            _ = &mut drain_over => Err(shutting_down()),
         };
         let more = match next {
             Ok(m) => m,
             Err(e) => {
-                let e = relay::report(shard, provider, &e);
+                let e = report(shard, provider, &e);
                 // The error event ends the stream: no terminal events claiming a normal end
                 // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
@@ -266,7 +225,7 @@ async fn stream(
             failed = Some("upstream stream event too large".to_string());
         }
         if let Some(msg) = failed.take() {
-            let e = relay::report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
+            let e = report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
             tr.error(&e.message, &mut events);
             failed = Some(e.message);
         }
@@ -281,7 +240,7 @@ async fn stream(
         if !out.is_empty() {
             match conn.write_raw(std::mem::take(&mut out), wt).await {
                 Some(back) => out = back,
-                None => return relay::gone(shard, 200),
+                None => return gone(shard, 200),
             }
         }
         if end {
@@ -301,17 +260,6 @@ async fn stream(
     }
 }
 
-async fn invalid(
-    conn: &mut ClientConn,
-    msg: &str,
-    shape: ErrorShape,
-    keep_alive: bool,
-    wt: Duration,
-) -> Outcome {
-    let e = Error::new(Kind::InvalidBody, msg);
-    Outcome::error(conn, &e, shape, keep_alive, wt).await
-}
-
 /// Keep only `retry-after` from the upstream's forwarded headers for translated errors.
 fn retry_after(forward: &[u8]) -> Vec<u8> {
     forward
@@ -319,18 +267,6 @@ fn retry_after(forward: &[u8]) -> Vec<u8> {
         .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))
         .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
         .collect()
-}
-
-fn strip_stream_options(body: Vec<u8>) -> Vec<u8> {
-    match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(mut v) => {
-            if let Some(o) = v.as_object_mut() {
-                o.remove("stream_options");
-            }
-            serde_json::to_vec(&v).unwrap_or(body)
-        }
-        Err(_) => body,
-    }
 }
 
 #[cfg(test)]
@@ -344,13 +280,5 @@ mod tests {
             b"Retry-After: 3\r\n"
         );
         assert!(retry_after(b"x-request-id: 1\r\n").is_empty());
-    }
-
-    #[test]
-    fn quirk_strips_stream_options() {
-        let out = strip_stream_options(
-            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#.to_vec(),
-        );
-        assert_eq!(out, br#"{"model":"m","stream":true}"#);
     }
 }

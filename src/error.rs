@@ -40,6 +40,8 @@ pub enum Kind {
     NotImplemented,
     /// Admission refused the request (503 + Retry-After).
     Overloaded,
+    /// Every deployment's provider keys are cooling down after 429s (429 + Retry-After).
+    RateLimited,
     /// Could not connect to the upstream (502).
     UpstreamConnect,
     /// Upstream timed out (504).
@@ -66,6 +68,24 @@ pub struct Error {
     /// Set on upstream failures shown to a client (`rg-<shard>-<n>`, also in the log line with
     /// the details); sent as `x-request-id` on error responses.
     pub request_id: Option<Box<str>>,
+    /// For upstream failures before a valid response head: how the attempt failed (drives
+    /// the routing layer's retry decision).
+    pub cause: Option<Cause>,
+    /// Seconds for the `Retry-After` header of this error's response (503s default to 1).
+    pub retry_after: Option<u32>,
+}
+
+/// How an upstream attempt failed before a valid response head arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Resolving or connecting failed (refused, unreachable, TLS handshake).
+    Connect,
+    /// Connecting took longer than `connect_timeout_ms`.
+    ConnectTimeout,
+    /// The connection broke, closed or spoke garbage before a valid response head.
+    Reset,
+    /// No response head within the first-byte timeout.
+    FirstByteTimeout,
 }
 
 impl Error {
@@ -75,7 +95,27 @@ impl Error {
             message: message.into(),
             retryable: false,
             request_id: None,
+            cause: None,
+            retry_after: None,
         }
+    }
+
+    /// Answer with `Retry-After: secs`.
+    pub fn retry_after(mut self, secs: u32) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// The `Retry-After` seconds this error's response carries, if any.
+    pub fn retry_after_secs(&self) -> Option<u32> {
+        self.retry_after
+            .or((self.kind == Kind::Overloaded).then_some(1))
+    }
+
+    /// Tag an upstream failure with how it happened.
+    pub fn caused(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     /// The same failure as the client may see it: upstream-side errors lose their details
@@ -99,6 +139,8 @@ impl Error {
             message,
             retryable: self.retryable,
             request_id: Some(request_id.into()),
+            cause: self.cause,
+            retry_after: self.retry_after,
         }
     }
 
@@ -127,6 +169,7 @@ impl Error {
             Kind::NotImplemented => 501,
             Kind::UpstreamConnect | Kind::UpstreamProtocol => 502,
             Kind::Overloaded => 503,
+            Kind::RateLimited => 429,
             Kind::UpstreamTimeout => 504,
             Kind::Internal => 500,
         }
@@ -147,7 +190,7 @@ impl Error {
             Kind::UpstreamConnect | Kind::UpstreamTimeout | Kind::UpstreamProtocol => {
                 Side::Upstream
             }
-            Kind::Overloaded | Kind::Internal => Side::Internal,
+            Kind::Overloaded | Kind::RateLimited | Kind::Internal => Side::Internal,
         }
     }
 
@@ -167,6 +210,7 @@ impl Error {
     fn type_str(&self, shape: ErrorShape) -> &'static str {
         match (shape, self.kind) {
             (ErrorShape::OpenAi, Kind::Overloaded) => "server_error",
+            (ErrorShape::OpenAi, Kind::RateLimited) => "rate_limit_error",
             (ErrorShape::OpenAi, k) if self.side() == Side::Client => match k {
                 Kind::NotFound | Kind::UnknownModel => "not_found_error",
                 _ => "invalid_request_error",
@@ -179,6 +223,7 @@ impl Error {
                 }
             }
             (ErrorShape::Anthropic, Kind::Overloaded) => "overloaded_error",
+            (ErrorShape::Anthropic, Kind::RateLimited) => "rate_limit_error",
             (ErrorShape::Anthropic, Kind::NotFound | Kind::UnknownModel) => "not_found_error",
             (ErrorShape::Anthropic, Kind::BodyTooLarge) => "request_too_large",
             (ErrorShape::Anthropic, Kind::Forbidden) => "permission_error",
@@ -202,6 +247,7 @@ impl Error {
             Kind::ClientTimeout => "client_timeout",
             Kind::NotImplemented => "not_implemented",
             Kind::Overloaded => "overloaded",
+            Kind::RateLimited => "rate_limited",
             Kind::UpstreamConnect => "upstream_connect_error",
             Kind::UpstreamTimeout => "upstream_timeout",
             Kind::UpstreamProtocol => "upstream_protocol_error",

@@ -1,8 +1,8 @@
 //! Starting the gateway: bind the listeners, build each shard's state (route table, upstream
 //! client, metrics) on its own thread, run its accept loop until shutdown.
 //!
-//! Owns: `Shard` (everything one core needs, shared with nobody) and `Running` (the handle
-//! tests and `main` hold). Must not: handle requests — that is `pipeline`.
+//! Owns: building each `Shard` (see `shard::state`) and `Running` (the handle tests and
+//! `main` hold). Must not: handle requests — that is `pipeline`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,41 +13,15 @@ use std::time::Duration;
 
 use crate::admit::Admission;
 use crate::config::Config;
+use crate::forward::ForwardState;
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
 use crate::route::RouteTable;
-use crate::shard::{self, DriverChoice};
+use crate::shard::{self, DriverChoice, Shard};
 use crate::shutdown::{LocalSignal, Shutdown};
 use crate::upstream::Client;
-
-/// Everything one shard owns. Lives in an `Rc` on its thread.
-pub struct Shard {
-    pub id: usize,
-    pub driver: &'static str,
-    pub limits: Limits,
-    pub admission: Admission,
-    pub routes: RouteTable,
-    pub upstream: Client,
-    pub metrics: ShardMetrics,
-    pub hub: MetricsHub,
-    /// Fired when the process shuts down: idle connections close, in-flight ones finish.
-    pub draining: LocalSignal,
-    /// Fired when the drain time is up: requests still waiting for an upstream get 503, streams
-    /// still running end with their dialect's error event and a proper chunked end.
-    pub drain_expired: LocalSignal,
-    /// This shard's share of `server.max_connections`.
-    pub max_connections: u64,
-    /// Connections over the cap whose first request is being read, to answer health probes.
-    pub over_cap: std::cell::Cell<u32>,
-    /// Client read buffers (idle connections hold none).
-    pub read_bufs: ReadBufs,
-    /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
-    pub edge: EdgePolicy,
-    /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
-    pub drain_time: Duration,
-}
 
 /// A started gateway.
 pub struct Running {
@@ -116,6 +90,9 @@ pub fn start(cfg: Config) -> io::Result<Running> {
             let hub = hub.clone();
             async move {
                 let s = &cfg.server;
+                let routes = RouteTable::build(&cfg);
+                // Each shard seeds its own p2c choices (state is per shard, never shared).
+                let forward = ForwardState::new(&routes, 0x9e37_79b9_7f4a_7c15 ^ id as u64);
                 let shard = Rc::new(Shard {
                     id,
                     driver: driver_name,
@@ -128,7 +105,8 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
                     admission: Admission::new(&cfg.admission, n).with_shard(id),
-                    routes: RouteTable::build(&cfg),
+                    routes,
+                    forward,
                     upstream: Client::new(
                         &cfg.upstream,
                         tls.map(monoio_rustls::TlsConnector::from),
@@ -195,7 +173,7 @@ const OVER_CAP_PROBES: u32 = 8;
 async fn publish_metrics(shard: Rc<Shard>) {
     loop {
         shard.admission.log_tick();
-        crate::relay::log_tick(&shard);
+        crate::report::log_tick(&shard);
         if shard.hub.shards() > 1 {
             let mut text = String::new();
             pipeline::render_shard_metrics(&shard, &mut text);

@@ -1,25 +1,28 @@
-//! The request path, top to bottom, in one place:
-//! accept → parse head → admit → read body → route → translate → upstream → translate back →
-//! respond. Each stage calls into its own module; this file only sequences them and turns
-//! their errors into responses in the client's dialect.
+//! The request path, top to bottom, in one place (`serve`):
+//! accept → parse head → edge checks → admit → read body → route → forward (plan → attempts →
+//! upstream) → respond (relay, or translate back). Each stage calls into its own module; this
+//! file only sequences them and turns their errors into responses in the client's dialect, in
+//! one sink (`handle`).
 //!
 //! Owns: the per-connection loop and the order of stages. Must not: parse bytes, build
-//! upstream requests or relay bodies itself (see `http`, `extract`, `route`, `relay`).
+//! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
+//! `forward`, `respond`).
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use crate::error::{Error, ErrorShape, Kind};
-use crate::gateway::Shard;
+use crate::forward::open::{NoHead, Tried};
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
 use crate::http::{BodyFraming, Method, RequestHead};
 use crate::metrics::{bump, dec};
+use crate::outcome::{gone, Outcome};
 use crate::provider::Op;
-use crate::provider::ProviderKind;
-use crate::translate::{self, Dialect};
-use crate::{bridge, extract, mock, relay};
+use crate::shard::Shard;
+use crate::translate::Dialect;
+use crate::{bridge, extract, forward, respond};
 
 /// What a request head asks for, decided before any body byte is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +74,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
         // an idle connection's task stays small.
         let keep = Box::pin(handle(&mut conn, head, &shard)).await;
-        conn.cors.clear();
+        conn.resp_headers.clear();
         dec(&shard.metrics.in_flight);
         if !keep {
             break;
@@ -140,21 +143,79 @@ pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         .await;
 }
 
-/// One request. Returns whether the connection may carry another one.
+/// Where one request stands, for its single error sink: which endpoint it counts under, the
+/// dialect its errors speak, and whether the connection survives an error now (not while an
+/// unread body is pending: answering then closing is the only way not to desynchronise).
+struct Req {
+    ep: usize,
+    shape: ErrorShape,
+    keep: bool,
+}
+
+/// How a request failed before its answer started.
+enum Fail {
+    /// Answer with this error in the client's dialect.
+    Error(Error),
+    /// The client left while the upstream was silent: nothing to answer.
+    ClientGone,
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Error(e)
+    }
+}
+
+impl From<NoHead> for Fail {
+    fn from(n: NoHead) -> Self {
+        match n {
+            NoHead::Failed(e) => Fail::Error(e),
+            NoHead::ClientGone => Fail::ClientGone,
+        }
+    }
+}
+
+/// One request. Returns whether the connection may carry another one. Every failure before the
+/// answer started ends here, in one place: counted, then answered in the client's dialect.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
+    let mut req = Req {
+        ep: endpoint_index(None),
+        shape: ErrorShape::OpenAi,
+        keep: false,
+    };
+    let outcome = match serve(conn, head, shard, &mut req).await {
+        Ok(o) => o,
+        Err(Fail::Error(e)) => {
+            let wt = shard.limits.write_timeout;
+            Outcome::error(conn, &e, req.shape, req.keep, wt).await
+        }
+        Err(Fail::ClientGone) => gone(shard, 499),
+    };
+    shard.metrics.count(req.ep, outcome.status);
+    outcome.keep_alive
+}
+
+/// The request path, top to bottom: parse (done) → edge checks → classify → admit → read body →
+/// route → forward (plan, attempts, upstream) → respond (relay or translate back).
+async fn serve(
+    conn: &mut ClientConn,
+    head: RequestHead,
+    shard: &Shard,
+    req: &mut Req,
+) -> Result<Outcome, Fail> {
     let wt = shard.limits.write_timeout;
     let keep_alive = head.keep_alive;
     let body_pending = head.body != BodyFraming::None;
+    // Until the body is read, an error answer closes the connection.
+    req.keep = keep_alive && !body_pending;
 
     // route by path (head only)
     let path = head.path(&conn.buf);
     let target = classify(head.method, path);
     // Answer unclassified or refused requests in the dialect the path suggests.
-    let path_shape = if path.starts_with(b"/v1/messages") {
-        ErrorShape::Anthropic
-    } else {
-        ErrorShape::OpenAi
-    };
+    if path.starts_with(b"/v1/messages") {
+        req.shape = ErrorShape::Anthropic;
+    }
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
     let verdict = shard.edge.check(&head, &conn.buf);
     let mut preflight = None;
@@ -164,60 +225,34 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
             let mut out = std::mem::take(&mut conn.out);
             out.clear();
             let req_headers = head.header(&conn.buf, &head.ac_request_headers);
-            let keep = keep_alive && !body_pending;
-            edge::preflight_response(&mut out, origin, req_headers, keep);
+            edge::preflight_response(&mut out, origin, req_headers, req.keep);
             preflight = Some(out);
         } else {
-            edge::cors_headers(&mut conn.cors, origin);
+            edge::cors_headers(&mut conn.resp_headers, origin);
         }
     }
     if !body_pending {
         conn.consume(head.len);
     }
     if let Some(out) = preflight {
-        shard.metrics.count(endpoint_index(None), 204);
-        return match conn.write_raw(out, wt).await {
+        return Ok(match conn.write_raw(out, wt).await {
             Some(back) => {
                 conn.out = back;
-                keep_alive && !body_pending
+                Outcome {
+                    status: 204,
+                    keep_alive: req.keep,
+                }
             }
-            None => false,
-        };
+            None => gone(shard, 204),
+        });
     }
-    // The body was not read on the refusals below: close rather than desynchronise.
-    if let Err(e) = verdict {
-        shard.metrics.count(endpoint_index(None), e.status());
-        return conn
-            .respond_error(&e, path_shape, keep_alive && !body_pending, wt)
-            .await;
-    }
-    let target = match target {
-        Ok(t) => t,
-        Err(e) => {
-            shard.metrics.count(endpoint_index(None), e.status());
-            return conn
-                .respond_error(&e, path_shape, keep_alive && !body_pending, wt)
-                .await;
-        }
-    };
-    let ep = endpoint_index(Some(target));
+    verdict?;
+    let target = target?;
+    req.ep = endpoint_index(Some(target));
     let Target::Api(dialect, op) = target else {
-        let keep = keep_alive && !body_pending;
-        let (status, body): (u16, Vec<u8>) = match target {
-            Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
-            Target::Readyz => (200, b"{\"status\":\"ready\"}".to_vec()),
-            Target::Models => (200, shard.routes.models_body().to_vec()),
-            _ => (200, render_metrics(shard).into_bytes()),
-        };
-        let ct: &[u8] = if target == Target::Metrics {
-            b"text/plain; version=0.0.4"
-        } else {
-            b"application/json"
-        };
-        shard.metrics.count(ep, status);
-        return conn.respond(status, ct, b"", &body, keep, wt).await && keep;
+        return Ok(local(conn, shard, target, req.keep).await);
     };
-    let shape = bridge::shape(dialect);
+    req.shape = bridge::shape(dialect);
 
     // admit: decided on the head, before any body byte is read or allocated. The permit
     // holds `declared body + response reserve` of the shard's budget until this request ends.
@@ -225,28 +260,22 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         BodyFraming::Length(n) => n,
         _ => 0,
     };
-    let permit = match shard.admission.admit(declared).await {
-        Ok(p) => p,
-        Err(r) => {
-            let e = rejection(r, declared, shard.admission.max_body());
-            shard.metrics.count(ep, e.status());
-            // The body was not read: answer, then close (no desync).
-            return conn
-                .respond_error(&e, shape, keep_alive && !body_pending, wt)
-                .await;
-        }
-    };
+    let permit = shard
+        .admission
+        .admit(declared)
+        .await
+        .map_err(|r| rejection(r, declared, shard.admission.max_body()))?;
     if head.expect_continue && body_pending {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
         if conn.write_raw(buf, wt).await.is_none() {
-            return false;
+            return Ok(gone(shard, 499));
         }
     }
 
     // read body (bounded)
     let body_deadline = Instant::now() + shard.limits.body_timeout;
     let head_len = if body_pending { head.len } else { 0 };
-    let body = match read_body(
+    let body = read_body(
         &mut conn.stream,
         &mut conn.buf,
         head_len,
@@ -255,117 +284,66 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         body_deadline,
         Some(&permit),
     )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => {
-            shard.metrics.count(ep, e.status());
-            return conn.respond_error(&e, shape, false, wt).await;
-        }
-    };
+    .await?;
+    req.keep = keep_alive;
 
     // route by model
-    let fields = match extract::routing_fields(&body) {
-        Ok(f) => f,
-        Err(e) => {
-            shard.metrics.count(ep, e.status());
-            return conn.respond_error(&e, shape, keep_alive, wt).await;
-        }
-    };
-    let Some(route) = shard.routes.resolve(&fields.model) else {
-        let e = Error::new(
-            Kind::UnknownModel,
-            format!(
-                "The model `{}` does not exist or is not routed by this gateway",
-                fields.model
-            ),
-        );
-        shard.metrics.count(ep, e.status());
-        return conn.respond_error(&e, shape, keep_alive, wt).await;
-    };
+    let fields = extract::routing_fields(&body)?;
+    let route = shard
+        .routes
+        .resolve(&fields.model)
+        .ok_or_else(|| unknown_model(&fields.model))?;
 
-    // translate → upstream → translate back → respond (one dispatch point per provider kind)
-    let provider = &route.provider;
-    let outcome = match (provider.kind, op) {
-        (ProviderKind::Mock, _) => {
-            let model = route.upstream_model.as_deref().unwrap_or(&fields.model);
-            mock_provider(
-                conn,
-                dialect,
-                op,
-                model,
-                &body,
-                provider.mock_profile,
-                keep_alive,
-            )
-            .await
-        }
-        (kind, Op::CountTokens) if kind != ProviderKind::Anthropic => {
-            // Only Anthropic counts exactly; elsewhere answer with the documented estimate.
-            let out = format!("{{\"input_tokens\":{}}}", translate::estimate_tokens(&body));
-            let ok = conn
-                .respond(
-                    200,
-                    b"application/json",
-                    b"",
-                    out.as_bytes(),
-                    keep_alive,
-                    wt,
-                )
-                .await;
-            relay::Outcome {
-                status: 200,
-                keep_alive: ok && keep_alive,
-            }
-        }
-        (kind, Op::Embeddings) if !kind.speaks(Dialect::Chat) => {
-            let e = Error::new(
-                Kind::InvalidBody,
-                format!("provider kind {} does not offer embeddings", kind.as_str()),
-            );
-            relay::Outcome::error(conn, &e, shape, keep_alive, wt).await
-        }
-        (kind, _) if kind.speaks(dialect) => {
-            relay::passthrough(
-                conn, shard, route, &body, &fields, op, dialect, keep_alive, &permit,
-            )
-            .await
-        }
-        _ => {
-            bridge::translated(
-                conn, shard, route, &body, &fields, dialect, keep_alive, &permit,
-            )
-            .await
-        }
-    };
-    shard.metrics.count(ep, outcome.status);
+    // forward: plan each attempt (translate the request if needed), balance, retry, fall
+    // back, until an upstream answer's head arrived
+    let mut tried = Tried::default();
+    let opened =
+        forward::open::open(conn, shard, route, op, dialect, &body, &fields, &mut tried).await;
+    tried.write_headers(&mut conn.resp_headers);
+    let mut opened = opened?;
+
+    // respond: relay the answer, or translate it back, in the client's dialect
+    let outcome = respond::respond(
+        conn,
+        shard,
+        &mut opened,
+        dialect,
+        &fields,
+        keep_alive,
+        &permit,
+    )
+    .await;
+    drop(opened);
     drop(permit);
-    outcome.keep_alive
+    Ok(outcome)
 }
 
-/// The in-process mock provider (embedded default config): every dialect, as `ringgate mock`.
-async fn mock_provider(
-    conn: &mut ClientConn,
-    dialect: Dialect,
-    op: Op,
-    model: &str,
-    body: &[u8],
-    profile: mock::Profile,
-    keep_alive: bool,
-) -> relay::Outcome {
-    let s = &mut conn.stream;
-    let r = match op {
-        Op::Generate => mock::respond(s, dialect, model, body, profile, keep_alive).await,
-        Op::Embeddings => mock::embeddings::respond(s, body, profile, keep_alive).await,
-        Op::CountTokens => {
-            let out = mock::anthropic::count_tokens_body(body);
-            mock::pace::json(s, 200, &out, mock::Profile::Instant, keep_alive).await
-        }
+/// The gateway's own endpoints: health, readiness, the model list, metrics.
+async fn local(conn: &mut ClientConn, shard: &Shard, target: Target, keep: bool) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let (status, body): (u16, Vec<u8>) = match target {
+        Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
+        Target::Readyz => (200, b"{\"status\":\"ready\"}".to_vec()),
+        Target::Models => (200, shard.routes.models_body().to_vec()),
+        _ => (200, render_metrics(shard).into_bytes()),
     };
-    relay::Outcome {
-        status: 200,
-        keep_alive: r.is_ok() && keep_alive,
+    let ct: &[u8] = if target == Target::Metrics {
+        b"text/plain; version=0.0.4"
+    } else {
+        b"application/json"
+    };
+    let ok = conn.respond(status, ct, b"", &body, keep, wt).await;
+    Outcome {
+        status,
+        keep_alive: ok && keep,
     }
+}
+
+fn unknown_model(model: &str) -> Error {
+    Error::new(
+        Kind::UnknownModel,
+        format!("The model `{model}` does not exist or is not routed by this gateway"),
+    )
 }
 
 /// The client-facing error for an admission refusal: 413 over `max_body`, else 503 +

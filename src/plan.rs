@@ -96,7 +96,12 @@ pub fn plan<'b>(
                 }
                 _ => Cow::Borrowed(body),
             };
-            Ok(passthrough(Target::Http { path: path(op, client) }, body))
+            Ok(passthrough(
+                Target::Http {
+                    path: path(op, client),
+                },
+                body,
+            ))
         }
         (kind, _) => {
             let up = kind.native();
@@ -147,9 +152,11 @@ mod tests {
     fn provider(kind: ProviderKind, quirk: bool) -> Provider {
         Provider {
             name: "p".into(),
+            index: 0,
             kind,
             endpoint: Endpoint::parse("http://127.0.0.1:1/v1").ok(),
             auth_headers: Vec::new(),
+            keys: Vec::new(),
             mock_profile: Profile::Instant,
             api_version: None,
             no_stream_options: quirk,
@@ -191,7 +198,10 @@ mod tests {
             &f,
         )
         .unwrap();
-        assert!(matches!(p.body, Cow::Borrowed(_)), "no splice without a rename");
+        assert!(
+            matches!(p.body, Cow::Borrowed(_)),
+            "no splice without a rename"
+        );
 
         let p = plan(
             &provider(ProviderKind::Anthropic, false),

@@ -1,63 +1,25 @@
-//! Relaying an upstream response to the client: the same-dialect passthrough (model splice,
-//! bytes forwarded as they arrive), SSE forwarded in whole events and flushed per event,
-//! broken streams (upstream cut, close-delimited without the terminal event, drain over) ended
-//! with a dialect-correct error event and a proper chunked end, and client disconnects
-//! releasing the upstream connection (dropped, never pooled) — also while the upstream has not
-//! answered yet. Upstream failures are reported here: counted, logged rate-limited with a
-//! request id, and shown to the client without hosts or addresses.
+//! Relaying a same-dialect upstream answer to the client: bytes forwarded as they arrive, SSE
+//! forwarded in whole events and flushed per event, broken streams (upstream cut,
+//! close-delimited without the terminal event, drain over) ended with a dialect-correct error
+//! event and a proper chunked end, and client disconnects releasing the upstream connection
+//! (dropped, never pooled).
 //!
-//! Owns: the upstream → client byte path, `send_upstream` (the one way to the upstream for
-//! both paths), `report`. Must not: read the client's request body or choose routes.
+//! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
+//! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write
 //! to the client finished, so at most one read buffer per stream is held.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::admit::{Chunk, Permit};
-use crate::error::{Error, ErrorShape, Kind, Side};
-use crate::extract::{splice_model, RoutingFields};
-use crate::gateway::Shard;
+use crate::error::{Error, Kind};
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
-use crate::metrics::bump;
-use crate::provider::Op;
-use crate::route::Route;
+use crate::outcome::{gone, Outcome};
+use crate::report::{report, shutting_down};
+use crate::shard::Shard;
 use crate::translate::Dialect;
-use crate::upstream::{Exchange, RespFraming, UpstreamRequest};
-
-/// How a request ended, for metrics and the connection loop.
-pub struct Outcome {
-    pub status: u16,
-    pub keep_alive: bool,
-}
-
-impl Outcome {
-    pub async fn error(
-        conn: &mut ClientConn,
-        e: &Error,
-        shape: ErrorShape,
-        keep_alive: bool,
-        wt: Duration,
-    ) -> Outcome {
-        let keep = match &e.request_id {
-            // Upstream failures carry their id as a header too, for support tickets.
-            Some(id) => {
-                let keep = keep_alive && !e.closes_connection();
-                let extra = format!("x-request-id: {id}\r\n");
-                let body = e.body(shape);
-                let ct = b"application/json";
-                conn.respond(e.status(), ct, extra.as_bytes(), &body, keep, wt)
-                    .await
-                    && keep
-            }
-            None => conn.respond_error(e, shape, keep_alive, wt).await,
-        };
-        Outcome {
-            status: e.status(),
-            keep_alive: keep,
-        }
-    }
-}
+use crate::upstream::{Exchange, RespFraming};
 
 /// A stream's upstream read buffer: one pool chunk charged to the request's permit. Every
 /// relayed piece fits in it (`Exchange::next_upto`), so a stream holds exactly one chunk of
@@ -95,175 +57,30 @@ impl Drop for StreamBuf {
 /// `response.completed` repeats the whole answer and is the largest event seen in practice.
 pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
-/// Same dialect in and out: forward the body byte for byte (with the model name spliced when
-/// the route renames it) and relay the answer as it arrives.
-#[allow(clippy::too_many_arguments)]
+/// Same dialect in and out: relay the answer of `ex` to the client as it arrives (SSE in whole
+/// events), through one pool chunk of read buffer charged to the request's permit.
 pub async fn passthrough(
     conn: &mut ClientConn,
     shard: &Shard,
-    route: &Route,
-    body: &[u8],
-    fields: &RoutingFields,
-    op: Op,
+    ex: &mut Exchange<'_>,
+    provider: &str,
     dialect: Dialect,
     keep_alive: bool,
     permit: &Permit,
 ) -> Outcome {
-    let wt = shard.limits.write_timeout;
-    let shape = crate::bridge::shape(dialect);
-    let spliced;
-    let body = match &route.upstream_model {
-        Some(m) => {
-            spliced = splice_model(body, &fields.model_span, m);
-            &spliced[..]
-        }
-        None => body,
-    };
-    let upstream_model = route.upstream_model.as_deref().unwrap_or(&fields.model);
-    let sent = send_upstream(
-        conn,
-        shard,
-        route,
-        op,
-        dialect,
-        upstream_model,
-        fields.stream,
-        body,
-    )
-    .await;
-    let mut ex = match sent {
-        Ok(ex) => ex,
-        Err(NoHead::Failed(e)) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
-        Err(NoHead::ClientGone) => return gone(shard, 499),
-    };
     let mut piece = match StreamBuf::new(shard, permit) {
         Ok(b) => b,
-        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+        Err(e) => {
+            let (shape, wt) = (crate::bridge::shape(dialect), shard.limits.write_timeout);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
     };
     let up = Upstream {
-        ex: &mut ex,
-        provider: &route.provider.name,
+        ex,
+        provider,
         dialect,
     };
     relay(conn, up, keep_alive, shard, &mut piece, permit).await
-}
-
-/// Why no upstream response head is available.
-pub enum NoHead {
-    /// Answer the client with this error (upstream details already logged and redacted).
-    Failed(Error),
-    /// The client closed its connection while the upstream was silent; the upstream request
-    /// was cancelled (its connection dropped).
-    ClientGone,
-}
-
-/// Send `body` to the route's provider for `op` in `dialect` and wait for the response head,
-/// watching the client meanwhile: a client that closes cancels the upstream request at once
-/// (not at `first_byte_timeout`), and the end of the drain cancels it with a 503. Failures are
-/// logged and counted here (see [`report`]); 5xx heads are counted and logged too.
-#[allow(clippy::too_many_arguments)]
-pub async fn send_upstream<'s>(
-    conn: &ClientConn,
-    shard: &'s Shard,
-    route: &Route,
-    op: Op,
-    dialect: Dialect,
-    upstream_model: &str,
-    stream: bool,
-    body: &[u8],
-) -> Result<Exchange<'s>, NoHead> {
-    let provider = &route.provider;
-    let endpoint = provider.endpoint.as_ref().ok_or_else(|| {
-        NoHead::Failed(Error::new(
-            Kind::Internal,
-            format!("provider {} has no base_url", provider.name),
-        ))
-    })?;
-    let path = provider.kind.path(
-        &endpoint.base_path,
-        op,
-        dialect,
-        upstream_model,
-        stream,
-        provider.api_version.as_deref(),
-    );
-    let req = UpstreamRequest {
-        endpoint,
-        path: &path,
-        headers: &provider.auth_headers,
-        body,
-    };
-    // Biased: the exchange is polled first, so an answer that is already there costs no watch.
-    let r = monoio::select! {
-        biased;
-        r = shard.upstream.send(&req) => r,
-        _ = conn.wait_closed() => return Err(NoHead::ClientGone),
-        _ = shard.drain_expired.wait() => Err(shutting_down()),
-    };
-    match r {
-        Ok(ex) => {
-            if ex.head.status >= 500 {
-                bump(&shard.metrics.upstream_errors);
-                if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
-                    crate::log::info(format_args!(
-                        "upstream failure: provider {}: answered HTTP {}{}",
-                        provider.name,
-                        ex.head.status,
-                        not_logged(dropped)
-                    ));
-                }
-            }
-            Ok(ex)
-        }
-        Err(e) => Err(NoHead::Failed(report(shard, &provider.name, &e))),
-    }
-}
-
-/// The error that ends requests still running when the drain time is up.
-pub fn shutting_down() -> Error {
-    Error::new(
-        Kind::Overloaded,
-        "the gateway is shutting down; retry the request",
-    )
-}
-
-/// An error on its way to the client. Upstream-side failures are counted, logged (rate-limited:
-/// a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
-/// reason — never keys or bodies), and come back generic with the id (see
-/// [`Error::for_client`]): hosts, addresses and resolver output stay in the log.
-pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
-    if e.side() != Side::Upstream {
-        return e.clone();
-    }
-    bump(&shard.metrics.upstream_errors);
-    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
-    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
-        crate::log::info(format_args!(
-            "upstream failure {id}: provider {provider}: {}: {}{}",
-            e.code(),
-            e.message,
-            not_logged(dropped)
-        ));
-    }
-    e.for_client(&id)
-}
-
-/// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
-pub fn log_tick(shard: &Shard) {
-    if let Some(n) = shard.upstream.failure_log.flush(Instant::now()) {
-        crate::log::info(format_args!(
-            "shard {}: {n} upstream failures not logged (rate limit)",
-            shard.id
-        ));
-    }
-}
-
-fn not_logged(dropped: u64) -> String {
-    if dropped == 0 {
-        String::new()
-    } else {
-        format!(" ({dropped} earlier upstream failures not logged)")
-    }
 }
 
 /// The upstream side of a relay: the exchange, who answers, in which dialect.
@@ -484,16 +301,6 @@ fn is_terminal_event(dialect: Dialect, ev: &[u8]) -> bool {
         .iter()
         .any(|(line, typed)| at_line_start(line) || has(typed)),
         Dialect::Gemini => memchr::memmem::find(ev, b"\"finishReason\"").is_some(),
-    }
-}
-
-/// The client went away mid-response: the exchange is dropped by the caller, which closes the
-/// upstream connection instead of pooling it.
-pub fn gone(shard: &Shard, status: u16) -> Outcome {
-    bump(&shard.metrics.client_disconnects);
-    Outcome {
-        status,
-        keep_alive: false,
     }
 }
 

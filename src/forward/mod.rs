@@ -6,22 +6,26 @@
 //! - `balance`: `Balancer` (smooth weighted round-robin, p2c over peak-EWMA × in-flight);
 //! - `breaker`: `Breaker` per deployment (closed → open → half-open, one probe);
 //! - `keys`: `KeyRing` per provider (weighted keys, 429 cooldowns, `Retry-After` parsing);
-//! - `plan`: `Plan`, one request's attempt sequence (same model first, then fallbacks);
+//! - `attempts`: `Attempts`, one request's attempt sequence (same model first, then fallbacks);
 //! - `metrics`: attempt/retry/fallback counters and the breaker gauge, Prometheus text.
 //!
 //! State is per shard (`ForwardState`, `Cell`s, `!Send`): with N shards every shard has its own
 //! breakers, latency estimates and key cooldowns, so a dead deployment is probed up to N times
 //! per cooldown and a 429 cools a key on the shard that saw it.
 //!
+//! - `open`: the one async step that performs the attempts (`forward::open::open`): plans
+//!   each candidate's request, sends it, reports its outcome, retries or falls back.
+//!
 //! Owns: the runtime routing state and every retry/fallback/breaker/balancing decision.
-//! Must not: do IO, read clocks (every call takes `now: Instant`), sleep, or know HTTP framing;
-//! the request path performs the attempts and reports outcomes here.
+//! Must not: write to the client. Everything but `open` is IO-free: no clocks (every call
+//! takes `now: Instant`), no sleeping, no HTTP framing.
 
+pub mod attempts;
 pub mod balance;
 pub mod breaker;
 pub mod keys;
 pub mod metrics;
-pub mod plan;
+pub mod open;
 pub mod policy;
 pub mod rng;
 
@@ -33,7 +37,7 @@ use rng::Rng;
 
 use crate::route::RouteTable;
 
-pub use plan::{Candidate, Plan, Step, Stop};
+pub use attempts::{Attempts, Candidate, Step, Stop};
 pub use policy::{Lb, Policy, Reason};
 
 /// Runtime state of one model's deployments on this shard.

@@ -99,9 +99,10 @@ pub struct ClientConn {
     pub buf: Vec<u8>,
     /// Reusable output buffer.
     pub out: Vec<u8>,
-    /// Header lines (CRLF-terminated) every response head of the current request carries:
-    /// the CORS headers of an allowed cross-origin request. Empty otherwise.
-    pub cors: Vec<u8>,
+    /// Header lines (CRLF-terminated) every response head of the current request carries: the
+    /// CORS headers of an allowed cross-origin request, `x-ringgate-provider` /
+    /// `x-ringgate-attempts` of a proxied one. Cleared between requests.
+    pub resp_headers: Vec<u8>,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -120,7 +121,7 @@ impl ClientConn {
             stream,
             buf: Vec::new(),
             out: Vec::new(),
-            cors: Vec::new(),
+            resp_headers: Vec::new(),
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
@@ -204,7 +205,7 @@ impl ClientConn {
     fn release_buffers(&mut self) {
         self.bufs.give(std::mem::take(&mut self.buf));
         self.out = Vec::new();
-        self.cors = Vec::new();
+        self.resp_headers = Vec::new();
     }
 
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).
@@ -230,7 +231,7 @@ impl ClientConn {
             content_type,
             framing,
             keep_alive,
-            &[extra, &self.cors],
+            &[extra, &self.resp_headers],
         );
         out
     }
@@ -272,15 +273,14 @@ impl ClientConn {
     ) -> bool {
         let keep = keep_alive && !e.closes_connection();
         let body = e.body(shape);
-        let extra: &[u8] = if e.kind == Kind::Overloaded {
-            b"retry-after: 1\r\n"
-        } else {
-            b""
-        };
+        let extra = e
+            .retry_after_secs()
+            .map(|s| format!("retry-after: {s}\r\n"))
+            .unwrap_or_default();
         self.respond(
             e.status(),
             b"application/json",
-            extra,
+            extra.as_bytes(),
             &body,
             keep,
             write_timeout,

@@ -21,6 +21,8 @@ pub enum Conn {
     Plain(TcpStream),
     /// The TLS stream and the fd of the TCP socket inside it (valid while the stream lives).
     Tls(Box<TlsStream<TcpStream>>, RawFd),
+    /// The reading end of an in-memory pipe (in-process answers); read-only, never pooled.
+    Pipe(super::pipe::PipeReader),
 }
 
 impl Conn {
@@ -60,6 +62,7 @@ impl Conn {
         let fd = match self {
             Conn::Plain(s) => s.as_raw_fd(),
             Conn::Tls(_, fd) => *fd,
+            Conn::Pipe(_) => return false,
         };
         crate::sock::peek(fd) == crate::sock::Peeked::Quiet
     }
@@ -70,6 +73,7 @@ impl AsyncReadRent for Conn {
         match self {
             Conn::Plain(s) => s.read(buf).await,
             Conn::Tls(s, _) => s.read(buf).await,
+            Conn::Pipe(p) => p.read(buf).await,
         }
     }
 
@@ -77,6 +81,7 @@ impl AsyncReadRent for Conn {
         match self {
             Conn::Plain(s) => s.readv(buf).await,
             Conn::Tls(s, _) => s.readv(buf).await,
+            Conn::Pipe(p) => p.readv(buf).await,
         }
     }
 }
@@ -86,6 +91,7 @@ impl AsyncWriteRent for Conn {
         match self {
             Conn::Plain(s) => s.write(buf).await,
             Conn::Tls(s, _) => s.write(buf).await,
+            Conn::Pipe(_) => (Err(read_only()), buf),
         }
     }
 
@@ -93,6 +99,7 @@ impl AsyncWriteRent for Conn {
         match self {
             Conn::Plain(s) => s.writev(buf).await,
             Conn::Tls(s, _) => s.writev(buf).await,
+            Conn::Pipe(_) => (Err(read_only()), buf),
         }
     }
 
@@ -100,6 +107,7 @@ impl AsyncWriteRent for Conn {
         match self {
             Conn::Plain(s) => s.flush().await,
             Conn::Tls(s, _) => s.flush().await,
+            Conn::Pipe(_) => Ok(()),
         }
     }
 
@@ -107,6 +115,14 @@ impl AsyncWriteRent for Conn {
         match self {
             Conn::Plain(s) => s.shutdown().await,
             Conn::Tls(s, _) => s.shutdown().await,
+            Conn::Pipe(_) => Ok(()),
         }
     }
+}
+
+fn read_only() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "an in-memory answer pipe is read-only",
+    )
 }

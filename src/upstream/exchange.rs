@@ -13,9 +13,10 @@ use monoio_rustls::TlsConnector;
 
 use super::conn::Conn;
 use super::endpoint::Endpoint;
+use super::pipe::PipeReader;
 use super::pool::{Pool, PoolKey};
 use crate::config::UpstreamConfig;
-use crate::error::{Error, Kind};
+use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
 use crate::http::io::read_more;
@@ -50,6 +51,9 @@ pub struct UpstreamRequest<'a> {
     /// Extra raw header lines (auth, version headers), each ending in CRLF.
     pub headers: &'a [u8],
     pub body: &'a [u8],
+    /// This attempt's first-byte timeout (the routing plan's, capped by its deadline);
+    /// `None`: `upstream.first_byte_timeout_ms`.
+    pub first_byte_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +150,7 @@ impl Client {
             head.extend_from_slice(req.body);
         }
         let deadline = Instant::now() + self.total_timeout;
+        let fbt = req.first_byte_timeout.unwrap_or(self.first_byte_timeout);
 
         let mut fresh_only = false;
         loop {
@@ -154,7 +159,7 @@ impl Client {
                 None => (self.connect(ep).await?, false),
             };
             let res = self
-                .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline)
+                .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline, fbt)
                 .await;
             match res {
                 Ok((resp_head, buf, state)) => {
@@ -181,10 +186,10 @@ impl Client {
     }
 
     async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
-        let addr = self
-            .pool
-            .resolve(&ep.host, ep.port)
-            .map_err(|e| Error::new(Kind::UpstreamConnect, format!("resolve {}: {e}", ep.host)))?;
+        let addr = self.pool.resolve(&ep.host, ep.port).map_err(|e| {
+            Error::new(Kind::UpstreamConnect, format!("resolve {}: {e}", ep.host))
+                .caused(Cause::Connect)
+        })?;
         let tls = match (ep.tls, &self.tls) {
             (false, _) => None,
             (true, Some(t)) => Some((t, ep.host.as_str())),
@@ -198,12 +203,12 @@ impl Client {
         Conn::connect(addr, tls, self.connect_timeout)
             .await
             .map_err(|e| {
-                let kind = if e.kind() == std::io::ErrorKind::TimedOut {
-                    Kind::UpstreamTimeout
+                let (kind, cause) = if e.kind() == std::io::ErrorKind::TimedOut {
+                    (Kind::UpstreamTimeout, Cause::ConnectTimeout)
                 } else {
-                    Kind::UpstreamConnect
+                    (Kind::UpstreamConnect, Cause::Connect)
                 };
-                Error::new(kind, format!("connect {}:{}: {e}", ep.host, ep.port))
+                Error::new(kind, format!("connect {}:{}: {e}", ep.host, ep.port)).caused(cause)
             })
     }
 
@@ -216,6 +221,7 @@ impl Client {
         body: &[u8],
         coalesced: bool,
         deadline: Instant,
+        first_byte_timeout: Duration,
     ) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
         // The request bytes stay intact in `head` (monoio hands the buffer back unchanged), so
         // a retry on a fresh connection resends exactly the same request.
@@ -232,29 +238,72 @@ impl Client {
         };
         if let Err(e) = wrote.and(conn.flush().await) {
             return Err(
-                Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).retryable(),
+                Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}"))
+                    .retryable()
+                    .caused(Cause::Reset),
             );
         }
-        let mut buf = Vec::with_capacity(8192);
+        let first_deadline = (Instant::now() + first_byte_timeout).min(deadline);
+        read_head(conn, first_deadline).await
+    }
+
+    /// An exchange over an in-memory pipe (the in-process mock, answers the gateway makes
+    /// itself): the producer writes a complete HTTP response into the pipe's other end. Same
+    /// head parsing and body framing as a socket; never pooled.
+    pub async fn open_pipe(&self, reader: PipeReader) -> Result<Exchange<'_>, Error> {
+        let mut conn = Conn::Pipe(reader);
+        let deadline = Instant::now() + self.total_timeout;
         let first_deadline = (Instant::now() + self.first_byte_timeout).min(deadline);
+        let (head, buf, state) = read_head(&mut conn, first_deadline).await?;
+        Ok(Exchange {
+            client: self,
+            conn: Some(conn),
+            key: PoolKey {
+                host: String::new(),
+                port: 0,
+                tls: false,
+            },
+            pool_ok: false,
+            buf,
+            state,
+            head,
+            gap_timeout: self.gap_timeout,
+            deadline,
+        })
+    }
+}
+
+/// Read a response head (interim 1xx skipped) from `conn`. Failures before a valid head are
+/// tagged with their [`Cause`] (the routing layer decides on retries from it); those before any
+/// byte are also marked retryable (a reused connection is retried once on a fresh one).
+async fn read_head(
+    conn: &mut Conn,
+    first_deadline: Instant,
+) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
+    {
+        let mut buf = Vec::with_capacity(8192);
         loop {
             let n = read_more(conn, &mut buf, first_deadline)
                 .await
                 .map_err(|e| {
                     if e.kind() == std::io::ErrorKind::TimedOut {
                         Error::new(Kind::UpstreamTimeout, "upstream did not answer in time")
+                            .caused(Cause::FirstByteTimeout)
                     } else if buf.is_empty() {
                         Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
                             .retryable()
+                            .caused(Cause::Reset)
                     } else {
                         Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                            .caused(Cause::Reset)
                     }
                 })?;
             if n == 0 {
-                let e = Error::new(Kind::UpstreamProtocol, "upstream closed before responding");
+                let e = Error::new(Kind::UpstreamProtocol, "upstream closed before responding")
+                    .caused(Cause::Reset);
                 return Err(if buf.is_empty() { e.retryable() } else { e });
             }
-            if let Some((h, len)) = parse_response_head(&buf)? {
+            if let Some((h, len)) = parse_response_head(&buf).map_err(|e| e.caused(Cause::Reset))? {
                 buf.drain(..len);
                 let state = match h.framing {
                     RespFraming::Length(0) => BodyState::Done,
@@ -265,10 +314,10 @@ impl Client {
                 return Ok((h, buf, state));
             }
             if buf.len() > MAX_RESPONSE_HEAD {
-                return Err(Error::new(
-                    Kind::UpstreamProtocol,
-                    "upstream response head too large",
-                ));
+                return Err(
+                    Error::new(Kind::UpstreamProtocol, "upstream response head too large")
+                        .caused(Cause::Reset),
+                );
             }
         }
     }

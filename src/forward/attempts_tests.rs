@@ -73,7 +73,7 @@ fn order_is_same_model_first_then_fallbacks() {
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
     let route = t.resolve("gpt-4o-mini").unwrap();
-    let mut plan = Plan::new(&t, &st, route, "gpt-4o-mini", t0);
+    let mut plan = Attempts::new(&t, &st, route, "gpt-4o-mini", t0);
     let s = plan.next(t0);
     assert_eq!(tried(&s), ("a/gpt-4o-mini".into(), "gpt-4o-mini".into(), 1));
     let s = plan.failed(take(s), Reason::Status503, None, ms(t0, 1));
@@ -115,7 +115,7 @@ fn success_on_the_first_try_and_weights_across_requests() {
     let route = t.resolve("gpt-4o-mini").unwrap();
     let mut firsts = Vec::new();
     for i in 0..8 {
-        let mut plan = Plan::new(&t, &st, route, "gpt-4o-mini", ms(t0, i));
+        let mut plan = Attempts::new(&t, &st, route, "gpt-4o-mini", ms(t0, i));
         let c = take(plan.next(ms(t0, i)));
         plan.succeeded(&c, ms(t0, i + 1));
         firsts.push(c.deployment_index);
@@ -140,13 +140,13 @@ timeout_ms = 1000
     let t0 = Instant::now();
     let route = t.resolve("m").unwrap();
 
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status503, None, ms(t0, 1)));
     let s = plan.failed(c, Reason::Connect, None, ms(t0, 2));
     assert!(matches!(s, Step::Stop(Stop::Attempts)), "{s:?}");
 
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let c = take(plan.next(t0));
     let s = plan.failed(c, Reason::Status502, None, ms(t0, 1));
     assert!(
@@ -154,7 +154,7 @@ timeout_ms = 1000
         "{s:?}"
     );
 
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     assert_eq!(
         plan.attempt_timeout(ms(t0, 400)),
         Duration::from_millis(600)
@@ -179,7 +179,7 @@ breaker = { failures = 2, cooldown_ms = 1000 }
     let route = t.resolve("m").unwrap();
     // two requests whose first attempt on "a" fails open its breaker
     for i in 0..2 {
-        let mut plan = Plan::new(&t, &st, route, "m", ms(t0, i));
+        let mut plan = Attempts::new(&t, &st, route, "m", ms(t0, i));
         let c = take(plan.next(ms(t0, i)));
         assert_eq!(c.deployment_index, 0);
         let c = take(plan.failed(c, Reason::Status500, None, ms(t0, i)));
@@ -189,33 +189,33 @@ breaker = { failures = 2, cooldown_ms = 1000 }
     let ms0 = st.model(0).unwrap();
     assert_eq!(ms0.breakers[0].state(), BreakerState::Open);
     for i in 2..50 {
-        let mut plan = Plan::new(&t, &st, route, "m", ms(t0, i));
+        let mut plan = Attempts::new(&t, &st, route, "m", ms(t0, i));
         assert_eq!(take(plan.next(ms(t0, i))).deployment_index, 1);
     }
     // after the cooldown: one probe on "a"; a concurrent request goes to "a2"
     let now = ms(t0, 1_001);
-    let mut p1 = Plan::new(&t, &st, route, "m", now);
+    let mut p1 = Attempts::new(&t, &st, route, "m", now);
     let probe = take(p1.next(now));
     assert_eq!(probe.deployment_index, 0);
-    let mut p2 = Plan::new(&t, &st, route, "m", now);
+    let mut p2 = Attempts::new(&t, &st, route, "m", now);
     assert_eq!(take(p2.next(now)).deployment_index, 1);
     // the probe's client went away: dropping it frees the slot
     drop(probe);
-    let mut p3 = Plan::new(&t, &st, route, "m", now);
+    let mut p3 = Attempts::new(&t, &st, route, "m", now);
     let probe = take(p3.next(now));
     assert_eq!(probe.deployment_index, 0);
     // a probe answered 429: no verdict; once its key cooled (1 s default) the next may probe
     let probe = take(p3.failed(probe, Reason::Status429, None, ms(t0, 1_002)));
     assert_eq!(probe.deployment_index, 1, "p3 moves on");
     drop(probe);
-    let mut p4 = Plan::new(&t, &st, route, "m", ms(t0, 1_500));
+    let mut p4 = Attempts::new(&t, &st, route, "m", ms(t0, 1_500));
     assert_eq!(
         take(p4.next(ms(t0, 1_500))).deployment_index,
         1,
         "key cooling"
     );
     let now = ms(t0, 2_002);
-    let mut p5 = Plan::new(&t, &st, route, "m", now);
+    let mut p5 = Attempts::new(&t, &st, route, "m", now);
     let probe = take(p5.next(now));
     assert_eq!(probe.deployment_index, 0);
     assert_eq!(ms0.breakers[0].state(), BreakerState::HalfOpen);
@@ -238,7 +238,7 @@ timeout_ms = 10000
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
     let route = t.resolve("m").unwrap();
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let c = take(plan.next(t0));
     assert_eq!(c.deployment_index, 0);
     let s = plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0);
@@ -248,7 +248,7 @@ timeout_ms = 10000
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
     assert!(matches!(s, Step::Wait(u) if u == ms(t0, 2_000)), "{s:?}");
     // a new request meanwhile skips the cooling provider
-    let mut other = Plan::new(&t, &st, route, "m", ms(t0, 10));
+    let mut other = Attempts::new(&t, &st, route, "m", ms(t0, 10));
     assert_eq!(take(other.next(ms(t0, 10))).deployment_index, 1);
     let s = plan.next(ms(t0, 2_000));
     assert_eq!(take(s).deployment_index, 0);
@@ -256,7 +256,7 @@ timeout_ms = 10000
 
     // Retry-After beyond the deadline is not waited on
     let st = ForwardState::new(&t, 1);
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(60)), t0));
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
@@ -282,7 +282,7 @@ provider = "p"
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
     let route = t.resolve("m").unwrap();
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let c = take(plan.next(t0));
     assert_eq!(c.key, 0);
     assert_eq!(c.auth_headers(), b"authorization: Bearer k1\r\n");
@@ -322,7 +322,7 @@ upstream_model = "real-f3"
     assert_eq!(chain, ["f1", "f2", "f3"]);
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
-    let mut plan = Plan::new(&t, &st, route, "m", t0);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
     let mut seen = Vec::new();
     let mut step = plan.next(t0);
     while let Step::Try(c) = step {
@@ -378,7 +378,7 @@ deployments = [{ provider = "b" }, { provider = "a" }]
     let mut outcomes = [0u32; 3]; // success, stop, waited
     for _ in 0..3_000 {
         now += Duration::from_millis(rng.below(20) as u64);
-        let mut plan = Plan::new(&t, &st, route, "m", now);
+        let mut plan = Attempts::new(&t, &st, route, "m", now);
         let mut seen: Vec<(usize, usize)> = Vec::new();
         let mut limited: Vec<(usize, usize)> = Vec::new();
         let mut step = plan.next(now);

@@ -10,7 +10,7 @@
 //! Bounded by the requested model's `max_attempts` and deadline; its `retry_on` decides which
 //! failures are retried. Breaker settings are each deployment's own model's.
 //!
-//! Owns: `Plan`, `Candidate` (a guard: dropping it ends the attempt's in-flight count and
+//! Owns: `Attempts`, `Candidate` (a guard: dropping it ends the attempt's in-flight count and
 //! frees an unanswered half-open probe), `Step`, `Stop`.
 //! Must not: do IO or sleep (`Step::Wait` tells the caller to), or read clocks.
 
@@ -30,7 +30,7 @@ pub enum Step<'a> {
     /// Send the request to this candidate now.
     Try(Candidate<'a>),
     /// Nothing to try until `Instant` (a key cooling down, before the deadline): sleep until
-    /// then and call `Plan::next` again.
+    /// then and call `Attempts::next` again.
     Wait(Instant),
     /// No more attempts; answer the client with the last failure (or relay the last upstream
     /// answer if it had one).
@@ -47,12 +47,12 @@ pub enum Stop {
     /// The overall deadline passed.
     Deadline,
     /// No candidate left: every deployment tried, its breaker open, or its keys cooling past
-    /// the deadline. With `Plan::attempts() == 0`: nothing was available at all.
+    /// the deadline. With `Attempts::attempts() == 0`: nothing was available at all.
     Exhausted,
 }
 
-/// One attempt: where to send it. Report its outcome with `Plan::succeeded` or
-/// `Plan::failed`; drop it when the response (body or stream) has ended — that ends its
+/// One attempt: where to send it. Report its outcome with `Attempts::succeeded` or
+/// `Attempts::failed`; drop it when the response (body or stream) has ended — that ends its
 /// in-flight count for p2c.
 #[derive(Debug)]
 pub struct Candidate<'a> {
@@ -97,7 +97,7 @@ impl Drop for Candidate<'_> {
 /// The attempt plan of one client request. Borrow the shard's table and state for the
 /// request's duration.
 #[derive(Debug)]
-pub struct Plan<'a> {
+pub struct Attempts<'a> {
     table: &'a RouteTable,
     state: &'a ForwardState,
     route: &'a Route,
@@ -112,7 +112,7 @@ pub struct Plan<'a> {
     last_stage: Option<usize>,
 }
 
-impl<'a> Plan<'a> {
+impl<'a> Attempts<'a> {
     /// A plan for a request that asked for `requested` and resolved to `route`, starting at
     /// `now` (the deadline counts from here).
     pub fn new(
@@ -121,8 +121,8 @@ impl<'a> Plan<'a> {
         route: &'a Route,
         requested: &'a str,
         now: Instant,
-    ) -> Plan<'a> {
-        Plan {
+    ) -> Attempts<'a> {
+        Attempts {
             table,
             state,
             route,
@@ -342,5 +342,5 @@ impl<'a> Plan<'a> {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
+#[path = "attempts_tests.rs"]
 mod tests;

@@ -1,0 +1,324 @@
+//! Forward: (route, request) → an open upstream exchange (response head received, body or
+//! stream not yet relayed) or an error. The one place that performs upstream attempts:
+//! the attempt plan (`Attempts`: balancing, breakers, key rotation, retries, fallbacks) picks
+//! each candidate, `plan::plan` says what to send it, and one attempt is sent here — over a
+//! pooled connection, or an in-memory pipe for the in-process mock and the gateway's own
+//! answers — while the client is watched (a client that leaves cancels the attempt).
+//!
+//! Failures before anything reached the client are retried as the plan says: connect errors,
+//! resets before the head, first-byte timeouts and the `retry_on` statuses (429 cools the key
+//! for its `Retry-After`). When the plan stops on a failed *answer* (a 5xx head), that answer
+//! is relayed to the client as the upstream sent it (translated when needed); when it stops on
+//! an error, the last error goes to the client.
+//!
+//! Owns: `open`, `Opened`, `Tried`, `NoHead`. Must not: write to the client or read the request body
+//! (it is replayed from the permit-held buffer for every attempt).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use super::attempts::{Attempts, Candidate, Step, Stop};
+use super::keys::{parse_retry_after, KeyPick};
+use super::policy::Reason;
+use crate::error::{Cause, Error, Kind};
+use crate::extract::RoutingFields;
+use crate::http::conn::ClientConn;
+use crate::plan::{self, Mode, Target};
+use crate::provider::Op;
+use crate::report::{report, report_status, shutting_down};
+use crate::route::Route;
+use crate::shard::Shard;
+use crate::translate::Dialect;
+use crate::upstream::pipe::{pipe, PipeWriter};
+use crate::upstream::{Exchange, UpstreamRequest};
+
+/// Bytes an in-memory answer pipe holds before its producer waits for the relay.
+const PIPE_BYTES: usize = 64 * 1024;
+
+/// An upstream answer whose head arrived, ready to be relayed.
+pub struct Opened<'s> {
+    pub ex: Exchange<'s>,
+    /// How the answer reaches the client (passthrough or translated).
+    pub mode: Mode,
+    /// The answering deployment's provider name (log lines).
+    pub provider: &'s str,
+    /// Keeps the attempt's in-flight count (p2c) until the answer has been relayed.
+    _candidate: Option<Candidate<'s>>,
+}
+
+/// What the attempts of one request did, for the client's `x-ringgate-provider` and
+/// `x-ringgate-attempts` headers (filled whether or not an answer came).
+#[derive(Debug, Default)]
+pub struct Tried<'s> {
+    /// The provider of the last attempt.
+    pub provider: Option<&'s str>,
+    pub attempts: u32,
+}
+
+impl Tried<'_> {
+    /// Append the two header lines (nothing when no attempt was made).
+    pub fn write_headers(&self, out: &mut Vec<u8>) {
+        let Some(p) = self.provider else { return };
+        out.extend_from_slice(b"x-ringgate-provider: ");
+        out.extend_from_slice(p.as_bytes());
+        out.extend_from_slice(b"\r\nx-ringgate-attempts: ");
+        out.extend_from_slice(self.attempts.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Why no upstream answer is available.
+pub enum NoHead {
+    /// Answer the client with this error (upstream details already logged and redacted).
+    Failed(Error),
+    /// The client closed its connection while the upstream was silent; the attempt was
+    /// cancelled (its connection dropped).
+    ClientGone,
+}
+
+impl From<Error> for NoHead {
+    fn from(e: Error) -> Self {
+        NoHead::Failed(e)
+    }
+}
+
+/// Get an upstream answer for the client's request to `route`.
+#[allow(clippy::too_many_arguments)]
+pub async fn open<'s>(
+    conn: &ClientConn,
+    shard: &'s Shard,
+    route: &'s Route,
+    op: Op,
+    client: Dialect,
+    body: &[u8],
+    fields: &'s RoutingFields,
+    tried: &mut Tried<'s>,
+) -> Result<Opened<'s>, NoHead> {
+    let start = Instant::now();
+    let mut attempts = Attempts::new(&shard.routes, &shard.forward, route, &fields.model, start);
+    let mut step = attempts.next(start);
+    let mut last: Option<Error> = None;
+    loop {
+        let cand = match step {
+            Step::Try(c) => c,
+            Step::Wait(until) => {
+                // A key cools down and the deadline allows waiting for it.
+                let wait = until.saturating_duration_since(Instant::now());
+                monoio::select! {
+                    _ = monoio::time::sleep(wait) => {},
+                    _ = conn.wait_closed() => return Err(NoHead::ClientGone),
+                    _ = shard.drain_expired.wait() => return Err(NoHead::Failed(shutting_down())),
+                }
+                step = attempts.next(Instant::now());
+                continue;
+            }
+            Step::Stop(stop) => return Err(NoHead::Failed(stopped(stop, last, route, shard))),
+        };
+        let provider = cand.deployment.provider.name.as_str();
+        let planned = plan::plan(
+            &cand.deployment.provider,
+            Some(cand.upstream_model),
+            op,
+            client,
+            body,
+            fields,
+        )?;
+        tried.provider = Some(provider);
+        tried.attempts = attempts.attempts();
+        let timeout = attempts.attempt_timeout(Instant::now());
+        let sent = attempt(conn, shard, &cand, &planned, fields, client, op, timeout).await;
+        let now = Instant::now();
+        match sent {
+            Ok(mut ex) => {
+                let status = ex.head.status;
+                if status >= 500 {
+                    report_status(shard, provider, status);
+                }
+                let Some(reason) = Reason::from_status(status) else {
+                    attempts.succeeded(&cand, now);
+                    return Ok(Opened {
+                        ex,
+                        mode: planned.mode,
+                        provider,
+                        _candidate: Some(cand),
+                    });
+                };
+                let retry_after = retry_after(&ex.head.forward);
+                step = attempts.failed(cand, reason, retry_after, now);
+                if let Step::Stop(_) = step {
+                    // Nothing left to try: the client gets this answer as the upstream gave it.
+                    return Ok(Opened {
+                        ex,
+                        mode: planned.mode,
+                        provider,
+                        _candidate: None,
+                    });
+                }
+                // Retried elsewhere: a small error body is read so the connection can be
+                // pooled; anything else just drops it.
+                let mut sink = Vec::new();
+                let _ = monoio::time::timeout(
+                    Duration::from_millis(50),
+                    ex.read_to_end(&mut sink, 16 * 1024),
+                )
+                .await;
+            }
+            Err(NoHead::ClientGone) => return Err(NoHead::ClientGone),
+            Err(NoHead::Failed(e)) => {
+                let reason = reason_of(&e);
+                let e = report(shard, provider, &e);
+                step = match reason {
+                    // Not an upstream failure (a config problem, the drain): no retry.
+                    None => Step::Stop(Stop::NotRetryable(Reason::Other)),
+                    Some(r) => attempts.failed(cand, r, None, now),
+                };
+                last = Some(e);
+            }
+        }
+    }
+}
+
+/// The client-facing error when the plan stopped without an answer to relay: the last
+/// attempt's error; with no attempt made, a 429 + Retry-After when keys are cooling down after
+/// the provider's own 429s, else a 503 + Retry-After while breakers are open (fail fast).
+fn stopped(stop: Stop, last: Option<Error>, route: &Route, shard: &Shard) -> Error {
+    let now = Instant::now();
+    let secs = |until: Instant| until.saturating_duration_since(now).as_secs_f64().ceil() as u32;
+    match (stop, last) {
+        (_, Some(e)) => e,
+        (Stop::Deadline, None) => Error::new(
+            Kind::UpstreamTimeout,
+            format!("no deployment of `{}` answered in time", route.name),
+        ),
+        (_, None) => {
+            let cooling = route
+                .deployments
+                .iter()
+                .filter_map(|d| match shard.forward.keys(d.provider.index)?.peek(now) {
+                    KeyPick::Cooling { until, .. } => Some(until),
+                    KeyPick::Ready(_) => None,
+                })
+                .min();
+            match cooling {
+                Some(until) => Error::new(
+                    Kind::RateLimited,
+                    format!(
+                        "every provider key for `{}` is rate limited by the provider; retry later",
+                        route.name
+                    ),
+                )
+                .retry_after(secs(until).max(1)),
+                None => Error::new(
+                    Kind::Overloaded,
+                    format!(
+                        "no deployment of `{}` is available (circuit breakers open); retry later",
+                        route.name
+                    ),
+                )
+                .retry_after(1),
+            }
+        }
+    }
+}
+
+/// The routing reason of an attempt that got no valid head.
+fn reason_of(e: &Error) -> Option<Reason> {
+    match e.cause? {
+        Cause::Connect => Some(Reason::Connect),
+        Cause::ConnectTimeout => Some(Reason::Timeout),
+        Cause::Reset => Some(Reason::Reset),
+        Cause::FirstByteTimeout => Some(Reason::FirstByteTimeout),
+    }
+}
+
+/// `Retry-After` among an upstream head's forwarded header lines.
+fn retry_after(forward: &[u8]) -> Option<Duration> {
+    forward.split(|&b| b == b'\n').find_map(|l| {
+        let (name, value) = l.split_at(l.iter().position(|&b| b == b':')?);
+        name.eq_ignore_ascii_case(b"retry-after")
+            .then(|| parse_retry_after(crate::http::head::trim(&value[1..]), SystemTime::now()))
+            .flatten()
+    })
+}
+
+/// Send one planned attempt and wait for its response head, watching the client meanwhile: a
+/// client that closes cancels the attempt at once (not at the first-byte timeout), and the end
+/// of the drain cancels it with a 503.
+#[allow(clippy::too_many_arguments)]
+async fn attempt<'s>(
+    conn: &ClientConn,
+    shard: &'s Shard,
+    cand: &Candidate<'_>,
+    planned: &plan::Plan<'_>,
+    fields: &RoutingFields,
+    client: Dialect,
+    op: Op,
+    first_byte_timeout: Duration,
+) -> Result<Exchange<'s>, NoHead> {
+    let provider = &cand.deployment.provider;
+    let up = &shard.upstream;
+    let path = match &planned.target {
+        Target::Http { path } => path,
+        Target::Mock => {
+            let (w, r) = pipe(PIPE_BYTES);
+            let model = planned.upstream_model.clone();
+            let body = planned.body.to_vec();
+            let (profile, stream) = (provider.mock_profile, fields.stream);
+            monoio::spawn(mock_answer(w, client, op, model, stream, body, profile));
+            return Ok(up.open_pipe(r).await?);
+        }
+        Target::Local(json) => {
+            let (mut w, r) = pipe(json.len() + 256);
+            let json = json.clone();
+            monoio::spawn(async move {
+                crate::mock::pace::json(&mut w, 200, &json, crate::mock::Profile::Instant, false)
+                    .await
+            });
+            return Ok(up.open_pipe(r).await?);
+        }
+    };
+    let endpoint = provider.endpoint.as_ref().ok_or_else(|| {
+        Error::new(
+            Kind::Internal,
+            format!("provider {} has no base_url", provider.name),
+        )
+    })?;
+    let req = UpstreamRequest {
+        endpoint,
+        path,
+        headers: cand.auth_headers(),
+        body: &planned.body,
+        first_byte_timeout: Some(first_byte_timeout),
+    };
+    // Biased: the exchange is polled first, so an answer that is already there costs no watch.
+    monoio::select! {
+        biased;
+        r = up.send(&req) => Ok(r?),
+        _ = conn.wait_closed() => Err(NoHead::ClientGone),
+        _ = shard.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
+    }
+}
+
+/// The in-process mock provider's answer, written into a pipe as `ringgate mock` would write it
+/// on a socket (every dialect, embeddings, token counts).
+async fn mock_answer(
+    mut w: PipeWriter,
+    dialect: Dialect,
+    op: Op,
+    model: String,
+    stream: bool,
+    body: Vec<u8>,
+    profile: crate::mock::Profile,
+) {
+    use crate::mock;
+    let s = &mut w;
+    let _ = match op {
+        Op::Generate => {
+            mock::respond_with(s, dialect, &model, Some(stream), &body, profile, false).await
+        }
+        Op::Embeddings => mock::embeddings::respond(s, &body, profile, false).await,
+        Op::CountTokens => {
+            let out = mock::anthropic::count_tokens_body(&body);
+            mock::pace::json(s, 200, &out, mock::Profile::Instant, false).await
+        }
+    };
+}

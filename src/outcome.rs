@@ -1,0 +1,58 @@
+//! How a request ended: its status (for metrics) and whether the connection may carry another
+//! request; and the two ways an answer ends early (an error response, a client gone).
+//!
+//! Owns: `Outcome`. Must not: decide what to answer (the stages do) or log.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorShape};
+use crate::http::conn::ClientConn;
+use crate::metrics::bump;
+use crate::shard::Shard;
+
+/// How a request ended, for metrics and the connection loop.
+pub struct Outcome {
+    pub status: u16,
+    pub keep_alive: bool,
+}
+
+impl Outcome {
+    pub async fn error(
+        conn: &mut ClientConn,
+        e: &Error,
+        shape: ErrorShape,
+        keep_alive: bool,
+        wt: Duration,
+    ) -> Outcome {
+        let keep = match &e.request_id {
+            // Upstream failures carry their id as a header too, for support tickets.
+            Some(id) => {
+                let keep = keep_alive && !e.closes_connection();
+                let mut extra = format!("x-request-id: {id}\r\n");
+                if let Some(s) = e.retry_after_secs() {
+                    extra.push_str(&format!("retry-after: {s}\r\n"));
+                }
+                let body = e.body(shape);
+                let ct = b"application/json";
+                conn.respond(e.status(), ct, extra.as_bytes(), &body, keep, wt)
+                    .await
+                    && keep
+            }
+            None => conn.respond_error(e, shape, keep_alive, wt).await,
+        };
+        Outcome {
+            status: e.status(),
+            keep_alive: keep,
+        }
+    }
+}
+
+/// The client went away mid-response: the exchange is dropped by the caller, which closes the
+/// upstream connection instead of pooling it.
+pub fn gone(shard: &Shard, status: u16) -> Outcome {
+    bump(&shard.metrics.client_disconnects);
+    Outcome {
+        status,
+        keep_alive: false,
+    }
+}

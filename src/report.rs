@@ -1,0 +1,72 @@
+//! Upstream failure reports: every upstream-side failure is counted, logged (rate-limited, with
+//! a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
+//! reason — never keys or bodies) and handed back generic for the client (hosts, addresses and
+//! resolver output stay in the log).
+//!
+//! Owns: `report`, `report_status`, `shutting_down`, the once-a-second dropped-lines note.
+//! Must not: write to the client.
+
+use std::time::Instant;
+
+use crate::error::{Error, Kind, Side};
+use crate::metrics::bump;
+use crate::shard::Shard;
+
+/// The error that ends requests still running when the drain time is up.
+pub fn shutting_down() -> Error {
+    Error::new(
+        Kind::Overloaded,
+        "the gateway is shutting down; retry the request",
+    )
+}
+
+/// An error on its way to the client. Upstream-side failures are counted, logged (rate-limited:
+/// a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
+/// reason — never keys or bodies), and come back generic with the id (see
+/// [`Error::for_client`]): hosts, addresses and resolver output stay in the log.
+pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
+    if e.side() != Side::Upstream {
+        return e.clone();
+    }
+    bump(&shard.metrics.upstream_errors);
+    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
+    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+        crate::log::info(format_args!(
+            "upstream failure {id}: provider {provider}: {}: {}{}",
+            e.code(),
+            e.message,
+            not_logged(dropped)
+        ));
+    }
+    e.for_client(&id)
+}
+
+/// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
+pub fn log_tick(shard: &Shard) {
+    if let Some(n) = shard.upstream.failure_log.flush(Instant::now()) {
+        crate::log::info(format_args!(
+            "shard {}: {n} upstream failures not logged (rate limit)",
+            shard.id
+        ));
+    }
+}
+
+fn not_logged(dropped: u64) -> String {
+    if dropped == 0 {
+        String::new()
+    } else {
+        format!(" ({dropped} earlier upstream failures not logged)")
+    }
+}
+
+/// An upstream that answered with a 5xx head: counted and logged like a failure (the answer
+/// itself still goes to the client, or to the next attempt).
+pub fn report_status(shard: &Shard, provider: &str, status: u16) {
+    bump(&shard.metrics.upstream_errors);
+    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+        crate::log::info(format_args!(
+            "upstream failure: provider {provider}: answered HTTP {status}{}",
+            not_logged(dropped)
+        ));
+    }
+}

@@ -1,0 +1,43 @@
+//! Respond: (client, open upstream exchange, passthrough | translate) → bytes to the client.
+//! The second half of the seam after `forward`: whatever deployment answered, after however
+//! many attempts, its answer is written here — relayed as is, or translated back.
+//!
+//! Owns: the one dispatch on `plan::Mode` for answers. Must not: send upstream requests or
+//! retry (once a byte went to the client there is no retry: a broken stream ends with the
+//! client dialect's error event, see `relay` and `bridge`).
+
+use crate::admit::Permit;
+use crate::extract::RoutingFields;
+use crate::forward::open::Opened;
+use crate::http::conn::ClientConn;
+use crate::outcome::Outcome;
+use crate::plan::Mode;
+use crate::shard::Shard;
+use crate::translate::Dialect;
+use crate::{bridge, relay};
+
+/// Write the answer of `opened` to the client in `client`'s dialect.
+pub async fn respond(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    opened: &mut Opened<'_>,
+    client: Dialect,
+    fields: &RoutingFields,
+    keep_alive: bool,
+    permit: &Permit,
+) -> Outcome {
+    let provider = opened.provider;
+    let ex = &mut opened.ex;
+    match opened.mode {
+        Mode::Passthrough => {
+            relay::passthrough(conn, shard, ex, provider, client, keep_alive, permit).await
+        }
+        Mode::Translate { up, include_usage } => {
+            let want = (fields.model.as_str(), fields.stream, include_usage);
+            bridge::translated(
+                conn, shard, ex, provider, up, client, want, keep_alive, permit,
+            )
+            .await
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! One shard's state: everything one core needs to serve requests, shared with nobody (no
+//! locks, atomics or `Arc` on the hot path). Lives in an `Rc` on its thread.
+//!
+//! Owns: the `Shard` struct. Must not: build itself from the config (that is `gateway`) or
+//! handle requests (that is `pipeline`).
+
+use std::time::Duration;
+
+use crate::admit::Admission;
+use crate::forward::ForwardState;
+use crate::http::conn::{Limits, ReadBufs};
+use crate::http::edge::EdgePolicy;
+use crate::metrics::{MetricsHub, ShardMetrics};
+use crate::route::RouteTable;
+use crate::shutdown::LocalSignal;
+use crate::upstream::Client;
+
+/// Everything one shard owns. Lives in an `Rc` on its thread.
+pub struct Shard {
+    pub id: usize,
+    pub driver: &'static str,
+    pub limits: Limits,
+    pub admission: Admission,
+    pub routes: RouteTable,
+    /// Routing runtime state parallel to `routes`: balancers, breakers, key cooldowns.
+    pub forward: ForwardState,
+    pub upstream: Client,
+    pub metrics: ShardMetrics,
+    pub hub: MetricsHub,
+    /// Fired when the process shuts down: idle connections close, in-flight ones finish.
+    pub draining: LocalSignal,
+    /// Fired when the drain time is up: requests still waiting for an upstream get 503, streams
+    /// still running end with their dialect's error event and a proper chunked end.
+    pub drain_expired: LocalSignal,
+    /// This shard's share of `server.max_connections`.
+    pub max_connections: u64,
+    /// Connections over the cap whose first request is being read, to answer health probes.
+    pub over_cap: std::cell::Cell<u32>,
+    /// Client read buffers (idle connections hold none).
+    pub read_bufs: ReadBufs,
+    /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
+    pub edge: EdgePolicy,
+    /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
+    pub drain_time: Duration,
+}
