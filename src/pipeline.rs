@@ -409,4 +409,6 @@ pub fn render_shard_metrics(shard: &Shard, out: &mut String) {
         shard.id,
         shard.upstream.retries.get()
     ));
+    // routing: attempts, failures by reason, retries, fallbacks, breaker state, key cooldowns
+    shard.forward.render(&shard.routes, shard.id, out);
 }
