@@ -26,6 +26,8 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod http;
 pub mod log;

@@ -453,7 +453,7 @@ impl Exchange<'_> {
     }
 }
 
-fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, Error> {
+pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, Error> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
