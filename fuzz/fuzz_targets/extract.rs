@@ -1,0 +1,55 @@
+//! `model`/`stream` extraction (`extract::routing_fields`) and the model splice.
+//!
+//! Input: either a raw body, or (first byte `0xFF`) a nesting amplifier
+//! `[0xFF, n_lo, n_hi, open, prefix_len, prefix..., suffix...]` that builds
+//! `prefix + open×n + close×n + suffix` with n up to 196,605, so depths that overflowed a
+//! shard's stack (issue 8: ~11,000 `[`) are reached without huge inputs. Runs on the fuzzer's
+//! default (main-thread) stack: a missing depth bound shows up as a stack-overflow crash.
+//! Invariants: never panics or overflows; on success the model span lies in the body and holds
+//! the JSON string of the model; splicing another model in yields a body whose routing fields
+//! are the new model and the same `stream`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ringgate::extract::{routing_fields, splice_model};
+
+fn amplify(data: &[u8]) -> Option<Vec<u8>> {
+    let [0xFF, lo, hi, open, plen, rest @ ..] = data else {
+        return None;
+    };
+    let n = usize::from(u16::from_le_bytes([*lo, *hi])) * 3;
+    let (o, c) = if open % 2 == 0 { (b'[', b']') } else { (b'{', b'}') };
+    let plen = usize::from(*plen).min(rest.len());
+    let (prefix, suffix) = rest.split_at(plen);
+    let mut body = Vec::with_capacity(prefix.len() + 2 * n + suffix.len());
+    body.extend_from_slice(prefix);
+    if o == b'{' {
+        // `{"a":{"a":...}}`: an object nest needs keys to be valid.
+        for _ in 0..n {
+            body.extend_from_slice(b"{\"a\":");
+        }
+        body.extend_from_slice(b"0");
+    } else {
+        body.resize(body.len() + n, o);
+    }
+    body.resize(body.len() + n, c);
+    body.extend_from_slice(suffix);
+    Some(body)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let amplified = amplify(data);
+    let body = amplified.as_deref().unwrap_or(data);
+    let Ok(f) = routing_fields(body) else { return };
+    let raw = body.get(f.model_span.clone()).expect("model span inside the body");
+    let parsed: String = serde_json::from_slice(raw).expect("model span is a JSON string");
+    assert_eq!(parsed, f.model);
+    let spliced = splice_model(body, &f.model_span, "fz\"\u{e9}\\model");
+    match routing_fields(&spliced) {
+        Ok(g) => {
+            assert_eq!(g.model, "fz\"\u{e9}\\model");
+            assert_eq!(g.stream, f.stream);
+        }
+        Err(e) => panic!("spliced body rejected: {}", e.message),
+    }
+});
