@@ -453,12 +453,40 @@ impl Exchange<'_> {
     }
 }
 
+/// Most interim (1xx) responses skipped before the final head; more is an upstream error.
+const MAX_INTERIM: usize = 16;
+
+/// One parsed response head: an interim 1xx (its length) or the final head.
+enum Parsed {
+    Partial,
+    Interim(usize),
+    Final(ResponseHead, usize),
+}
+
+/// Parse the final response head at the start of `buf`, skipping interim responses (100
+/// Continue, 103 Early Hints) in a loop — bounded by `MAX_INTERIM`, never by recursion (an
+/// upstream sending thousands of 1xx heads once overflowed a shard's stack; fuzz-found).
 pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, Error> {
+    let mut skipped = 0;
+    for _ in 0..=MAX_INTERIM {
+        match parse_one(buf.get(skipped..).unwrap_or_default())? {
+            Parsed::Partial => return Ok(None),
+            Parsed::Interim(n) => skipped += n,
+            Parsed::Final(h, n) => return Ok(Some((h, skipped + n))),
+        }
+    }
+    Err(Error::new(
+        Kind::UpstreamProtocol,
+        "too many interim (1xx) upstream responses",
+    ))
+}
+
+fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(e) => {
             return Err(Error::new(
                 Kind::UpstreamProtocol,
@@ -468,12 +496,7 @@ pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, us
     };
     let status = resp.code.unwrap_or(0);
     if (100..200).contains(&status) {
-        // Interim responses (100 Continue, 103 Early Hints) are skipped by re-parsing after them.
-        let rest = &buf[len..];
-        return match parse_response_head(rest)? {
-            Some((h, n)) => Ok(Some((h, len + n))),
-            None => Ok(None),
-        };
+        return Ok(Parsed::Interim(len));
     }
     let mut framing = RespFraming::Close;
     let mut keep_alive = resp.version == Some(1);
@@ -531,7 +554,7 @@ pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, us
     if content_type.is_empty() {
         content_type = b"application/json".to_vec();
     }
-    Ok(Some((
+    Ok(Parsed::Final(
         ResponseHead {
             status,
             framing,
@@ -540,7 +563,7 @@ pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, us
             forward,
         },
         len,
-    )))
+    ))
 }
 
 fn forwardable(name: &[u8]) -> bool {
@@ -583,6 +606,14 @@ mod tests {
                 .unwrap();
         assert_eq!((h.status, h.framing), (204, RespFraming::Length(0)));
         assert!(parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        // Thousands of interim heads: an error, not a stack overflow (fuzz-found).
+        let mut many = b"HTTP/1.1 100 \r\n\r\n".repeat(4000);
+        many.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        assert!(parse_response_head(&many).is_err());
+        let mut few = b"HTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\n".repeat(3);
+        few.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        let (h, n) = parse_response_head(&few).unwrap().unwrap();
+        assert_eq!((h.status, &few[n..]), (200, &b"{}"[..]));
         assert!(parse_response_head(b"HTTP/1.1 200 OK\r\n")
             .unwrap()
             .is_none());
