@@ -137,10 +137,68 @@ fn pump_counting(mut c: TcpStream, mut up: TcpStream, count: &AtomicU64) {
     let _ = up.shutdown(Shutdown::Write);
 }
 
+/// An upstream that answers its first request with `429` + `Retry-After: 1` and never answers
+/// any later one (it holds the connection until the peer closes it).
+fn limited_then_stalled() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(AtomicU64::new(0));
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let seen = seen.clone();
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 16384];
+                loop {
+                    // one whole request (head + Content-Length body)
+                    let need = loop {
+                        let mut hs = [httparse::EMPTY_HEADER; 64];
+                        let mut r = httparse::Request::new(&mut hs);
+                        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
+                            let cl: usize = r
+                                .headers
+                                .iter()
+                                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
+                                .unwrap_or(0);
+                            if buf.len() >= head + cl {
+                                break head + cl;
+                            }
+                        }
+                        match c.read(&mut tmp) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    };
+                    buf.drain(..need);
+                    if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                        let body = r#"{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":null}}"#;
+                        let resp = format!(
+                            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+                             retry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if c.write_all(resp.as_bytes()).is_err() {
+                            return;
+                        }
+                    } else {
+                        while matches!(c.read(&mut tmp), Ok(n) if n > 0) {}
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// One deployment's upstream: its mock and, optionally, a counting proxy in front.
 struct Up {
     mock: Option<MockServer>,
     counter: Option<Counter>,
+    /// An upstream that is not a mock (scripted in the test).
+    other: Option<SocketAddr>,
 }
 
 impl Up {
@@ -148,6 +206,7 @@ impl Up {
         Up {
             mock: Some(mock(driver, fault)),
             counter: None,
+            other: None,
         }
     }
 
@@ -159,10 +218,11 @@ impl Up {
 
     /// Where the gateway sends this deployment's requests.
     fn addr(&self) -> SocketAddr {
-        match (&self.counter, &self.mock) {
-            (Some(c), _) => c.addr,
-            (None, Some(m)) => m.addr,
-            (None, None) => unreachable!(),
+        match (&self.counter, &self.mock, self.other) {
+            (Some(c), _, _) => c.addr,
+            (None, Some(m), _) => m.addr,
+            (None, None, Some(a)) => a,
+            (None, None, None) => unreachable!(),
         }
     }
 
@@ -672,5 +732,38 @@ fn a_one_deployment_model_relays_its_500_after_one_attempt() {
             1,
             "{d}: the one deployment was tried again"
         );
+    });
+}
+
+/// Found through the fault matrix (its concurrent 429 cells got 504s): after a 429 (or finding
+/// the only key cooling) the plan waited for the key even when that left the attempt after the
+/// wait almost no time before the deadline, so the provider's 429 became a 504 once the
+/// client's time was spent. Now a cooldown is waited on only if the attempt after it gets its
+/// whole first-byte timeout; else the client gets the 429 (+ Retry-After) at once.
+#[test]
+fn a_cooling_key_is_not_waited_on_when_no_whole_attempt_fits_before_the_deadline() {
+    both(|d| {
+        let up = Up {
+            mock: None,
+            counter: None,
+            other: Some(limited_then_stalled()),
+        };
+        let net = Net::start(
+            d,
+            "timeout_ms = 1200\nfirst_byte_timeout_ms = 500",
+            vec![("a", "openai", up)],
+            "\n[[model]]\nname = \"gpt-4o-mini\"\nprovider = \"a\"\n",
+        );
+        // The key cools for 1 s; waiting would leave 0.2 s of the 1.2 s deadline: the
+        // upstream's 429 is relayed, then a request during the cooldown gets 429 at once.
+        let r = request(net.addr, &chat("gpt-4o-mini", false));
+        assert_eq!((r.status, r.header("retry-after")), (429, Some("1")), "{d}");
+        let t = Instant::now();
+        let r = request(net.addr, &chat("gpt-4o-mini", false));
+        let el = t.elapsed();
+        assert_eq!(r.status, 429, "{d}: after {el:?}: {}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"), "{d}");
+        assert_eq!(r.json()["error"]["type"], "rate_limit_error", "{d}");
+        assert!(el < Duration::from_millis(500), "{d}: waited {el:?}");
     });
 }

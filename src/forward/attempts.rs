@@ -5,8 +5,10 @@
 //! A deployment is tried at most once per request, skipped while its breaker is open or while
 //! every key of its provider cools down. When no fresh candidate is left, a deployment that
 //! was skipped or answered 429 only because of key cooldowns is tried again as soon as a key
-//! is free: at once if one is, else `Step::Wait` until the soonest key is free — unless that is
-//! past the deadline (a `Retry-After` beyond the deadline is never waited on).
+//! is free: at once if one is, else `Step::Wait` until the soonest key is free — only if the
+//! attempt after the wait still gets its whole first-byte timeout (at most half the deadline)
+//! before the deadline (a `Retry-After` beyond that is never waited on; the plan stops and the
+//! client gets the 429).
 //! Bounded by the requested model's `max_attempts` and deadline; its `retry_on` decides which
 //! failures are retried. Breaker settings are each deployment's own model's.
 //!
@@ -224,9 +226,20 @@ impl<'a> Attempts<'a> {
             }
         }
         match soonest {
-            Some(until) if until < self.deadline => Step::Wait(until),
+            Some(until) if until + self.after_wait() <= self.deadline => Step::Wait(until),
             _ => Step::Stop(Stop::Exhausted),
         }
+    }
+
+    /// Time that must be left before the deadline when a wait for a cooling key ends: the
+    /// attempt after the wait gets its whole first-byte timeout (at most half the deadline).
+    /// A shorter remainder would turn the provider's 429 into a first-byte timeout (504)
+    /// after the client's time was spent waiting.
+    fn after_wait(&self) -> Duration {
+        self.route
+            .policy
+            .first_byte_timeout
+            .min(self.route.policy.deadline / 2)
     }
 
     fn launch(&mut self, s: usize, d: usize, now: Instant) -> Option<Candidate<'a>> {

@@ -261,6 +261,15 @@ timeout_ms = 10000
     let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(60)), t0));
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
     assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
+
+    // nor one that would leave the attempt after it less than its first-byte timeout (here
+    // the default 300 s, so at most half the 10 s deadline): 6 s + 5 s > 10 s
+    let st = ForwardState::new(&t, 1);
+    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let c = take(plan.next(t0));
+    let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(6)), t0));
+    let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
+    assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
 }
 
 #[test]
