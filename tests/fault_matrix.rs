@@ -144,7 +144,9 @@ fn cells() -> Vec<Cell> {
 }
 
 /// One mock (faulting every request for upstream model `fault`) and one gateway per fault: the
-/// gateway's upstream pool is shared only by cells of the same fault.
+/// gateway's upstream pool is shared only by cells of the same fault. The healthy models go
+/// through their own providers (same mock, so the same pooled connections): a 429 cools the
+/// key of the provider that got it (issue 9), which must not hold back the healthy requests.
 fn stack(fault: &str, driver: &str) -> Stack {
     let plan = Plan {
         rules: vec![Rule {
@@ -187,14 +189,24 @@ name = "f-an"
 provider = "an"
 upstream_model = "fault"
 
+[[provider]]
+name = "oa-ok"
+kind = "openai"
+base_url = "http://{{mock}}/v1"
+
+[[provider]]
+name = "an-ok"
+kind = "anthropic"
+base_url = "http://{{mock}}"
+
 [[model]]
 name = "ok-oa"
-provider = "oa"
+provider = "oa-ok"
 upstream_model = "ok"
 
 [[model]]
 name = "ok-an"
-provider = "an"
+provider = "an-ok"
 upstream_model = "ok"
 "#
     );
