@@ -25,7 +25,9 @@ use crate::http::io::read_more;
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// Upstream-failure log lines per second per shard (the rest are counted).
 const FAILURE_LOG_LINES: u32 = 20;
-/// Requests with bodies up to this size are written in one buffer with their head.
+/// Requests with bodies up to this size are written in one buffer with their head; larger
+/// bodies are written through one buffer of this size, piece by piece (never a second whole
+/// copy of the body: that would be memory outside the budget, see `admit`).
 const COALESCE_BODY: usize = 32 * 1024;
 
 /// Per-shard upstream client: pool, TLS connector, timeouts.
@@ -229,10 +231,7 @@ impl Client {
             let (r, back) = AsyncWriteRentExt::write_all(conn, std::mem::take(head)).await;
             *head = back;
             match r {
-                Ok(_) if !coalesced => AsyncWriteRentExt::write_all(conn, body.to_vec())
-                    .await
-                    .0
-                    .map(|_| ()),
+                Ok(_) if !coalesced => write_pieces(conn, body).await,
                 other => other.map(|_| ()),
             }
         };
@@ -321,6 +320,19 @@ async fn read_head(
             }
         }
     }
+}
+
+/// Write `body` through one reused buffer of at most `COALESCE_BODY` bytes.
+async fn write_pieces(conn: &mut Conn, body: &[u8]) -> std::io::Result<()> {
+    let mut piece = Vec::with_capacity(COALESCE_BODY.min(body.len()));
+    for part in body.chunks(COALESCE_BODY) {
+        piece.clear();
+        piece.extend_from_slice(part);
+        let (r, back) = AsyncWriteRentExt::write_all(conn, piece).await;
+        r?;
+        piece = back;
+    }
+    Ok(())
 }
 
 impl Exchange<'_> {
