@@ -75,6 +75,9 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // an idle connection's task stays small.
         let keep = Box::pin(handle(&mut conn, head, &shard)).await;
         conn.resp_headers.clear();
+        // The response buffer is request memory (inside the permit's `response_reserve`): it
+        // goes when the request ends, not when the connection has idled for `idle_release_ms`.
+        conn.out = Vec::new();
         dec(&shard.metrics.in_flight);
         if !keep {
             break;
