@@ -300,8 +300,10 @@ async fn serve(
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
     let mut tried = Tried::default();
-    let opened =
-        forward::open::open(conn, shard, route, op, dialect, &body, &fields, &mut tried).await;
+    let opened = forward::open::open(
+        conn, shard, route, op, dialect, &body, &fields, &mut tried, &permit,
+    )
+    .await;
     tried.write_headers(&mut conn.resp_headers);
     let mut opened = opened?;
 

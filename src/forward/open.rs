@@ -11,14 +11,17 @@
 //! is relayed to the client as the upstream sent it (translated when needed); when it stops on
 //! an error, the last error goes to the client.
 //!
-//! Owns: `open`, `Opened`, `Tried`, `NoHead`. Must not: write to the client or read the request body
-//! (it is replayed from the permit-held buffer for every attempt).
+//! Owns: `open`, `Opened`, `Tried`, `NoHead`, and charging an attempt's spliced or translated
+//! body copy to the request's permit while it is sent. Must not: write to the client or read
+//! the request body (it is replayed from the permit-held buffer for every attempt).
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::attempts::{Attempts, Candidate, Step, Stop};
 use super::keys::{parse_retry_after, KeyPick};
 use super::policy::Reason;
+use crate::admit::Permit;
 use crate::error::{Cause, Error, Kind};
 use crate::extract::RoutingFields;
 use crate::http::conn::ClientConn;
@@ -92,6 +95,7 @@ pub async fn open<'s>(
     body: &[u8],
     fields: &'s RoutingFields,
     tried: &mut Tried<'s>,
+    permit: &Permit,
 ) -> Result<Opened<'s>, NoHead> {
     let start = Instant::now();
     let mut attempts = Attempts::new(&shard.routes, &shard.forward, route, &fields.model, start);
@@ -122,10 +126,20 @@ pub async fn open<'s>(
             body,
             fields,
         )?;
+        // A spliced or translated body is a second copy of the request: charged to the permit
+        // like the body while the attempt sends it, given back right after.
+        let mut charged = 0u64;
+        if let Cow::Owned(copy) = &planned.body {
+            permit
+                .charge_capacity(copy, &mut charged)
+                .map_err(|r| NoHead::Failed(Error::overloaded(r.as_str())))?;
+        }
         tried.provider = Some(provider);
         tried.attempts = attempts.attempts();
         let timeout = attempts.attempt_timeout(Instant::now());
         let sent = attempt(conn, shard, &cand, &planned, fields, client, op, timeout).await;
+        drop(planned.body);
+        permit.shrink(charged);
         let now = Instant::now();
         match sent {
             Ok(mut ex) => {
