@@ -150,8 +150,19 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         open,
         |stream| {
             let conn = ClientConn::pooled(stream, &shard.read_bufs);
-            if shard.metrics.connections.get() < shard.max_connections {
-                monoio::spawn(pipeline::serve_connection(conn, shard.clone()));
+            // Under the cap, a connection holds `connection_reserve` of the budget until it
+            // closes; one that does not fit is treated like one over the cap.
+            let charge = if shard.metrics.connections.get() < shard.max_connections {
+                shard.admission.connection().ok()
+            } else {
+                None
+            };
+            if let Some(charge) = charge {
+                let shard = shard.clone();
+                monoio::spawn(async move {
+                    pipeline::serve_connection(conn, shard).await;
+                    drop(charge);
+                });
             } else if shard.over_cap.get() < OVER_CAP_PROBES {
                 // At the cap, a few connections still get their first request read: health
                 // probes are answered, everything else gets the 503.

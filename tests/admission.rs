@@ -10,6 +10,32 @@ use std::time::{Duration, Instant};
 use common::*;
 use ringgate::mock::Profile;
 
+/// Budget bytes held by requests (permits) right now: `used` minus what open connections hold
+/// (the scrape's own connection included), from one scrape.
+fn request_bytes(addr: std::net::SocketAddr) -> u64 {
+    let text = request(addr, &get("/metrics")).text();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    value("ringgate_budget_used_bytes") - value("ringgate_budget_connection_bytes")
+}
+
+/// Poll until no request holds budget bytes (connections may still hold theirs).
+fn wait_requests_released(addr: std::net::SocketAddr, what: &str) {
+    let mut last = 0;
+    for _ in 0..50 {
+        last = request_bytes(addr);
+        if last == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("request bytes = {last}, want 0: {what}");
+}
+
 fn admission(budget: &str, mode: &str, extra: &str) -> String {
     format!("\n[admission]\nmemory_budget = \"{budget}\"\nmode = \"{mode}\"\nmax_body = \"1GiB\"\n{extra}\n")
 }
@@ -104,12 +130,7 @@ fn drop_mode_serves_what_fits_and_rejects_the_rest_cleanly() {
             rejected >= 1,
             "{d}: 24 × 364 KB cannot fit in 1 MiB at once"
         );
-        wait_metric(
-            gw.addr,
-            "ringgate_budget_used_bytes",
-            0,
-            "budget returns to zero",
-        );
+        wait_requests_released(gw.addr, "budget returns to zero");
         wait_metric(gw.addr, "ringgate_permits_in_flight", 0, "no permit leaks");
         assert_eq!(
             metric(gw.addr, "ringgate_admission_rejections_total"),
@@ -183,12 +204,7 @@ fn block_mode_waits_then_serves_or_times_out() {
             1
         );
         assert_eq!(long.join().unwrap().status, 200);
-        wait_metric(
-            addr,
-            "ringgate_budget_used_bytes",
-            0,
-            "budget returns to zero",
-        );
+        wait_requests_released(addr, "budget returns to zero");
         gw.stop();
         mock.stop();
     }
@@ -212,7 +228,7 @@ fn slow_stream_reader_holds_bounded_memory_and_disconnect_returns_the_permit() {
             got += s.read(&mut buf).unwrap();
             std::thread::sleep(Duration::from_millis(10));
             if i % 10 == 9 {
-                peak = peak.max(metric(gw.addr, "ringgate_budget_used_bytes"));
+                peak = peak.max(request_bytes(gw.addr));
             }
         }
         assert!(got > 0);
@@ -222,12 +238,7 @@ fn slow_stream_reader_holds_bounded_memory_and_disconnect_returns_the_permit() {
         // The stream's read buffer is exactly one pool chunk, charged to its permit.
         assert_eq!(metric(gw.addr, "ringgate_pool_chunks_live"), 1, "{d}");
         drop(s);
-        wait_metric(
-            gw.addr,
-            "ringgate_budget_used_bytes",
-            0,
-            "a disconnecting client returns its permit",
-        );
+        wait_requests_released(gw.addr, "a disconnecting client returns its permit");
         wait_metric(
             gw.addr,
             "ringgate_permits_in_flight",
@@ -259,6 +270,137 @@ fn connections_over_the_cap_get_503_and_are_closed() {
         std::thread::sleep(Duration::from_millis(100));
         let r = request(gw.addr, &get("/healthz"));
         assert_eq!(r.status, 200, "{d}: a slot freed up");
+        gw.stop();
+        mock.stop();
+    }
+}
+
+/// A connection that got a 200 for `/v1/models` (and so holds its charge: a refused one gets
+/// 503 — only health probes are answered without one), retrying while the gateway has not yet
+/// noticed an earlier close.
+fn keep_one(addr: std::net::SocketAddr, d: &str) -> std::net::TcpStream {
+    let t0 = Instant::now();
+    loop {
+        let mut s = connect(addr);
+        s.write_all(&get("/v1/models")).unwrap();
+        if read_response(&mut s, &mut Vec::new()).map(|r| r.status) == Some(200) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{d}: no room after a close"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Open connections are charged to the budget (`connection_reserve` each, from accept to
+/// close), so idle keep-alive connections cannot hold memory outside it: once they have taken
+/// the budget, the next connection gets 503 + Retry-After and is closed, and closing one makes
+/// room again.
+#[test]
+fn connections_are_charged_to_the_budget() {
+    for d in DRIVERS {
+        let mock = start_mock(Profile::Instant, d);
+        // 64 KiB budget, 16 KiB per connection: four fit.
+        let gw = start_gateway(
+            mock.addr,
+            d,
+            &admission("64KiB", "drop", "connection_reserve = \"16KiB\""),
+        );
+        let idle: Vec<_> = (0..3).map(|_| keep_one(gw.addr, d)).collect();
+        // Three idle keep-alive connections plus the scrape's own.
+        let r = request(gw.addr, &get("/metrics"));
+        assert!(
+            r.text()
+                .contains("ringgate_budget_connection_bytes{shard=\"0\"} 65536\n"),
+            "{d}: {}",
+            r.text()
+        );
+        // The scrape's connection is closed: once the gateway notices, a fourth one fits.
+        let a = keep_one(gw.addr, d);
+        let mut b = connect(gw.addr);
+        b.write_all(&get("/v1/models")).unwrap();
+        let r = read_response(&mut b, &mut Vec::new()).unwrap();
+        assert_eq!(r.status, 503, "{d}: a fifth connection does not fit");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert!(is_closed(&mut b));
+        // Like over `max_connections`: health probes are still answered, then closed.
+        let mut probe = connect(gw.addr);
+        probe.write_all(&get("/healthz")).unwrap();
+        assert_eq!(read_response(&mut probe, &mut Vec::new()).unwrap().status, 200);
+        assert!(is_closed(&mut probe));
+        drop(a);
+        // The closed connection's bytes come back: one more fits.
+        let again = keep_one(gw.addr, d);
+        drop((idle, again));
+        wait_metric(
+            gw.addr,
+            "ringgate_budget_used_bytes",
+            16 << 10,
+            "closed connections return their bytes (the scrape's own remains)",
+        );
+        assert!(
+            metric(
+                gw.addr,
+                "ringgate_admission_rejections_total{shard=\"0\",reason=\"budget\"}"
+            ) >= 1,
+            "{d}: the refused connection is counted"
+        );
+        gw.stop();
+        mock.stop();
+    }
+}
+
+/// A renamed model (`upstream_model`) means a second copy of the body on its way upstream: it
+/// is charged to the permit like the body (the peak shows both), given back once sent, and a
+/// request whose copy does not fit gets 503 instead of memory outside the budget.
+#[test]
+fn renamed_body_copy_is_charged() {
+    for d in DRIVERS {
+        let mock = start_mock(Profile::Instant, d);
+        let gw = start_gateway(mock.addr, d, &admission("1MiB", "drop", ""));
+        let body = large_body(0).replace("gpt-4o-mini", "alias");
+        let r = request(gw.addr, &post("/v1/chat/completions", &body));
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        let peak = metric(gw.addr, "ringgate_budget_peak_bytes");
+        assert!(
+            peak >= 2 * body.len() as u64,
+            "{d}: body and its renamed copy both charged (peak {peak})"
+        );
+        wait_requests_released(gw.addr, "the copy's bytes come back with the permit");
+        gw.stop();
+        // Room for the body and its reserve, not for a second copy.
+        let gw = start_gateway(mock.addr, d, &admission("600KiB", "drop", ""));
+        let r = request(gw.addr, &post("/v1/chat/completions", &body));
+        assert_eq!(r.status, 503, "{d}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "overloaded");
+        let plain = large_body(1);
+        let r = request(gw.addr, &post("/v1/chat/completions", &plain));
+        assert_eq!(r.status, 200, "{d}: no rename, no copy: fits");
+        wait_requests_released(gw.addr, "nothing leaks on the refused path");
+        gw.stop();
+        mock.stop();
+    }
+}
+
+/// The translated path builds the upstream request as a second body: charged to the permit
+/// (the peak shows both) and given back once sent.
+#[test]
+fn translated_request_body_is_charged() {
+    for d in DRIVERS {
+        let mock = start_mock(Profile::Instant, d);
+        let gw = start_gateway(mock.addr, d, &admission("4MiB", "drop", ""));
+        // Anthropic Messages in, OpenAI Chat upstream.
+        let body = large_body(0);
+        let r = request(gw.addr, &post("/v1/messages", &body));
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        let peak = metric(gw.addr, "ringgate_budget_peak_bytes");
+        assert!(
+            peak >= 2 * body.len() as u64,
+            "{d}: body and its translation both charged (peak {peak})"
+        );
+        wait_requests_released(gw.addr, "the translation's bytes come back");
         gw.stop();
         mock.stop();
     }

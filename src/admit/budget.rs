@@ -1,12 +1,14 @@
 //! A shard's byte budget: capacity, bytes in use, permits in flight, peak, rejection counters.
 //!
 //! Owns: the accounting cells of one shard and the rejection reasons ([`Reject`]). It hands out
-//! [`Permit`]s (`try_acquire`) and takes bytes back (`release`), waking the wait queue when it does.
+//! [`Permit`]s (`try_acquire`) and connection charges (`charge_connection`, in `connection.rs`)
+//! and takes bytes back (`release`), waking the wait queue when it does.
 //! Must not: be shared across threads (it is `Rc`/`Cell` only, one per shard), allocate per
 //! request beyond the permit itself, block, or know about HTTP. Waiting lives in `queue.rs`.
 //!
 //! Invariants: `used <= capacity` and `in_flight <= max_in_flight` at all times; every byte and slot
-//! handed out comes back exactly once (via `Permit`'s drop), so an idle shard has `used == 0`.
+//! handed out comes back exactly once (via `Permit`'s or `ConnCharge`'s drop), so a shard with no
+//! requests has `used == connection_bytes`, and one with no connections either has `used == 0`.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -106,6 +108,9 @@ pub(super) struct BudgetInner {
     used: Cell<u64>,
     peak: Cell<u64>,
     in_flight: Cell<u32>,
+    /// Bytes of `used` held by open connections (`ConnCharge`), and how many hold them.
+    conn_bytes: Cell<u64>,
+    conns: Cell<u32>,
     rejected: [Cell<u64>; Reject::COUNT],
     pub(super) queue: RefCell<WaitQueue>,
 }
@@ -115,6 +120,7 @@ impl fmt::Debug for Budget {
         f.debug_struct("Budget")
             .field("capacity", &self.capacity())
             .field("used", &self.used())
+            .field("connection_bytes", &self.connection_bytes())
             .field("in_flight", &self.in_flight())
             .field("queued", &self.queued())
             .finish()
@@ -132,6 +138,8 @@ impl Budget {
                 used: Cell::new(0),
                 peak: Cell::new(0),
                 in_flight: Cell::new(0),
+                conn_bytes: Cell::new(0),
+                conns: Cell::new(0),
                 rejected: Default::default(),
                 queue: RefCell::new(WaitQueue::new(max_queue as usize)),
             }),
@@ -143,9 +151,32 @@ impl Budget {
         self.inner.capacity
     }
 
-    /// Bytes currently held by permits (including waiters granted but not yet resumed).
+    /// Bytes currently held by permits (including waiters granted but not yet resumed) and by
+    /// open connections.
     pub fn used(&self) -> u64 {
         self.inner.used.get()
+    }
+
+    /// Bytes of [`Budget::used`] held by open connections (`ConnCharge`s).
+    pub fn connection_bytes(&self) -> u64 {
+        self.inner.conn_bytes.get()
+    }
+
+    /// Open connections holding a `ConnCharge`.
+    pub fn connections(&self) -> u32 {
+        self.inner.conns.get()
+    }
+
+    pub(super) fn add_connection(&self, bytes: u64) {
+        let i = &self.inner;
+        i.conn_bytes.set(i.conn_bytes.get().saturating_add(bytes));
+        i.conns.set(i.conns.get().saturating_add(1));
+    }
+
+    pub(super) fn remove_connection(&self, bytes: u64) {
+        let i = &self.inner;
+        i.conn_bytes.set(i.conn_bytes.get().saturating_sub(bytes));
+        i.conns.set(i.conns.get().saturating_sub(1));
     }
 
     /// `capacity - used`.

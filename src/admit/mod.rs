@@ -8,12 +8,14 @@
 //! shard, built on that shard's thread), or use locks, atomics or `Arc`.
 //!
 //! Pieces: `budget` (byte/slot accounting), `permit` (a request's claim, returned on drop),
+//! `connection` (an open connection's fixed claim),
 //! `queue` (block-mode FIFO), `pool` (fixed-size chunks), `chain` (bodies as chunk chains), `memlimit` (the
 //! default budget from cgroup/host memory), `size` (byte-size strings), `stats` (metrics and the
 //! rate-limited rejection log).
 
 pub mod budget;
 pub mod chain;
+pub mod connection;
 pub mod memlimit;
 pub mod permit;
 pub mod pool;
@@ -27,6 +29,7 @@ use serde::{Deserialize, Deserializer};
 
 pub use budget::{Budget, Reject};
 pub use chain::ChunkChain;
+pub use connection::ConnCharge;
 pub use memlimit::{default_budget, parse_size};
 pub use permit::Permit;
 pub use pool::{Chunk, ChunkPool, PoolStats, DEFAULT_CHUNK_SIZE};
@@ -66,9 +69,15 @@ pub struct AdmissionConfig {
     /// Block mode: waiters queued at once, whole process. Default 1024.
     pub max_queue: u32,
     /// Bytes reserved per request on admission for its response, on top of the body. Default
-    /// 64 KiB. Streams needing more call `Permit::grow`.
+    /// 64 KiB. Streams needing more call `Permit::grow`. Also covers the request's own state
+    /// (its task, response head and write buffers, the upstream read buffer).
     #[serde(deserialize_with = "de_size")]
     pub response_reserve: u64,
+    /// Bytes charged per open client connection, from accept to close, for its state and head
+    /// read buffer (measured ~6.7 KiB). A connection that does not fit is refused with 503 like
+    /// one over `server.max_connections`. Default 8 KiB.
+    #[serde(deserialize_with = "de_size")]
+    pub connection_reserve: u64,
 }
 
 impl Default for AdmissionConfig {
@@ -81,6 +90,7 @@ impl Default for AdmissionConfig {
             max_body: 32 << 20,
             max_queue: 1024,
             response_reserve: 64 << 10,
+            connection_reserve: 8 << 10,
         }
     }
 }
@@ -165,6 +175,7 @@ pub struct Admission {
     queue_timeout: Duration,
     max_body: u64,
     response_reserve: u64,
+    connection_reserve: u64,
     shard: usize,
     log: RejectLog,
 }
@@ -186,6 +197,7 @@ impl Admission {
             queue_timeout: Duration::from_millis(cfg.queue_timeout_ms),
             max_body: cfg.max_body,
             response_reserve: cfg.response_reserve,
+            connection_reserve: cfg.connection_reserve,
             shard: 0,
             log: RejectLog::default(),
         }
@@ -220,6 +232,17 @@ impl Admission {
         let r = self
             .precheck(declared_body)
             .and_then(|bytes| self.budget.try_acquire(bytes));
+        if r.is_err() {
+            self.log_tick();
+        }
+        r
+    }
+
+    /// Charges `connection_reserve` for a newly accepted connection, held until the returned
+    /// charge is dropped (when the connection closes). Never waits; a refusal is counted (reason
+    /// `budget`) and feeds the rejection log.
+    pub fn connection(&self) -> Result<ConnCharge, Reject> {
+        let r = self.budget.charge_connection(self.connection_reserve);
         if r.is_err() {
             self.log_tick();
         }
@@ -276,6 +299,8 @@ impl Admission {
         Stats {
             capacity: b.capacity(),
             used: b.used(),
+            connection_bytes: b.connection_bytes(),
+            connections: b.connections(),
             peak: b.peak(),
             in_flight: b.in_flight(),
             max_in_flight: b.max_in_flight(),

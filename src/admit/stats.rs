@@ -19,8 +19,12 @@ use super::pool::PoolStats;
 pub struct Stats {
     /// Budget capacity in bytes.
     pub capacity: u64,
-    /// Bytes held by permits.
+    /// Bytes held by permits and open connections.
     pub used: u64,
+    /// Bytes of `used` held by open connections.
+    pub connection_bytes: u64,
+    /// Open connections holding a charge.
+    pub connections: u32,
     /// Highest `used` seen.
     pub peak: u64,
     /// Permits out.
@@ -51,14 +55,19 @@ impl Stats {
 
 type Getter = fn(&Stats) -> u64;
 
-const GAUGES: [(&str, &str, Getter); 8] = [
+const GAUGES: [(&str, &str, Getter); 9] = [
     ("ringgate_budget_bytes", "Byte budget of the shard.", |s| {
         s.capacity
     }),
     (
         "ringgate_budget_used_bytes",
-        "Bytes held by admission permits.",
+        "Bytes held by admission permits and open connections.",
         |s| s.used,
+    ),
+    (
+        "ringgate_budget_connection_bytes",
+        "Bytes of the budget held by open client connections.",
+        |s| s.connection_bytes,
     ),
     (
         "ringgate_budget_peak_bytes",
@@ -199,6 +208,8 @@ mod tests {
         Stats {
             capacity: 100,
             used: 40,
+            connection_bytes: 16,
+            connections: 2,
             peak: 90,
             in_flight: 2,
             max_in_flight: 10,
@@ -216,6 +227,7 @@ mod tests {
         assert!(out.contains("ringgate_budget_bytes{shard=\"0\"} 100\n"));
         assert!(out.contains("ringgate_budget_bytes{shard=\"1\"} 100\n"));
         assert!(out.contains("ringgate_budget_used_bytes{shard=\"0\"} 40\n"));
+        assert!(out.contains("ringgate_budget_connection_bytes{shard=\"0\"} 16\n"));
         assert!(out.contains("ringgate_permits_in_flight{shard=\"0\"} 2\n"));
         assert!(out.contains("ringgate_admission_queue_length{shard=\"0\"} 1\n"));
         assert!(out.contains(

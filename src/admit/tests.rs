@@ -50,6 +50,7 @@ fn config_defaults() {
     assert_eq!(c.max_body, 32 << 20);
     assert_eq!(c.max_queue, 1024);
     assert_eq!(c.response_reserve, 64 << 10);
+    assert_eq!(c.connection_reserve, 8 << 10);
     assert_eq!(c.memory_budget, default_budget());
     assert!(c.validate().is_ok());
 }
@@ -64,11 +65,13 @@ fn config_sizes_and_modes() {
         max_body = 1048576
         max_queue = 3
         response_reserve = "4KiB"
+        connection_reserve = "2KiB"
         "#);
     assert_eq!(c.memory_budget, 64 << 20);
     assert_eq!(c.mode, Mode::Block);
     assert_eq!(c.max_body, 1 << 20);
     assert_eq!(c.response_reserve, 4096);
+    assert_eq!(c.connection_reserve, 2048);
     assert_eq!(cfg("memory_budget = 1000").memory_budget, 1000);
     assert_eq!(
         cfg("memory_budget = \"auto\"").memory_budget,
@@ -166,6 +169,73 @@ fn admit_block_mode_waits_then_times_out() {
     });
 }
 
+/// Open connections hold `connection_reserve` each from the shared budget, without an
+/// in-flight slot: what they hold is not available to requests, a connection that does not fit
+/// is refused (counted as `budget`), and a closing connection gives its bytes back.
+#[test]
+fn connections_are_charged_to_the_shared_budget() {
+    let c = cfg(
+        "memory_budget = 1000\nresponse_reserve = 100\nconnection_reserve = 300\nmax_in_flight = 1",
+    );
+    let a = Admission::new(&c, 1);
+    let c1 = a.connection().unwrap();
+    let c2 = a.connection().unwrap();
+    assert_eq!(c1.bytes(), 300);
+    let s = a.stats();
+    assert_eq!((s.used, s.connection_bytes, s.connections), (600, 600, 2));
+    assert_eq!(s.in_flight, 0, "a connection is not a request");
+    // 400 left: a request needing 500 does not fit while the connections are open.
+    assert_eq!(a.try_admit(400).err(), Some(Reject::Budget));
+    let p = a.try_admit(250).unwrap();
+    assert_eq!(a.stats().used, 950);
+    // The in-flight limit does not apply to connections, the byte budget does.
+    assert_eq!(a.connection().err(), Some(Reject::Budget));
+    assert_eq!(a.stats().rejected(Reject::Budget), 2);
+    drop(c1);
+    let s = a.stats();
+    assert_eq!((s.used, s.connection_bytes, s.connections), (650, 300, 1));
+    let c3 = a.connection().unwrap();
+    assert!(format!("{c3:?}").contains("300"));
+    drop((p, c2, c3));
+    let s = a.stats();
+    assert_eq!(
+        (s.used, s.connection_bytes, s.connections, s.in_flight),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(s.peak, 950);
+    let mut out = String::new();
+    a.render_prometheus(0, &mut out);
+    assert!(out.contains("ringgate_budget_connection_bytes{shard=\"0\"} 0\n"));
+}
+
+/// Block mode: a connection never waits (it takes what is left now, even with requests
+/// queued — it is not a request and is much smaller), and bytes a closing connection gives
+/// back serve the queued head.
+#[test]
+fn connection_bytes_returned_serve_queued_requests() {
+    rt().block_on(async {
+        let c = cfg(
+            "memory_budget = 1000\nmode = \"block\"\nqueue_timeout_ms = 2000\nresponse_reserve = 0\nconnection_reserve = 200",
+        );
+        let a = Rc::new(Admission::new(&c, 1));
+        let conn = a.connection().unwrap();
+        let hold = a.admit(700).await.unwrap();
+        let a2 = a.clone();
+        let waiter = monoio::spawn(async move { a2.admit(300).await.map(|p| p.bytes()) });
+        monoio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(a.stats().queued, 1, "300 does not fit in the 100 left");
+        // A small connection takes the 100 left at once although a request is queued.
+        let small = a.budget().charge_connection(100).unwrap();
+        assert_eq!(a.stats().used, 1000);
+        drop(small);
+        drop(conn);
+        assert_eq!(waiter.await, Ok(300), "the connection's bytes served the waiter");
+        drop(hold);
+        let s = a.stats();
+        assert_eq!((s.used, s.in_flight, s.queued, s.connections), (0, 0, 0, 0));
+    });
+}
+
 #[test]
 fn body_as_chunk_chain_counts_against_permit() {
     let c = cfg("memory_budget = \"1MiB\"\nresponse_reserve = \"16KiB\"");
@@ -187,8 +257,9 @@ fn body_as_chunk_chain_counts_against_permit() {
     assert_eq!(a.stats().pool.free, 3);
 }
 
-/// Random acquire / grow / shrink / chunk / chain / drop sequences: used, in_flight and the
-/// pool's live count always return to 0, and `used <= capacity` always holds.
+/// Random acquire / grow / shrink / chunk / chain / connection / drop sequences: used,
+/// in_flight, connection bytes and the pool's live count always return to 0, and
+/// `used <= capacity` always holds.
 #[test]
 fn property_everything_comes_back() {
     for seed in 1..=200u64 {
@@ -199,8 +270,9 @@ fn property_everything_comes_back() {
         let mut permits: Vec<Permit> = Vec::new();
         let mut chunks: Vec<Chunk> = Vec::new();
         let mut chains: Vec<ChunkChain> = Vec::new();
+        let mut conns: Vec<ConnCharge> = Vec::new();
         for _ in 0..300 {
-            match rng.below(9) {
+            match rng.below(11) {
                 0 | 1 => {
                     if let Ok(p) = b.try_acquire(rng.below(cap / 2 + 1)) {
                         permits.push(p);
@@ -246,6 +318,15 @@ fn property_everything_comes_back() {
                     let i = rng.below(chains.len() as u64) as usize;
                     drop(chains.swap_remove(i));
                 }
+                9 => {
+                    if let Ok(c) = b.charge_connection(rng.below(cap / 8 + 1)) {
+                        conns.push(c);
+                    }
+                }
+                10 if !conns.is_empty() => {
+                    let i = rng.below(conns.len() as u64) as usize;
+                    drop(conns.swap_remove(i));
+                }
                 _ => {
                     // An error path: a permit moved into a closure that bails out with `?`.
                     if let Some(p) = permits.pop() {
@@ -261,16 +342,21 @@ fn property_everything_comes_back() {
             assert!(b.used() <= b.capacity(), "seed {seed}");
             assert!(b.in_flight() <= b.max_in_flight(), "seed {seed}");
             let held: u64 = permits.iter().map(Permit::bytes).sum();
-            assert!(held <= b.used(), "seed {seed}");
+            let conn_held: u64 = conns.iter().map(ConnCharge::bytes).sum();
+            assert_eq!(b.connection_bytes(), conn_held, "seed {seed}");
+            assert_eq!(b.connections() as usize, conns.len(), "seed {seed}");
+            assert!(held + conn_held <= b.used(), "seed {seed}");
         }
         // Drop in a random interleaving of kinds.
-        while !(permits.is_empty() && chunks.is_empty() && chains.is_empty()) {
-            match rng.below(3) {
+        while !(permits.is_empty() && chunks.is_empty() && chains.is_empty() && conns.is_empty()) {
+            match rng.below(4) {
                 0 => drop(permits.pop()),
                 1 => drop(chunks.pop()),
+                2 => drop(conns.pop()),
                 _ => drop(chains.pop()),
             }
         }
+        assert_eq!(b.connection_bytes(), 0, "seed {seed}");
         assert_eq!((b.used(), b.in_flight()), (0, 0), "seed {seed}");
         assert_eq!(pool.stats().live, 0, "seed {seed}");
     }
