@@ -328,7 +328,10 @@ fn connections_are_charged_to_the_budget() {
         // Like over `max_connections`: health probes are still answered, then closed.
         let mut probe = connect(gw.addr);
         probe.write_all(&get("/healthz")).unwrap();
-        assert_eq!(read_response(&mut probe, &mut Vec::new()).unwrap().status, 200);
+        assert_eq!(
+            read_response(&mut probe, &mut Vec::new()).unwrap().status,
+            200
+        );
         assert!(is_closed(&mut probe));
         drop(a);
         // The closed connection's bytes come back: one more fits.
