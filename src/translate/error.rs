@@ -123,18 +123,7 @@ const MAX_RAW: usize = 1024;
 /// array form), falling back to the raw text (truncated) or a status line.
 pub fn extract_message(status: u16, body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        let v = match &v {
-            Value::Array(a) => a.first().cloned().unwrap_or(Value::Null),
-            _ => v,
-        };
-        let found = v
-            .get("error")
-            .and_then(|e| e.get("message"))
-            .and_then(Value::as_str)
-            .or_else(|| v.get("error").and_then(Value::as_str))
-            .or_else(|| v.get("message").and_then(Value::as_str))
-            .or_else(|| v.get("detail").and_then(Value::as_str));
-        if let Some(m) = found {
+        if let Some(m) = error_message(&v) {
             return m.to_string();
         }
     }
@@ -150,9 +139,46 @@ pub fn extract_message(status: u16, body: &[u8]) -> String {
     text.get(..end).unwrap_or_default().to_string()
 }
 
+/// The message of a parsed upstream error body of any dialect (`error.message`, `error` string,
+/// `message`, `detail`; Gemini's array form looks at its first element).
+pub fn error_message(v: &Value) -> Option<&str> {
+    let v = match v {
+        Value::Array(a) => a.first()?,
+        _ => v,
+    };
+    v.get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .or_else(|| v.get("error").and_then(Value::as_str))
+        .or_else(|| v.get("message").and_then(Value::as_str))
+        .or_else(|| v.get("detail").and_then(Value::as_str))
+}
+
+/// Whether a parsed error body is in `client`'s own error shape, as its SDKs read it: OpenAI
+/// (Chat, Responses) an `error` object with string `message` and `type`; Anthropic the same
+/// under `"type":"error"`; Gemini an `error` object with a string `message` and a numeric
+/// `code`.
+pub fn is_error_shape(client: Dialect, v: &Value) -> bool {
+    let Some(e) = v.get("error").filter(|e| e.is_object()) else {
+        return false;
+    };
+    let message = e.get("message").is_some_and(Value::is_string);
+    match client {
+        Dialect::Chat | Dialect::Responses => {
+            message && e.get("type").is_some_and(Value::is_string)
+        }
+        Dialect::Messages => {
+            message
+                && e.get("type").is_some_and(Value::is_string)
+                && v.get("type").and_then(Value::as_str) == Some("error")
+        }
+        Dialect::Gemini => message && e.get("code").is_some_and(Value::is_number),
+    }
+}
+
 /// Reshape an upstream error body into the client's dialect, keeping the
-/// upstream's message. Same dialect and a well-formed JSON body: forwarded
-/// unchanged.
+/// upstream's message. Same dialect and a body already in the client's error
+/// shape (`is_error_shape`): forwarded unchanged.
 pub fn upstream_error_to_client(
     upstream: Dialect,
     client: Dialect,
@@ -166,7 +192,7 @@ pub fn upstream_error_to_client(
         );
     if same {
         if let Ok(v) = serde_json::from_slice::<Value>(body) {
-            if v.get("error").is_some_and(Value::is_object) {
+            if is_error_shape(client, &v) {
                 return body.to_vec();
             }
         }
@@ -266,6 +292,33 @@ mod tests {
             upstream_error_to_client(Dialect::Chat, Dialect::Chat, 400, same),
             same.to_vec()
         );
+    }
+
+    #[test]
+    fn error_shapes_per_dialect() {
+        let oa = json!({"error": {"message": "m", "type": "t", "param": null, "code": null}});
+        let an = json!({"type": "error", "error": {"type": "t", "message": "m"}});
+        let ge = json!({"error": {"code": 400, "message": "m", "status": "INVALID_ARGUMENT"}});
+        assert!(is_error_shape(Dialect::Chat, &oa) && is_error_shape(Dialect::Responses, &oa));
+        assert!(is_error_shape(Dialect::Messages, &an));
+        assert!(is_error_shape(Dialect::Gemini, &ge));
+        assert!(!is_error_shape(Dialect::Messages, &oa), "no top-level type");
+        assert!(!is_error_shape(Dialect::Chat, &ge), "no error.type");
+        assert!(!is_error_shape(Dialect::Chat, &json!({"error": "m"})));
+        assert!(!is_error_shape(
+            Dialect::Chat,
+            &json!({"error": {"message": 1, "type": "t"}})
+        ));
+        // A same-dialect body not in the client's shape is reshaped, its message kept.
+        let bare = br#"{"error":{"message":"too long"}}"#;
+        let o = parse(&upstream_error_to_client(
+            Dialect::Chat,
+            Dialect::Chat,
+            400,
+            bare,
+        ));
+        assert_eq!(o["error"]["message"], "too long");
+        assert_eq!(o["error"]["type"], "invalid_request_error");
     }
 
     #[test]

@@ -33,7 +33,10 @@ mod stream_out;
 mod stream_responses;
 mod util;
 
-pub use error::{error_body, stream_error_event, upstream_error_to_client, TranslateError};
+pub use error::{
+    error_body, error_message, is_error_shape, stream_error_event, upstream_error_to_client,
+    TranslateError,
+};
 pub use sse::{encode_event, SseDecoder, SseEvent};
 pub use stream::StreamTranslator;
 
