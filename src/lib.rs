@@ -9,7 +9,8 @@
 //! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
 //! - `upstream`: pooled upstream connections, TLS, response framing; `upstream::target` is what
 //!   may enter an upstream request line or header
-//! - `relay`: upstream → client byte path (SSE per event)
+//! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
+//!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
 //! - `mock`: the upstream simulator
 //! - `config`, `error`, `metrics`, `log`, `sock` (non-consuming socket peeks)
 
@@ -47,3 +48,4 @@ pub mod shutdown;
 pub mod sock;
 pub mod translate;
 pub mod upstream;
+pub mod vet;

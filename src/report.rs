@@ -1,9 +1,13 @@
 //! Upstream failure reports: every upstream-side failure is counted, logged (rate-limited, with
 //! a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
 //! reason — never keys or bodies) and handed back generic for the client (hosts, addresses and
-//! resolver output stay in the log).
+//! resolver output stay in the log). The one exception to "never bodies": an upstream error
+//! body the client cannot be given (an HTML page, text, JSON without a message) is logged as a
+//! short escaped excerpt (`report_error_body`) — it is a proxy's or provider's page, not
+//! conversation content, and it is what an operator needs to see.
 //!
-//! Owns: `report`, `report_status`, `shutting_down`, the once-a-second dropped-lines note.
+//! Owns: `report`, `report_status`, `report_error_body`, `shutting_down`, the once-a-second
+//! dropped-lines note.
 //! Must not: write to the client.
 
 use std::time::Instant;
@@ -39,6 +43,28 @@ pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
         ));
     }
     e.for_client(&id)
+}
+
+/// An upstream error answer (HTTP `status`) whose body cannot go to the client (`why`): logged
+/// rate-limited with a fresh request id and a short escaped excerpt of `body`; returns the id
+/// for the client's generic error. Not counted again: `forward` counted the 5xx head.
+pub fn report_error_body(
+    shard: &Shard,
+    provider: &str,
+    status: u16,
+    why: &str,
+    body: &[u8],
+) -> String {
+    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
+    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+        crate::log::info(format_args!(
+            "upstream failure {id}: provider {provider}: answered HTTP {status} with {why} ({} bytes: \"{}\"){}",
+            body.len(),
+            crate::vet::excerpt(body),
+            not_logged(dropped)
+        ));
+    }
+    id
 }
 
 /// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
