@@ -260,8 +260,9 @@ async fn stream(
     }
 }
 
-/// Keep only `retry-after` from the upstream's forwarded headers for translated errors.
-fn retry_after(forward: &[u8]) -> Vec<u8> {
+/// Keep only `retry-after` from the upstream's forwarded headers, for error answers rebuilt in
+/// the client's dialect (translated, or replaced on the passthrough path).
+pub(crate) fn retry_after(forward: &[u8]) -> Vec<u8> {
     forward
         .split(|&b| b == b'\n')
         .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))

@@ -4,10 +4,20 @@
 //! event and a proper chunked end, and client disconnects releasing the upstream connection
 //! (dropped, never pooled).
 //!
+//! What is relayed is vetted first (`vet`), so a broken upstream never reaches an SDK as a JSON
+//! decode error: error answers (status ≥ 400) are relayed only when already in the client
+//! dialect's error shape, else replaced (`errors`); non-stream JSON answers are validated
+//! before (or, past one chunk, while) they are relayed (`json`); every SSE event's `data` must
+//! be JSON, an event that is not ends the stream with the dialect's error event.
+//!
 //! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write
-//! to the client finished, so at most one read buffer per stream is held.
+//! to the client finished, so at most one read buffer per stream is held (error bodies, read
+//! whole up to 1 MiB, are charged to the permit).
+
+mod errors;
+mod json;
 
 use std::time::Duration;
 
@@ -68,6 +78,10 @@ pub async fn passthrough(
     keep_alive: bool,
     permit: &Permit,
 ) -> Outcome {
+    if ex.head.status >= 400 {
+        return errors::error_answer(conn, shard, ex, (provider, dialect), keep_alive, permit)
+            .await;
+    }
     let mut piece = match StreamBuf::new(shard, permit) {
         Ok(b) => b,
         Err(e) => {
@@ -80,7 +94,18 @@ pub async fn passthrough(
         provider,
         dialect,
     };
+    if vets_json(&up.ex.head) {
+        return json::relay_json(conn, up, keep_alive, shard, &mut piece).await;
+    }
     relay(conn, up, keep_alive, shard, &mut piece, permit).await
+}
+
+/// A non-stream success answer with a JSON body: validated before it is relayed.
+fn vets_json(head: &crate::upstream::ResponseHead) -> bool {
+    (200..300).contains(&head.status)
+        && !matches!(head.status, 204 | 205)
+        && !head.is_event_stream()
+        && crate::vet::is_json_type(&head.content_type)
 }
 
 /// The upstream side of a relay: the exchange, who answers, in which dialect.
@@ -165,28 +190,41 @@ async fn relay(
                     complete_last_line(&mut pending);
                 }
                 let cut = last_event_end(&pending);
+                let mut bad = None;
                 if cut > 0 {
-                    let events = &pending[..cut];
-                    terminal = terminal || is_terminal_event(dialect, last_event(events));
-                    write_chunk(&mut out, events);
+                    // Whole events only, each one's data vetted: an event that is not JSON is
+                    // not forwarded, the stream ends before it.
+                    let (good, why) = match crate::vet::sse_events(&pending[..cut]) {
+                        Ok(()) => (cut, None),
+                        Err((at, why)) => (at, Some(why)),
+                    };
+                    let events = &pending[..good];
+                    if good > 0 {
+                        terminal = terminal || is_terminal_event(dialect, last_event(events));
+                        write_chunk(&mut out, events);
+                    }
+                    bad = why;
                     pending.drain(..cut);
                 }
-                let problem = if terminal {
+                let problem: Option<String> = if let Some(why) = bad {
+                    Some(why)
+                } else if terminal {
                     // Whatever follows the terminal event is no longer part of the stream.
                     None
                 } else if !more {
                     // A close-delimited body ends the same way whether complete or cut: only
                     // its dialect's terminal event tells. Any body ending mid-event is cut.
                     if close_delimited {
-                        (!terminal).then_some("the upstream stream ended before its last event")
+                        (!terminal)
+                            .then(|| "the upstream stream ended before its last event".into())
                     } else {
                         pending
                             .iter()
                             .any(|b| !b.is_ascii_whitespace())
-                            .then_some("the upstream stream ended inside an event")
+                            .then(|| "the upstream stream ended inside an event".into())
                     }
                 } else if pending.len() > MAX_PENDING_EVENT {
-                    Some("upstream stream event too large")
+                    Some("upstream stream event too large".into())
                 } else {
                     None
                 };

@@ -1,0 +1,112 @@
+//! Same-dialect error answers (status ≥ 400): the body is read whole (bounded, charged to the
+//! request's permit) and either relayed byte for byte with the upstream's headers, when it is
+//! already an error in the client dialect's shape, or replaced by one with the same status
+//! (see `vet::error_body`): JSON of another shape keeps its message (and the upstream's
+//! forwarded headers); an HTML page, text, an empty body, message-less JSON or a body that
+//! could not be read becomes a generic error carrying a request id (the body goes to the log,
+//! rate-limited, never to the client: proxies' pages name hosts), with the upstream's
+//! `Retry-After` kept.
+
+use super::*;
+use crate::error::Side;
+use crate::report::report_error_body;
+use crate::vet::{self, ErrorBody};
+
+/// Largest upstream error body read; a larger one is replaced like an unusable one.
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+pub(super) async fn error_answer(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    ex: &mut Exchange<'_>,
+    (provider, dialect): (&str, Dialect),
+    keep_alive: bool,
+    permit: &Permit,
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let status = ex.head.status;
+    let mut raw = Vec::new();
+    let read = read_body(shard, ex, &mut raw, permit).await;
+    // The request id of a generic answer (its reason is in the log under it).
+    let generic_id = match read {
+        Ok(()) => match vet::error_body(dialect, &raw) {
+            ErrorBody::Relay => {
+                let ct = &ex.head.content_type;
+                let ok = conn
+                    .respond(status, ct, &ex.head.forward, &raw, keep_alive, wt)
+                    .await;
+                return answered(status, ok && keep_alive);
+            }
+            ErrorBody::Message(m) => {
+                let body = crate::translate::error_body(dialect, status, &m);
+                let ok = conn
+                    .respond(status, JSON, &ex.head.forward, &body, keep_alive, wt)
+                    .await;
+                return answered(status, ok && keep_alive);
+            }
+            ErrorBody::Generic => {
+                let why = "an error body not in the client's dialect";
+                report_error_body(shard, provider, status, why, &raw)
+            }
+        },
+        // The status arrived but its body did not (cut, stalled, too large): still an answer
+        // with that status.
+        Err(e) if e.side() == Side::Upstream => {
+            let e = report(shard, provider, &e);
+            e.request_id.as_deref().unwrap_or_default().to_string()
+        }
+        // The drain's end, or no memory for the body.
+        Err(e) => {
+            let shape = crate::bridge::shape(dialect);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+    };
+    drop(raw);
+    let msg = format!(
+        "the upstream provider answered HTTP {status} without a usable error message \
+         (request id {generic_id})"
+    );
+    let body = crate::translate::error_body(dialect, status, &msg);
+    let mut extra = crate::bridge::retry_after(&ex.head.forward);
+    extra.extend_from_slice(format!("x-request-id: {generic_id}\r\n").as_bytes());
+    let ok = conn
+        .respond(status, JSON, &extra, &body, keep_alive, wt)
+        .await;
+    answered(status, ok && keep_alive)
+}
+
+const JSON: &[u8] = b"application/json";
+
+fn answered(status: u16, keep_alive: bool) -> Outcome {
+    Outcome { status, keep_alive }
+}
+
+/// Read the error body whole into `raw`: at most `MAX_ERROR_BODY`, its buffer charged to the
+/// permit as it grows; the drain's end stops it.
+async fn read_body(
+    shard: &Shard,
+    ex: &mut Exchange<'_>,
+    raw: &mut Vec<u8>,
+    permit: &Permit,
+) -> Result<(), Error> {
+    let mut charged = 0u64;
+    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    loop {
+        let more = monoio::select! {
+            r = ex.next(raw) => r?,
+            _ = &mut drain_over => return Err(shutting_down()),
+        };
+        if !more {
+            return Ok(());
+        }
+        if raw.len() > MAX_ERROR_BODY {
+            return Err(Error::new(
+                Kind::UpstreamProtocol,
+                "upstream error body too large",
+            ));
+        }
+        permit
+            .charge_capacity(raw, &mut charged)
+            .map_err(|r| Error::overloaded(r.as_str()))?;
+    }
+}

@@ -1,0 +1,121 @@
+//! Same-dialect non-stream JSON answers (2xx, a JSON content type): vetted before they reach
+//! the client. The relay chunk is filled first; a body that ends inside it (nearly all of them)
+//! is validated whole (`vet::json`: sonic-rs, UTF-8, depth bound) before its head goes out, with
+//! no extra copy — invalid is a clean 502 in the client's dialect. A larger body is relayed
+//! piece by piece through the same chunk (memory stays one chunk) under the incremental
+//! structural check (`vet::Scan`), its final piece (or chunked end) held back until the check
+//! passes: a body found bad is cut short, which the client detects (Content-Length or chunked
+//! framing unfinished).
+
+use super::*;
+use crate::vet;
+
+pub(super) async fn relay_json(
+    conn: &mut ClientConn,
+    up: Upstream<'_, '_>,
+    keep_alive: bool,
+    shard: &Shard,
+    rb: &mut StreamBuf,
+) -> Outcome {
+    let Upstream {
+        ex,
+        provider,
+        dialect,
+    } = up;
+    let wt = shard.limits.write_timeout;
+    let shape = crate::bridge::shape(dialect);
+    let status = ex.head.status;
+    let limit = rb.limit;
+    let piece = &mut rb.buf;
+    piece.clear();
+    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    // Fill the chunk: most answers end inside it.
+    let mut more = true;
+    while more && !ex.is_done() && piece.len() < limit {
+        let next = monoio::select! {
+            r = ex.next_upto(piece, limit) => r,
+            _ = &mut drain_over => Err(shutting_down()),
+        };
+        match next {
+            Ok(m) => more = m,
+            Err(e) => {
+                let e = report(shard, provider, &e);
+                return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+            }
+        }
+    }
+    let invalid = |why: &str| {
+        let e = Error::new(Kind::UpstreamProtocol, format!("upstream answer: {why}"));
+        report(shard, provider, &e)
+    };
+    if !more || ex.is_done() {
+        if let Err(why) = vet::json(piece) {
+            let e = invalid(&why);
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+        let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
+        let mut out = conn.head(status, ct, Framing::Length(piece.len()), keep_alive, fwd);
+        out.extend_from_slice(piece);
+        return match conn.write_raw(out, wt).await {
+            Some(back) => {
+                conn.out = back;
+                Outcome { status, keep_alive }
+            }
+            None => gone(shard, status),
+        };
+    }
+    let mut scan = vet::Scan::new();
+    if let Err(why) = scan.feed(piece) {
+        // Nothing reached the client yet.
+        let e = invalid(why);
+        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+    }
+    let framing = match ex.head.framing {
+        RespFraming::Length(n) => Framing::Length(n as usize),
+        _ => Framing::Chunked,
+    };
+    let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
+    let mut out = conn.head(status, ct, framing, keep_alive, fwd);
+    loop {
+        match framing {
+            Framing::Length(_) => out.extend_from_slice(piece),
+            Framing::Chunked => write_chunk(&mut out, piece),
+        }
+        if !more && framing == Framing::Chunked {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            match conn.write_raw(std::mem::take(&mut out), wt).await {
+                Some(back) => out = back,
+                None => return gone(shard, status),
+            }
+        }
+        if !more {
+            conn.out = out;
+            return Outcome { status, keep_alive };
+        }
+        piece.clear();
+        let next = monoio::select! {
+            r = ex.next_upto(piece, limit) => r,
+            _ = &mut drain_over => Err(shutting_down()),
+        };
+        let checked = match next {
+            Ok(m) => {
+                more = m;
+                // The last piece (or the chunked end) goes out only once the whole body passed.
+                let last = !more || ex.is_done();
+                scan.feed(piece)
+                    .and_then(|()| if last { scan.finish() } else { Ok(()) })
+                    .map_err(&invalid)
+            }
+            Err(e) => Err(report(shard, provider, &e)),
+        };
+        if checked.is_err() {
+            // The head went out: the body can only be cut short (the client sees it unfinished).
+            return Outcome {
+                status: 502,
+                keep_alive: false,
+            };
+        }
+    }
+}
