@@ -58,19 +58,7 @@ const FAULTS: &[&str] = &[
 /// Cells expected to fail until fixes land: (pattern, reason). A pattern is a cell name
 /// `fault/client/route/mode`; a segment is `*` or alternatives separated by `|`. Shrink this as
 /// fixes land (the test prints cells that now pass).
-const KNOWN_FAILING: &[(&str, &str)] = &[
-    // Not assigned to anyone yet: passthrough forwards an upstream error body as is.
-    (
-        "500|502/*/pass/*",
-        "passthrough relays the upstream's HTML error page, not an error in the client's dialect",
-    ),
-    // Not assigned: passthrough forwards bytes without parsing, so invalid JSON / SSE data from
-    // the upstream reaches the client (a JSON decode error in SDKs).
-    (
-        "malformed/*/pass/*",
-        "passthrough does not validate upstream JSON or SSE data",
-    ),
-];
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// Gateway timeouts for the matrix (small, so stalls end fast).
 const FIRST_BYTE_MS: u64 = 500;
