@@ -4,6 +4,9 @@
 //! - SSE: decode + re-encode a Chat stream vs a plain memchr event split
 //! - translation overhead: passthrough (extract + splice) vs Messages→Chat→Chat request
 //!   translation, and one streamed chunk relayed vs translated Chat→Messages
+//! - passthrough vetting: a ~1 KB non-stream answer validated whole (`vet::json`), one streamed
+//!   chunk's data validated (`vet::sse_events`), a 16 KiB relay chunk under the incremental
+//!   check (`vet::Scan`), each against copying the same bytes (what the relay does anyway)
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
@@ -170,5 +173,71 @@ fn translation(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, head, extract, sse, translation);
+/// A ~1 KB Chat completion, as the mock answers a short prompt.
+fn completion_1k() -> Vec<u8> {
+    let content = "lorem ipsum dolor sit amet ".repeat(28);
+    serde_json::to_vec(&serde_json::json!({
+        "id": "chatcmpl-0123456789", "object": "chat.completion", "created": 1_700_000_000,
+        "model": "gpt-4o-mini-2024-07-18", "system_fingerprint": "fp_0123",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
+            "refusal": null}, "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 180, "total_tokens": 192}
+    }))
+    .unwrap_or_default()
+}
+
+fn vetting(c: &mut Criterion) {
+    use ringgate::vet;
+    let body = completion_1k();
+    let mut g = c.benchmark_group("vet_json");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("whole_1k", |b| {
+        b.iter(|| vet::json(black_box(&body)).is_ok())
+    });
+    g.bench_function("baseline_copy_1k", |b| {
+        let mut out = Vec::with_capacity(2048);
+        b.iter(|| {
+            out.clear();
+            out.extend_from_slice(black_box(&body));
+            out.len()
+        })
+    });
+    g.finish();
+
+    let event = br#"data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" gate"},"logprobs":null,"finish_reason":null}]}
+
+"#;
+    let mut g = c.benchmark_group("vet_sse");
+    g.throughput(Throughput::Bytes(event.len() as u64));
+    g.bench_function("event_data", |b| {
+        b.iter(|| vet::sse_events(black_box(event)).is_ok())
+    });
+    g.finish();
+
+    // 16 KiB prefixes of large answers: a long completion (mostly one string) and an
+    // embeddings answer (mostly numbers, the scan's slow case).
+    let long = serde_json::to_vec(&serde_json::json!({"choices": [{"message":
+        {"content": "lorem ipsum dolor sit amet ".repeat(1000)}}]}))
+    .unwrap_or_default();
+    let floats: Vec<f64> = (0..3072)
+        .map(|i| ((i * 7919) % 1000) as f64 / 7777.0 - 0.06)
+        .collect();
+    let emb = serde_json::to_vec(&serde_json::json!({"object": "list", "data": [
+        {"object": "embedding", "index": 0, "embedding": floats}]}))
+    .unwrap_or_default();
+    let mut g = c.benchmark_group("vet_scan");
+    g.throughput(Throughput::Bytes(16 * 1024));
+    for (name, body) in [("completion_16k", &long), ("embedding_16k", &emb)] {
+        let piece = &body[..body.len().min(16 * 1024)];
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut s = vet::Scan::new();
+                s.feed(black_box(piece)).is_ok()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, head, extract, sse, translation, vetting);
 criterion_main!(benches);
