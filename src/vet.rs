@@ -374,6 +374,55 @@ mod tests {
         );
     }
 
+    /// On real documents (the golden files): the structural scan accepts every valid JSON
+    /// object in any split, rejects every strict prefix, and agrees with the whole-body check;
+    /// the golden SSE transcripts' events all pass.
+    #[test]
+    fn golden_files() {
+        let mut files = Vec::new();
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden"
+        ))];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    files.push(p);
+                }
+            }
+        }
+        let (mut docs, mut streams) = (0, 0);
+        for p in files {
+            let body = std::fs::read(&p).unwrap();
+            let name = p.display().to_string();
+            match p.extension().and_then(|e| e.to_str()) {
+                Some("json") => {
+                    assert_eq!(json(&body), Ok(()), "{name}");
+                    for n in [1, 7, 64, 4096] {
+                        assert_eq!(scan_pieces(&body, n), Ok(()), "{name} in pieces of {n}");
+                    }
+                    let end = body.iter().rposition(|b| !b.is_ascii_whitespace()).unwrap();
+                    for k in (0..end).step_by(3) {
+                        assert!(scan_pieces(&body[..k], 5).is_err(), "{name}: prefix {k}");
+                    }
+                    docs += 1;
+                }
+                Some("sse") => {
+                    assert_eq!(sse_events(&body), Ok(()), "{name}");
+                    streams += 1;
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            docs > 20 && streams > 10,
+            "{docs} documents, {streams} streams"
+        );
+    }
+
     #[test]
     fn sse_event_data() {
         let ok =
