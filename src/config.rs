@@ -18,7 +18,9 @@ use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::target;
 
+pub mod keys;
 pub mod routing;
+pub use keys::{AuthMode, KeyConfig, LimitsConfig};
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
 
 /// The whole file. Every field has a default; see README "Configuration".
@@ -39,6 +41,12 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     #[serde(default, rename = "model")]
     pub models: Vec<ModelConfig>,
+    /// Virtual keys (see README "Keys and limits" and `config::keys`).
+    #[serde(default, rename = "key")]
+    pub keys: Vec<KeyConfig>,
+    /// Where per-key counters live (`local` only, for now).
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -86,6 +94,13 @@ pub struct ServerConfig {
     /// closed. Default 30 s. Streams still running then end with their dialect's error event
     /// and a proper chunked end; requests still waiting for an upstream get 503.
     pub drain_timeout_ms: u64,
+    /// `keys` (every API request needs a `[[key]]` secret) or `none`. Default: `keys` when
+    /// `[[key]]` entries exist, else `none` — which a non-loopback listener refuses unless it
+    /// is written here explicitly.
+    pub auth: Option<Spanned<String>>,
+    /// Directory for persistent state (keys made at runtime, the spend ledger). Accepted;
+    /// nothing is stored there yet.
+    pub state_dir: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +120,8 @@ impl Default for ServerConfig {
             cors_allow_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             drain_timeout_ms: 30_000,
+            auth: None,
+            state_dir: None,
         }
     }
 }
@@ -203,6 +220,12 @@ pub struct ModelConfig {
     pub timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub first_byte_timeout_ms: Option<Spanned<u64>>,
+    /// USD per 1M input tokens (accepted; spend is not metered yet).
+    #[serde(default)]
+    pub price_input_per_mtok: Option<f64>,
+    /// USD per 1M output tokens (accepted; spend is not metered yet).
+    #[serde(default)]
+    pub price_output_per_mtok: Option<f64>,
 }
 
 /// One problem in a config file, with the 1-based line it was found on when known.
@@ -287,6 +310,8 @@ impl Config {
             routing: RoutingConfig::default(),
             providers: Vec::new(),
             models: Vec::new(),
+            keys: Vec::new(),
+            limits: LimitsConfig::default(),
         }
     }
 
@@ -296,6 +321,11 @@ impl Config {
             .get_ref()
             .parse::<SocketAddr>()
             .map_err(|e| format!("listen {:?}: {e}", self.server.listen.get_ref()))
+    }
+
+    /// Whether API requests need a virtual key (`server.auth`, else keys when any exist).
+    pub fn auth_mode(&self) -> AuthMode {
+        keys::auth_mode(self)
     }
 
     pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
@@ -463,6 +493,7 @@ impl Config {
             }
         }
         routing::validate(self, &mut err);
+        keys::validate(self, &mut err);
         errs
     }
 
@@ -474,6 +505,7 @@ impl Config {
             .shards
             .unwrap_or_else(crate::shard::available_cpus);
         let mut w = self.admission.warnings(shards);
+        w.extend(keys::warnings(self, shards));
         for p in &self.providers {
             let keys = p.key_refs();
             // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL

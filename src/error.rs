@@ -25,6 +25,10 @@ pub enum Kind {
     /// Refused by policy before admission: a foreign `Origin`, a non-loopback `Host` on a
     /// loopback listener (403).
     Forbidden,
+    /// No valid virtual key: missing, unknown, expired or disabled (401).
+    Unauthorized,
+    /// The virtual key may not use the requested model (403).
+    ModelNotAllowed,
     /// Unknown path (404).
     NotFound,
     /// Wrong method for a known path (405).
@@ -160,7 +164,8 @@ impl Error {
     pub fn status(&self) -> u16 {
         match self.kind {
             Kind::BadRequest | Kind::InvalidBody => 400,
-            Kind::Forbidden => 403,
+            Kind::Unauthorized => 401,
+            Kind::Forbidden | Kind::ModelNotAllowed => 403,
             Kind::NotFound | Kind::UnknownModel => 404,
             Kind::MethodNotAllowed => 405,
             Kind::ClientTimeout => 408,
@@ -180,6 +185,8 @@ impl Error {
             Kind::BadRequest
             | Kind::InvalidBody
             | Kind::Forbidden
+            | Kind::Unauthorized
+            | Kind::ModelNotAllowed
             | Kind::NotFound
             | Kind::MethodNotAllowed
             | Kind::UnknownModel
@@ -226,7 +233,8 @@ impl Error {
             (ErrorShape::Anthropic, Kind::RateLimited) => "rate_limit_error",
             (ErrorShape::Anthropic, Kind::NotFound | Kind::UnknownModel) => "not_found_error",
             (ErrorShape::Anthropic, Kind::BodyTooLarge) => "request_too_large",
-            (ErrorShape::Anthropic, Kind::Forbidden) => "permission_error",
+            (ErrorShape::Anthropic, Kind::Forbidden | Kind::ModelNotAllowed) => "permission_error",
+            (ErrorShape::Anthropic, Kind::Unauthorized) => "authentication_error",
             (ErrorShape::Anthropic, _) if self.side() == Side::Client => "invalid_request_error",
             (ErrorShape::Anthropic, Kind::UpstreamTimeout) => "timeout_error",
             (ErrorShape::Anthropic, _) => "api_error",
@@ -239,6 +247,8 @@ impl Error {
             Kind::BadRequest => "bad_request",
             Kind::InvalidBody => "invalid_body",
             Kind::Forbidden => "forbidden",
+            Kind::Unauthorized => "invalid_api_key",
+            Kind::ModelNotAllowed => "model_not_allowed",
             Kind::NotFound => "not_found",
             Kind::MethodNotAllowed => "method_not_allowed",
             Kind::UnknownModel => "model_not_found",
@@ -342,6 +352,22 @@ mod tests {
         assert!(!c.message.contains("api.internal") && !c.message.contains("8443"));
         assert!(c.message.contains("rg-0-7"));
         assert_eq!(c.request_id.as_deref(), Some("rg-0-7"));
+    }
+
+    #[test]
+    fn key_errors_in_both_dialects() {
+        let e = Error::new(Kind::Unauthorized, "no key");
+        assert_eq!(e.status(), 401);
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
+        assert_eq!(v["error"]["type"], "authentication_error");
+        let e = Error::new(Kind::ModelNotAllowed, "not yours");
+        assert_eq!(e.status(), 403);
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
+        assert_eq!(v["error"]["type"], "permission_error");
+        assert!(!e.closes_connection());
     }
 
     #[test]

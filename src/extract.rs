@@ -26,9 +26,14 @@ pub struct RoutingFields {
     /// Byte range of the `model` value (including its quotes) in the body.
     pub model_span: Range<usize>,
     pub stream: bool,
+    /// The output-token cap the request asks for (`max_tokens`, `max_completion_tokens` or
+    /// `max_output_tokens`, the first one that is a whole number), for token estimates
+    /// (`governance`). Read in the same pass; never validated or enforced here.
+    pub max_tokens: Option<u64>,
 }
 
-/// Read `model` (required string) and `stream` (optional bool) from a JSON object body.
+/// Read `model` (required string) and `stream` (optional bool) from a JSON object body, and the
+/// output-token cap if there is one.
 pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
     if body.is_empty() {
         return Err(Error::new(
@@ -46,6 +51,7 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
     // One lazy pass over the whole top-level object: values are skipped (SIMD), not built.
     let mut model = None;
     let mut stream = None;
+    let mut max_tokens = None;
     let mut after_last = None;
     for entry in sonic_rs::to_object_iter(body) {
         let (key, value) = entry.map_err(|e| {
@@ -59,6 +65,10 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         let slot = match key.as_ref() {
             "model" => &mut model,
             "stream" => &mut stream,
+            "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+                max_tokens = max_tokens.or_else(|| value.as_u64());
+                continue;
+            }
             _ => continue,
         };
         if slot.replace(value).is_some() {
@@ -110,6 +120,7 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         model: model_str,
         model_span,
         stream,
+        max_tokens,
     })
 }
 

@@ -5,7 +5,8 @@
 //! Owns: RFC 9112 request framing decisions (CL/TE conflicts, duplicate or invalid
 //! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends)
 //! and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
-//! for `edge` to judge.
+//! for `edge` to judge, and where the API-key headers each SDK sends are (`Authorization`,
+//! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance` — ranges only, no copy.
 //! Must not: read from sockets or look at the body.
 
 use std::ops::Range;
@@ -41,8 +42,16 @@ pub struct RequestHead {
     pub body: BodyFraming,
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// `Authorization` value (OpenAI SDKs: `Bearer <key>`).
     pub authorization: Option<Range<usize>>,
+    /// `x-api-key` value (Anthropic SDKs).
     pub x_api_key: Option<Range<usize>>,
+    /// `api-key` value (Azure OpenAI SDKs).
+    pub api_key: Option<Range<usize>>,
+    /// `x-goog-api-key` value (Gemini SDKs).
+    pub x_goog_api_key: Option<Range<usize>>,
+    /// One of the four key headers above came more than once (the first one is recorded).
+    pub dup_credential: bool,
     pub anthropic_version: Option<Range<usize>>,
     /// `Host` value (checked against loopback names on a loopback listener).
     pub host: Option<Range<usize>>,
@@ -138,6 +147,18 @@ pub fn parse(
     let mut expect_continue = false;
     let mut authorization = None;
     let mut x_api_key = None;
+    let mut api_key = None;
+    let mut x_goog_api_key = None;
+    let mut dup_credential = false;
+    // The first occurrence of a key header is kept; a repeat is flagged (an error when keys
+    // are checked: two keys in one request is ambiguous).
+    let mut first = |slot: &mut Option<Range<usize>>, value: &[u8]| {
+        if slot.is_some() {
+            dup_credential = true;
+        } else {
+            *slot = Some(range_of(buf, value));
+        }
+    };
     let mut anthropic_version = None;
     let mut host = None;
     let mut origin = None;
@@ -169,7 +190,8 @@ pub fn parse(
             6 if is(b"expect") && trim(value).eq_ignore_ascii_case(b"100-continue") => {
                 expect_continue = true;
             }
-            9 if is(b"x-api-key") => x_api_key = Some(range_of(buf, value)),
+            7 if is(b"api-key") => first(&mut api_key, value),
+            9 if is(b"x-api-key") => first(&mut x_api_key, value),
             10 if is(b"connection") => {
                 for tok in value.split(|&b| b == b',') {
                     let tok = trim(tok);
@@ -180,13 +202,14 @@ pub fn parse(
                     }
                 }
             }
-            13 if is(b"authorization") => authorization = Some(range_of(buf, value)),
+            13 if is(b"authorization") => first(&mut authorization, value),
             14 if is(b"content-length") => {
                 if content_length.is_some() {
                     return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
                 }
                 content_length = Some(parse_content_length(value)?);
             }
+            14 if is(b"x-goog-api-key") => first(&mut x_goog_api_key, value),
             17 if is(b"transfer-encoding") => {
                 if te_seen {
                     return Err(Error::new(Kind::BadRequest, "duplicate Transfer-Encoding"));
@@ -250,6 +273,9 @@ pub fn parse(
         expect_continue,
         authorization,
         x_api_key,
+        api_key,
+        x_goog_api_key,
+        dup_credential,
         anthropic_version,
         host,
         origin,
@@ -395,6 +421,20 @@ mod tests {
         assert!(!h.keep_alive);
         assert!(h.expect_continue);
         assert_eq!(&raw[h.len..], b"{}");
+    }
+
+    #[test]
+    fn api_key_headers_of_every_sdk() {
+        let raw = b"POST / HTTP/1.1\r\nHost: a\r\nApi-Key: az\r\nX-Goog-Api-Key: gm\r\nx-api-key: an\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!(h.header(raw, &h.api_key), Some(&b"az"[..]));
+        assert_eq!(h.header(raw, &h.x_goog_api_key), Some(&b"gm"[..]));
+        assert_eq!(h.header(raw, &h.x_api_key), Some(&b"an"[..]));
+        assert!(h.authorization.is_none() && !h.dup_credential);
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer one\r\nAuthorization: Bearer two\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!(h.header(raw, &h.authorization), Some(&b"Bearer one"[..]));
+        assert!(h.dup_credential);
     }
 
     #[test]
