@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::forward::ForwardState;
+use crate::governance::{self, Governance, Keyring};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
@@ -54,6 +55,10 @@ pub fn start(cfg: Config) -> io::Result<Running> {
         .shards
         .unwrap_or_else(shard::available_cpus)
         .max(1);
+    // Secure by default (before anything binds), then the keys, read and hashed once.
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    governance::exposure::check(&cfg, addr).map_err(invalid)?;
+    let keyring = Keyring::build(&cfg).map_err(invalid)?;
     let (listeners, bound) = shard::bind_listeners(addr, n)?;
     let driver = DriverChoice::resolve(cfg.server.driver.get_ref());
     let needs_tls = cfg.providers.iter().any(|p| {
@@ -88,6 +93,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
             let tls = tls.clone();
             let sd = sd.clone();
             let hub = hub.clone();
+            let governance = Governance::new(keyring.clone(), id, n);
             async move {
                 let s = &cfg.server;
                 let routes = RouteTable::build(&cfg);
@@ -111,6 +117,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
                         &cfg.upstream,
                         tls.map(monoio_rustls::TlsConnector::from),
                     ),
+                    governance,
                     metrics: ShardMetrics::default(),
                     hub,
                     draining: LocalSignal::default(),

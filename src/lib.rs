@@ -9,6 +9,8 @@
 //! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
 //! - `upstream`: pooled upstream connections, TLS, response framing; `upstream::target` is what
 //!   may enter an upstream request line or header
+//! - `governance`: virtual keys (401/403) and per-key limits (429), on the head and after
+//!   routing
 //! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
 //!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
 //! - `mock`: the upstream simulator
@@ -30,6 +32,7 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod governance;
 pub mod http;
 pub mod log;
 pub mod metrics;

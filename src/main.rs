@@ -150,6 +150,14 @@ fn serve(opts: &Opts) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let auth = ringgate::governance::exposure::summary(&cfg);
+    let shards = cfg
+        .server
+        .shards
+        .unwrap_or_else(ringgate::shard::available_cpus);
+    for w in ringgate::config::keys::warnings(&cfg, shards) {
+        ringgate::log::info(format_args!("warning: {w}"));
+    }
     let models: Vec<String> = cfg
         .models
         .iter()
@@ -165,7 +173,7 @@ fn serve(opts: &Opts) -> ExitCode {
     match ringgate::gateway::start(cfg) {
         Ok(running) => {
             ringgate::log::info(format_args!(
-                "listening on http://{} with {} shard(s), models [{}], started in {:?}",
+                "listening on http://{} with {} shard(s), models [{}], {auth}, started in {:?}",
                 running.addr,
                 running.shards,
                 models.join(", "),
@@ -211,6 +219,13 @@ fn check(opts: &Opts) -> ExitCode {
     };
     match Config::load(path) {
         Ok(cfg) => {
+            // What `serve` would refuse at start (the listen address is in the file).
+            if let Ok(addr) = cfg.listen_addr() {
+                if let Err(e) = ringgate::governance::exposure::check(&cfg, addr) {
+                    eprintln!("{path}: {e}");
+                    return ExitCode::from(1);
+                }
+            }
             for w in cfg.warnings() {
                 eprintln!("{path}: warning: {w}");
             }

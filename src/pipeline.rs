@@ -1,6 +1,6 @@
 //! The request path, top to bottom, in one place (`serve`):
-//! accept → parse head → edge checks → admit → read body → route → forward (plan → attempts →
-//! upstream) → respond (relay, or translate back). Each stage calls into its own module; this
+//! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
+//! (model, tokens) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
 //! file only sequences them and turns their errors into responses in the client's dialect, in
 //! one sink (`handle`).
 //!
@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ErrorShape, Kind};
 use crate::forward::open::{NoHead, Tried};
+use crate::governance::Gate;
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
@@ -33,6 +34,17 @@ enum Target {
     Healthz,
     Readyz,
     Metrics,
+}
+
+impl Target {
+    /// What the caller's virtual key must allow (see `governance`).
+    fn gate(self) -> Gate {
+        match self {
+            Target::Api(..) => Gate::Limits,
+            Target::Models => Gate::Key,
+            Target::Healthz | Target::Readyz | Target::Metrics => Gate::Open,
+        }
+    }
 }
 
 /// Metrics endpoint index (see `metrics::ENDPOINTS`).
@@ -221,6 +233,8 @@ async fn serve(
     }
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
     let verdict = shard.edge.check(&head, &conn.buf);
+    // the caller's virtual key, looked up while the head is in the buffer (acted on below)
+    let caller = shard.governance.identify(&head, &conn.buf);
     let mut preflight = None;
     if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
         let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
@@ -252,6 +266,10 @@ async fn serve(
     verdict?;
     let target = target?;
     req.ep = endpoint_index(Some(target));
+    // govern: a valid key (401), its in-flight and request-rate shares (429), on the head
+    let mut grant = shard
+        .governance
+        .admit(caller, target.gate(), &mut conn.resp_headers)?;
     let Target::Api(dialect, op) = target else {
         return Ok(local(conn, shard, target, req.keep).await);
     };
@@ -296,6 +314,10 @@ async fn serve(
         .routes
         .resolve(&fields.model)
         .ok_or_else(|| unknown_model(&fields.model))?;
+    // govern: the key's model allow-list (403) and token rate (429)
+    if let Some(g) = grant.as_mut() {
+        g.check_model(&fields, route.index, op, body.len(), &mut conn.resp_headers)?;
+    }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
@@ -316,6 +338,7 @@ async fn serve(
         &fields,
         keep_alive,
         &permit,
+        grant.as_mut(),
     )
     .await;
     drop(opened);
@@ -416,4 +439,6 @@ pub fn render_shard_metrics(shard: &Shard, out: &mut String) {
     ));
     // routing: attempts, failures by reason, retries, fallbacks, breaker state, key cooldowns
     shard.forward.render(&shard.routes, shard.id, out);
+    // virtual keys: requests by key and model, rejections by reason
+    shard.governance.render(&shard.routes, shard.id, out);
 }

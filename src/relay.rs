@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::admit::{Chunk, Permit};
 use crate::error::{Error, Kind};
+use crate::governance::usage::UsageScan;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::outcome::{gone, Outcome};
@@ -67,16 +68,17 @@ impl Drop for StreamBuf {
 /// `response.completed` repeats the whole answer and is the largest event seen in practice.
 pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
-/// Same dialect in and out: relay the answer of `ex` to the client as it arrives (SSE in whole
-/// events), through one pool chunk of read buffer charged to the request's permit.
+/// Same dialect in and out: relay the answer of `ex` (from `provider`, in `dialect`) to the
+/// client as it arrives (SSE in whole events), through one pool chunk of read buffer charged to
+/// the request's permit. `usage`, when given, sees every body byte (a keyed request's tokens).
 pub async fn passthrough(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut Exchange<'_>,
-    provider: &str,
-    dialect: Dialect,
+    (provider, dialect): (&str, Dialect),
     keep_alive: bool,
     permit: &Permit,
+    usage: Option<&mut UsageScan>,
 ) -> Outcome {
     if ex.head.status >= 400 {
         return errors::error_answer(conn, shard, ex, (provider, dialect), keep_alive, permit)
@@ -93,6 +95,7 @@ pub async fn passthrough(
         ex,
         provider,
         dialect,
+        usage,
     };
     if vets_json(&up.ex.head) {
         return json::relay_json(conn, up, keep_alive, shard, &mut piece).await;
@@ -108,11 +111,13 @@ fn vets_json(head: &crate::upstream::ResponseHead) -> bool {
         && crate::vet::is_json_type(&head.content_type)
 }
 
-/// The upstream side of a relay: the exchange, who answers, in which dialect.
+/// The upstream side of a relay: the exchange, who answers, in which dialect, and who reads
+/// the usage it reports.
 struct Upstream<'a, 'c> {
     ex: &'a mut Exchange<'c>,
     provider: &'a str,
     dialect: Dialect,
+    usage: Option<&'a mut UsageScan>,
 }
 
 /// Forward the response of `up.ex` to the client. SSE is forwarded event by event, whole events
@@ -131,6 +136,7 @@ async fn relay(
         ex,
         provider,
         dialect,
+        mut usage,
     } = up;
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
@@ -182,6 +188,9 @@ async fn relay(
                 return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
             }
         };
+        if let Some(u) = usage.as_deref_mut() {
+            u.feed(piece);
+        }
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
             Framing::Chunked if sse => {

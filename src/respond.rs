@@ -9,6 +9,7 @@
 use crate::admit::Permit;
 use crate::extract::RoutingFields;
 use crate::forward::open::Opened;
+use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::outcome::Outcome;
 use crate::plan::Mode;
@@ -16,7 +17,9 @@ use crate::shard::Shard;
 use crate::translate::Dialect;
 use crate::{bridge, relay};
 
-/// Write the answer of `opened` to the client in `client`'s dialect.
+/// Write the answer of `opened` to the client in `client`'s dialect. A keyed request's `grant`
+/// learns the answer's status and reads the usage of relayed answers.
+#[allow(clippy::too_many_arguments)]
 pub async fn respond(
     conn: &mut ClientConn,
     shard: &Shard,
@@ -25,12 +28,18 @@ pub async fn respond(
     fields: &RoutingFields,
     keep_alive: bool,
     permit: &Permit,
+    mut grant: Option<&mut Grant<'_>>,
 ) -> Outcome {
+    if let Some(g) = grant.as_deref_mut() {
+        g.on_answer(&mut opened.ex.head);
+    }
+    let usage = grant.and_then(|g| g.usage());
     let provider = opened.provider;
     let ex = &mut opened.ex;
     match opened.mode {
         Mode::Passthrough => {
-            relay::passthrough(conn, shard, ex, provider, client, keep_alive, permit).await
+            let up = (provider, client);
+            relay::passthrough(conn, shard, ex, up, keep_alive, permit, usage).await
         }
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);

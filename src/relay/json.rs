@@ -21,6 +21,7 @@ pub(super) async fn relay_json(
         ex,
         provider,
         dialect,
+        mut usage,
     } = up;
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
@@ -53,6 +54,9 @@ pub(super) async fn relay_json(
             let e = invalid(&why);
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
+        if let Some(u) = usage.as_deref_mut() {
+            u.feed(piece);
+        }
         let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
         let mut out = conn.head(status, ct, Framing::Length(piece.len()), keep_alive, fwd);
         out.extend_from_slice(piece);
@@ -77,6 +81,9 @@ pub(super) async fn relay_json(
     let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
     let mut out = conn.head(status, ct, framing, keep_alive, fwd);
     loop {
+        if let Some(u) = usage.as_deref_mut() {
+            u.feed(piece);
+        }
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
             Framing::Chunked => write_chunk(&mut out, piece),

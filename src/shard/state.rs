@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::admit::Admission;
 use crate::forward::ForwardState;
+use crate::governance::Governance;
 use crate::http::conn::{Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
@@ -25,6 +26,8 @@ pub struct Shard {
     /// Routing runtime state parallel to `routes`: balancers, breakers, key cooldowns.
     pub forward: ForwardState,
     pub upstream: Client,
+    /// Virtual keys and this shard's share of their limits.
+    pub governance: Governance,
     pub metrics: ShardMetrics,
     pub hub: MetricsHub,
     /// Fired when the process shuts down: idle connections close, in-flight ones finish.

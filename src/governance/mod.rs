@@ -1,0 +1,339 @@
+//! Governance: who may call (virtual keys) and how much (per-key limits), decided on the
+//! request path in two stages — on the head, before admission (the key: 401; its request rate
+//! and concurrency: 429), and after routing (the model allow-list: 403; the token rate: 429).
+//!
+//! - **Keys** (`keyring`): `[[key]]` entries, held as SHA-256 digests; a request presents one the
+//!   way its SDK sends it (`credential`). Keys never reach logs, metrics or errors (the key's
+//!   name does) and are never forwarded upstream: upstream requests carry only the provider's
+//!   header lines (`route::Provider::auth_headers`), never a client header.
+//! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
+//!   unless `auth = "none"` is written explicitly.
+//! - **Limits per shard.** The gateway shares nothing between cores on the hot path, so each
+//!   key's `rpm`, `tpm` and `max_in_flight` are split across the shards like `max_connections`:
+//!   shard i of n enforces `limit / n` (+1 for the first `limit % n` shards). The process as a
+//!   whole never admits more than the limit, at no cross-core cost; the price is that a client
+//!   whose connections all land on one shard (SO_REUSEPORT hashes connections, not keys) gets
+//!   that shard's share only, and a limit smaller than the shard count leaves some shards at 0
+//!   (`ringgate check` warns). With one shard it is exact. Routing each key to one shard would be
+//!   exact but needs moving connections between threads per request; shared atomics would make
+//!   every keyed request a cross-core cache-line transfer. A fleet-wide store (Redis) is the
+//!   later answer for both.
+//! - **Windows** (`window`): fixed 60 s windows anchored at their first charge. RPM and
+//!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
+//!   cap) when the body is read, and the `Grant` reconciles it when the request ends with the
+//!   usage the relayed answer reported (`usage`: non-stream bodies and SSE streams that carry
+//!   usage, passthrough answers; translated answers keep the estimate). No usage and an error
+//!   (or no) answer: the reservation is given back.
+//! - Over a limit: 429 in the client's dialect with `Retry-After` (seconds until the window
+//!   frees; 1 for in-flight). Every response to a keyed request with `rpm`/`tpm` carries
+//!   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for this shard's share.
+//!
+//! Cost: with keys off, `identify` is one branch and nothing else runs. With keys on, one
+//! SHA-256 of the presented key and one hash-map probe per request, plus two `Instant::now()`
+//! when the key has limits (see `benches/micro.rs`, group `governance`).
+//!
+//! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: do IO, share state
+//! across shards, or see a secret after `identify` returns.
+
+use std::cell::Cell;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+mod credential;
+mod estimate;
+pub mod exposure;
+mod grant;
+pub mod keyring;
+mod metrics;
+pub mod usage;
+pub mod window;
+
+pub use grant::Grant;
+pub use keyring::{Key, Keyring};
+pub use metrics::Reason;
+
+use crate::error::{Error, Kind};
+use crate::http::RequestHead;
+use crate::route::RouteTable;
+use credential::Presented;
+use metrics::KeyMetrics;
+use window::{secs_up, Window};
+
+/// Who sent a request, decided on its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Keys are not checked (`auth = "none"`).
+    Open,
+    /// A valid secret of key `n` (enabled and expiry are checked at `admit`).
+    Key(u32),
+    /// No key header.
+    Missing,
+    /// A secret that matches no key.
+    Unknown,
+    /// A key header sent twice.
+    Ambiguous,
+}
+
+/// What a request's target asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Health, readiness, metrics: nothing.
+    Open,
+    /// The model list: a valid key, no limits.
+    Key,
+    /// Provider API calls: a valid key and its limits.
+    Limits,
+}
+
+/// This shard's share of one key's limits.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Share {
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+    pub max_in_flight: Option<u64>,
+}
+
+/// One key's counters on this shard.
+#[derive(Debug, Default)]
+pub(crate) struct KeyState {
+    pub share: Share,
+    pub rpm: Window,
+    pub tpm: Window,
+    pub in_flight: Cell<u64>,
+}
+
+/// One shard's governance: its copy of the keyring and its counters.
+#[derive(Debug, Default)]
+pub struct Governance {
+    ring: Keyring,
+    state: Vec<KeyState>,
+    pub(crate) metrics: KeyMetrics,
+}
+
+/// Shard `shard`'s part of `limit` split over `shards` (the parts sum to `limit`).
+pub fn share(limit: u64, shard: usize, shards: usize) -> u64 {
+    let n = shards.max(1) as u64;
+    limit / n + u64::from((shard as u64) < limit % n)
+}
+
+impl Governance {
+    /// Keys off: every request is `Caller::Open`.
+    pub fn off() -> Governance {
+        Governance::default()
+    }
+
+    /// Shard `shard` of `shards`, with its own copy of `ring` and its share of each limit.
+    pub fn new(ring: Keyring, shard: usize, shards: usize) -> Governance {
+        let state = ring
+            .keys
+            .iter()
+            .map(|k| KeyState {
+                share: Share {
+                    rpm: k.rpm.map(|l| share(l, shard, shards)),
+                    tpm: k.tpm.map(|l| share(l, shard, shards)),
+                    max_in_flight: k.max_in_flight.map(|l| share(l, shard, shards)),
+                },
+                ..KeyState::default()
+            })
+            .collect();
+        let metrics = KeyMetrics::new(ring.keys.len());
+        Governance {
+            ring,
+            state,
+            metrics,
+        }
+    }
+
+    /// Whether requests need a key.
+    pub fn checked(&self) -> bool {
+        self.ring.checked
+    }
+
+    pub(crate) fn key(&self, i: u32) -> Option<(&Key, &KeyState)> {
+        Some((self.ring.keys.get(i as usize)?, self.state.get(i as usize)?))
+    }
+
+    /// Who sent `head` (its ranges point into `buf`). Pure: call it while the head is still in
+    /// the buffer; the answer is acted on by `admit`.
+    #[inline]
+    pub fn identify(&self, head: &RequestHead, buf: &[u8]) -> Caller {
+        if !self.ring.checked {
+            return Caller::Open;
+        }
+        match credential::presented(head, buf) {
+            Presented::Nothing => Caller::Missing,
+            Presented::Ambiguous => Caller::Ambiguous,
+            Presented::Key(secret) => self
+                .ring
+                .lookup(secret)
+                .map_or(Caller::Unknown, Caller::Key),
+        }
+    }
+
+    /// The head stage: the caller's key must be valid for `gate` (401), and for API calls its
+    /// in-flight and request-rate shares must have room (429). On success an API call holds a
+    /// `Grant` until it ends. Rate-limit header lines go to `headers` (every response of the
+    /// request carries them, refusals included).
+    pub fn admit(
+        &self,
+        caller: Caller,
+        gate: Gate,
+        headers: &mut Vec<u8>,
+    ) -> Result<Option<Grant<'_>>, Error> {
+        if gate == Gate::Open {
+            return Ok(None);
+        }
+        let i = match caller {
+            Caller::Open => return Ok(None),
+            Caller::Key(i) => i,
+            refused => {
+                self.metrics.rejected(None, Reason::Auth);
+                let why = match refused {
+                    Caller::Missing => "missing API key: send a key of this gateway as `Authorization: Bearer <key>` (or x-api-key, api-key, x-goog-api-key)",
+                    Caller::Ambiguous => "more than one API key was sent; send one",
+                    _ => "invalid API key",
+                };
+                return Err(Error::new(Kind::Unauthorized, why));
+            }
+        };
+        let Some((key, st)) = self.key(i) else {
+            return Err(Error::new(Kind::Unauthorized, "invalid API key"));
+        };
+        if !key.enabled || key.expires.is_some_and(|t| unix_now() >= t) {
+            self.metrics.rejected(Some(i), Reason::Auth);
+            let state = if key.enabled {
+                "has expired"
+            } else {
+                "is disabled"
+            };
+            return Err(Error::new(
+                Kind::Unauthorized,
+                format!("the API key {:?} {state}", &*key.name),
+            ));
+        }
+        if gate == Gate::Key {
+            return Ok(None);
+        }
+        let hdr_at = headers.len();
+        if !key.limited() {
+            st.in_flight.set(st.in_flight.get() + 1);
+            return Ok(Some(Grant::new(self, i, hdr_at)));
+        }
+        let now = Instant::now();
+        let mut refuse = |reason: Reason, what: String, secs: u64| {
+            self.rate_headers(i, now, hdr_at, headers);
+            self.metrics.rejected(Some(i), reason);
+            Err(Error::new(
+                Kind::RateLimited,
+                format!(
+                    "rate limit: {what} of the API key {:?}; retry in {secs} s",
+                    &*key.name
+                ),
+            )
+            .retry_after(secs.min(u64::from(u32::MAX)) as u32))
+        };
+        if let Some(max) = st.share.max_in_flight {
+            if st.in_flight.get() >= max {
+                return refuse(
+                    Reason::InFlight,
+                    format!("{max} requests in flight is the limit"),
+                    1,
+                );
+            }
+        }
+        if let Some(limit) = st.share.rpm {
+            if let Err(full) = st.rpm.take(now, 1, limit) {
+                let secs = secs_up(full.retry_after);
+                return refuse(
+                    Reason::Rpm,
+                    format!("{limit} requests per minute is the limit"),
+                    secs,
+                );
+            }
+        }
+        st.in_flight.set(st.in_flight.get() + 1);
+        let tok_at = self.rate_headers(i, now, hdr_at, headers);
+        Ok(Some(Grant::new(self, i, tok_at)))
+    }
+
+    /// Write key `i`'s `x-ratelimit-*` lines at `at` in `headers` (the lines after `at` are
+    /// this stage's own); returns where the `-tokens` lines start.
+    fn rate_headers(&self, i: u32, now: Instant, at: usize, headers: &mut Vec<u8>) -> usize {
+        headers.truncate(at);
+        if let Some((_, st)) = self.key(i) {
+            if let Some(limit) = st.share.rpm {
+                window_lines(headers, "requests", limit, &st.rpm, now);
+            }
+        }
+        let tok_at = headers.len();
+        self.token_headers(i, now, tok_at, headers);
+        tok_at
+    }
+
+    /// (Re)write key `i`'s `x-ratelimit-*-tokens` lines at `at` in `headers`.
+    pub(crate) fn token_headers(&self, i: u32, now: Instant, at: usize, headers: &mut Vec<u8>) {
+        headers.truncate(at);
+        if let Some((_, st)) = self.key(i) {
+            if let Some(limit) = st.share.tpm {
+                window_lines(headers, "tokens", limit, &st.tpm, now);
+            }
+        }
+    }
+
+    /// Append this shard's key metrics (nothing when keys are off).
+    pub fn render(&self, routes: &RouteTable, shard: usize, out: &mut String) {
+        if !self.ring.checked {
+            return;
+        }
+        let names: Vec<&str> = self.ring.keys.iter().map(|k| &*k.name).collect();
+        self.metrics.render(&names, routes, shard, out);
+    }
+
+    /// Requests key `key` made for route `route` on this shard (tests, benches).
+    pub fn requests(&self, key: u32, route: usize) -> u64 {
+        self.metrics.requests(key, route)
+    }
+}
+
+/// `x-ratelimit-{limit,remaining,reset}-{what}` lines for window `w` with `limit` (numbers
+/// written by hand: `fmt` costs several times more, on every keyed response).
+fn window_lines(out: &mut Vec<u8>, what: &str, limit: u64, w: &Window, now: Instant) {
+    let left = limit.saturating_sub(w.used(now));
+    for (name, v, unit) in [
+        ("limit", limit, ""),
+        ("remaining", left, ""),
+        ("reset", secs_up(w.reset_in(now)), "s"),
+    ] {
+        out.extend_from_slice(b"x-ratelimit-");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'-');
+        out.extend_from_slice(what.as_bytes());
+        out.extend_from_slice(b": ");
+        push_u64(out, v);
+        out.extend_from_slice(unit.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Append `v` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests;

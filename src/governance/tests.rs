@@ -1,0 +1,213 @@
+//! Governance decisions without sockets: identify → admit → check_model → drop.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::Config;
+use crate::http::head::parse;
+use crate::provider::Op;
+
+const HEX_TEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+fn gov(key_extra: &str) -> Governance {
+    let text = format!("[[key]]\nname = \"team-a\"\nkey_sha256 = \"{HEX_TEST}\"\n{key_extra}\n");
+    let cfg = Config::parse(&text).unwrap();
+    Governance::new(Keyring::build(&cfg).unwrap(), 0, 1)
+}
+
+fn fields(body: &[u8]) -> crate::extract::RoutingFields {
+    crate::extract::routing_fields(body).unwrap()
+}
+
+fn caller(g: &Governance, header: &str) -> Caller {
+    let raw = format!("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\n{header}\r\n\r\n");
+    let h = parse(raw.as_bytes(), 4096, 64).unwrap().unwrap();
+    g.identify(&h, raw.as_bytes())
+}
+
+#[test]
+fn keys_off_identifies_nobody_and_admits_everything() {
+    let g = Governance::off();
+    assert_eq!(caller(&g, "X-A: b"), Caller::Open);
+    let mut h = Vec::new();
+    assert!(g
+        .admit(Caller::Open, Gate::Limits, &mut h)
+        .unwrap()
+        .is_none());
+    assert!(h.is_empty());
+}
+
+#[test]
+fn missing_unknown_and_valid_keys() {
+    let g = gov("");
+    assert_eq!(caller(&g, "X-A: b"), Caller::Missing);
+    assert_eq!(caller(&g, "Authorization: Bearer nope"), Caller::Unknown);
+    assert_eq!(caller(&g, "Authorization: Bearer test"), Caller::Key(0));
+    assert_eq!(caller(&g, "x-api-key: test"), Caller::Key(0));
+    let mut h = Vec::new();
+    for c in [Caller::Missing, Caller::Unknown, Caller::Ambiguous] {
+        let e = g.admit(c, Gate::Limits, &mut h).unwrap_err();
+        assert_eq!(e.status(), 401);
+        assert!(!e.message.contains("nope"), "{e}");
+        assert_eq!(g.admit(c, Gate::Key, &mut h).unwrap_err().status(), 401);
+        // health and metrics need nothing
+        assert!(g.admit(c, Gate::Open, &mut h).unwrap().is_none());
+    }
+    assert!(g
+        .admit(Caller::Key(0), Gate::Limits, &mut h)
+        .unwrap()
+        .is_some());
+    assert!(h.is_empty(), "no limits, no rate headers");
+}
+
+#[test]
+fn disabled_and_expired_keys_are_refused_by_name() {
+    let g = gov("enabled = false");
+    let e = g
+        .admit(Caller::Key(0), Gate::Key, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.status(), 401);
+    assert!(e.message.contains("team-a") && e.message.contains("disabled"));
+    let g = gov("expires = 2001-01-01T00:00:00Z");
+    let e = g
+        .admit(Caller::Key(0), Gate::Limits, &mut Vec::new())
+        .unwrap_err();
+    assert!(e.message.contains("expired"), "{e}");
+    let g = gov("expires = 2999-01-01T00:00:00Z");
+    assert!(g
+        .admit(Caller::Key(0), Gate::Limits, &mut Vec::new())
+        .is_ok());
+}
+
+#[test]
+fn rpm_and_in_flight_on_the_head_with_headers() {
+    let g = gov("rpm = 2\nmax_in_flight = 1");
+    let mut h = Vec::new();
+    let first = g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap();
+    let text = String::from_utf8(h.clone()).unwrap();
+    assert!(text.contains("x-ratelimit-limit-requests: 2\r\n"), "{text}");
+    assert!(
+        text.contains("x-ratelimit-remaining-requests: 1\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("x-ratelimit-reset-requests: 60s\r\n"),
+        "{text}"
+    );
+    assert!(!text.contains("tokens"), "{text}");
+    // a second one while the first is in flight
+    h.clear();
+    let e = g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap_err();
+    assert_eq!((e.status(), e.retry_after_secs()), (429, Some(1)));
+    assert!(e.message.contains("in flight"));
+    drop(first);
+    h.clear();
+    drop(g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap());
+    h.clear();
+    let e = g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap_err();
+    assert_eq!(e.status(), 429);
+    assert!(e.message.contains("2 requests per minute"), "{e}");
+    let secs = e.retry_after_secs().unwrap();
+    assert!((59..=60).contains(&secs), "{secs}");
+    let text = String::from_utf8(h).unwrap();
+    assert!(
+        text.contains("x-ratelimit-remaining-requests: 0\r\n"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("x-ratelimit-limit-requests").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(g.metrics.requests(0, 0), 0);
+}
+
+#[test]
+fn model_allow_list_and_tokens_after_the_body() {
+    let g = gov("models = [\"gpt-4o-mini\"]\ntpm = 100");
+    let mut h = Vec::new();
+    let mut grant = g
+        .admit(Caller::Key(0), Gate::Limits, &mut h)
+        .unwrap()
+        .unwrap();
+    let other = fields(br#"{"model":"gpt-4o"}"#);
+    let e = grant
+        .check_model(&other, 0, Op::Generate, 20, &mut h)
+        .unwrap_err();
+    assert_eq!(e.status(), 403);
+    let body = br#"{"model":"gpt-4o-mini","max_tokens":50,"messages":[]}"#; // 13 + 50
+    grant
+        .check_model(&fields(body), 3, Op::Generate, body.len(), &mut h)
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&h)
+            .matches("x-ratelimit-limit-tokens")
+            .count(),
+        1
+    );
+    let text = String::from_utf8(h.clone()).unwrap();
+    let want = 100 - (body.len() as u64 / 4 + 50);
+    assert!(
+        text.contains(&format!("x-ratelimit-remaining-tokens: {want}\r\n")),
+        "{text}"
+    );
+    assert_eq!(g.requests(0, 3), 1);
+    // the answer reported 20 tokens: the reservation shrinks to that when the request ends
+    let mut head = crate::upstream::ResponseHead {
+        status: 200,
+        framing: crate::upstream::RespFraming::Length(0),
+        keep_alive: true,
+        content_type: Vec::new(),
+        forward: b"x-ratelimit-remaining-tokens: 7\r\n".to_vec(),
+    };
+    grant.on_answer(&mut head);
+    assert!(
+        head.forward.is_empty(),
+        "the provider's rate headers are dropped"
+    );
+    grant
+        .usage()
+        .unwrap()
+        .feed(br#"{"usage":{"prompt_tokens":15,"completion_tokens":5,"total_tokens":20}}"#);
+    drop(grant);
+    let (_, st) = g.key(0).unwrap();
+    assert_eq!(st.tpm.used(Instant::now()), 20);
+    // a request over what is left: 429 with the window's reset
+    let mut grant = g
+        .admit(Caller::Key(0), Gate::Limits, &mut h)
+        .unwrap()
+        .unwrap();
+    let big = br#"{"model":"gpt-4o-mini","max_tokens":80}"#;
+    let e = grant
+        .check_model(&fields(big), 3, Op::Generate, big.len(), &mut h)
+        .unwrap_err();
+    assert_eq!(e.status(), 429);
+    assert!(e.retry_after_secs().unwrap() >= 59);
+    drop(grant);
+    // an error answer without usage gives the reservation back
+    let mut grant = g
+        .admit(Caller::Key(0), Gate::Limits, &mut h)
+        .unwrap()
+        .unwrap();
+    let small = br#"{"model":"gpt-4o-mini","max_tokens":10}"#;
+    grant
+        .check_model(&fields(small), 3, Op::Generate, small.len(), &mut h)
+        .unwrap();
+    head.status = 502;
+    grant.on_answer(&mut head);
+    drop(grant);
+    assert_eq!(st.tpm.used(Instant::now() + Duration::from_millis(1)), 20);
+}
+
+#[test]
+fn limits_split_across_shards_sum_to_the_limit() {
+    for limit in [1u64, 2, 5, 60, 1001] {
+        for shards in 1..=8usize {
+            let total: u64 = (0..shards).map(|i| share(limit, i, shards)).sum();
+            assert_eq!(total, limit, "{limit} over {shards}");
+            let max = (0..shards).map(|i| share(limit, i, shards)).max().unwrap();
+            let min = (0..shards).map(|i| share(limit, i, shards)).min().unwrap();
+            assert!(max - min <= 1);
+        }
+    }
+}
