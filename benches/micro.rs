@@ -7,6 +7,8 @@
 //! - passthrough vetting: a ~1 KB non-stream answer validated whole (`vet::json`), one streamed
 //!   chunk's data validated (`vet::sse_events`), a 16 KiB relay chunk under the incremental
 //!   check (`vet::Scan`), each against copying the same bytes (what the relay does anyway)
+//! - governance: the per-request key + limit checks with keys off (the baseline) vs 1,000 keys
+//!   configured (key only; key + rpm/tpm/in-flight windows + model check + reconcile)
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
@@ -239,5 +241,76 @@ fn vetting(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, head, extract, sse, translation, vetting);
+/// The governance stages of one request (identify → admit → check_model → grant dropped), on a
+/// parsed head, with `keys` = 1,000 configured keys; the presented one is the last.
+fn governance(c: &mut Criterion) {
+    use ringgate::config::Config;
+    use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring};
+    use ringgate::provider::Op;
+    let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
+    let build = |limits: &str| {
+        let mut text = String::new();
+        for i in 0..1000 {
+            let hex: String = Digest::of(secret(i).as_bytes())
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            text.push_str(&format!(
+                "[[key]]\nname = \"k{i}\"\nkey_sha256 = \"{hex}\"\nmodels = [\"gpt-*\"]\n{limits}\n"
+            ));
+        }
+        let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}"));
+        Governance::new(Keyring::build(&cfg).unwrap_or_default(), 0, 1)
+    };
+    let raw = String::from_utf8_lossy(HEAD).replace("sk-test-0123456789abcdef", &secret(999));
+    let raw = raw.as_bytes();
+    let Ok(Some(head)) = ringgate::http::head::parse(raw, 16 * 1024, 64) else {
+        return;
+    };
+    let body = chat_body(800);
+    let Ok(fields) = ringgate::extract::routing_fields(&body) else {
+        return;
+    };
+    let mut g = c.benchmark_group("governance");
+    let mut headers = Vec::with_capacity(256);
+    let off = Governance::off();
+    let mut run = |name: &str, gov: &Governance| {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                headers.clear();
+                let caller = gov.identify(black_box(&head), black_box(raw));
+                let grant = gov.admit(caller, Gate::Limits, &mut headers);
+                if let Ok(Some(mut grant)) = grant {
+                    let ok = grant.check_model(
+                        black_box(&fields),
+                        0,
+                        Op::Generate,
+                        body.len(),
+                        &mut headers,
+                    );
+                    black_box(ok.is_ok());
+                }
+            })
+        });
+    };
+    run("keys_off", &off);
+    run("key_1000", &build(""));
+    // limits so high they never refuse: the windows, headers and reconcile run every time
+    run(
+        "key_1000_rpm_tpm_in_flight",
+        &build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000"),
+    );
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    head,
+    extract,
+    sse,
+    translation,
+    vetting,
+    governance
+);
 criterion_main!(benches);
