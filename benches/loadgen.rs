@@ -9,6 +9,8 @@
 //! * With `--baseline URL` requests alternate target/baseline on one arrival process and the
 //!   report includes the added latency (target − baseline) at each percentile.
 //! * SSE-aware for `--stream`: time to the first content token, inter-event gaps, terminal events.
+//! * Optionally results over time (`--timeline MS`) and response-header value counts
+//!   (`--count-header NAME`, e.g. which deployment answered), see `loadgen/timeline.rs`.
 //!
 //! Run with `--help` for all options.
 
@@ -16,6 +18,10 @@
 mod client;
 #[path = "loadgen/proto.rs"]
 mod proto;
+#[path = "loadgen/report.rs"]
+mod report;
+#[path = "loadgen/timeline.rs"]
+mod timeline;
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -26,11 +32,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hdrhistogram::Histogram;
-use serde_json::{json, Value};
-
-use client::{ErrKind, Pool, Shared, Stats, Target};
+use client::{Pool, Shared, Stats, Target};
 use proto::{RequestSpec, Size, Workload};
+use timeline::Timeline;
 
 const USAGE: &str = "\
 ringgate load generator (open loop, coordinated-omission safe)
@@ -64,6 +68,11 @@ LOAD:
   --idle-timeout-ms MS  streams: max gap between reads           [10000]
 OUTPUT:
   --json PATH           write raw results as JSON
+  --timeline MS         also report ok/errors/p50/p99 per MS-wide interval of intended
+                        send time (measured window only)
+  --phase-at SECS       with --timeline: also report merged percentiles per phase of the
+                        window split at these offsets (repeatable, e.g. before/after a fault)
+  --count-header NAME   count the values of this response header per target (repeatable)
   --label TEXT          free-form label copied into the JSON
   --quiet               no human-readable summary
 ENV:
@@ -92,6 +101,9 @@ struct Config {
     json: Option<String>,
     label: Option<String>,
     quiet: bool,
+    timeline_ms: Option<u64>,
+    phases: Vec<f64>,
+    count_headers: Vec<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
@@ -117,6 +129,9 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
         json: None,
         label: None,
         quiet: false,
+        timeline_ms: None,
+        phases: Vec::new(),
+        count_headers: Vec::new(),
     };
     let mut it = args.iter();
     fn val<'a>(it: &mut std::slice::Iter<'a, String>, flag: &str) -> Result<&'a str, String> {
@@ -184,6 +199,9 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
             "--json" => c.json = Some(v(&mut it)?),
             "--label" => c.label = Some(v(&mut it)?),
             "--quiet" => c.quiet = true,
+            "--timeline" => c.timeline_ms = Some(num(&v(&mut it)?, flag)?),
+            "--phase-at" => c.phases.push(num(&v(&mut it)?, flag)?),
+            "--count-header" => c.count_headers.push(v(&mut it)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -201,6 +219,15 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
     }
     if !(c.duration >= 0.0 && c.warmup >= 0.0) {
         return Err("--duration/--warmup must be >= 0".into());
+    }
+    if c.timeline_ms == Some(0) {
+        return Err("--timeline must be > 0 ms".into());
+    }
+    if !c.phases.is_empty() && c.timeline_ms.is_none() {
+        return Err("--phase-at needs --timeline".into());
+    }
+    if c.phases.iter().any(|p| !(p.is_finite() && *p >= 0.0)) {
+        return Err("--phase-at must be >= 0 seconds".into());
     }
     Ok(Some(c))
 }
@@ -370,6 +397,8 @@ fn process_cpu_ns() -> Option<u64> {
 
 struct Run {
     started_unix_ms: u128,
+    /// Start of the measured window (time axis origin of `--timeline`), Unix ms.
+    window_start_unix_ms: u128,
     window: (Instant, Instant),
     elapsed: Duration,
     cpu_busy_pct: Option<f64>,
@@ -465,6 +494,7 @@ fn real_main(cfg: Config) -> Result<(), String> {
         stream: cfg.stream,
         timeout: Duration::from_millis(cfg.timeout_ms),
         idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
+        count_headers: cfg.count_headers.clone(),
     });
     let (mut rt, driver) = build_runtime().map_err(|e| format!("runtime: {e}"))?;
     let run = rt.block_on(async {
@@ -474,9 +504,9 @@ fn real_main(cfg: Config) -> Result<(), String> {
             open_loop(&cfg, &targets, &shared, &ctl).await
         }
     });
-    let report = build_report(&cfg, &targets, &run, driver);
+    let report = report::build_report(&cfg, &targets, &run, driver);
     if !cfg.quiet {
-        print_summary(&report);
+        report::print_summary(&report);
     }
     if let Some(path) = &cfg.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
@@ -502,6 +532,7 @@ async fn open_loop(
         total,
     };
     let window = (sched.at(warm_n), sched.at(total));
+    let window_start_unix_ms = start_timelines(cfg, targets, window.0);
     let tick = Arc::new(Tick {
         waker: Mutex::new(None),
         issued: AtomicU64::new(0),
@@ -570,6 +601,7 @@ async fn open_loop(
     };
     Run {
         started_unix_ms,
+        window_start_unix_ms,
         window,
         elapsed: Instant::now() - sched.t0,
         cpu_busy_pct,
@@ -587,6 +619,7 @@ async fn closed_loop(cfg: &Config, targets: &[Rc<Target>], shared: &Rc<Shared>) 
         measure_start + Duration::from_secs_f64(cfg.duration)
     };
     let window = (measure_start, measure_end);
+    let window_start_unix_ms = start_timelines(cfg, targets, measure_start);
     let started_unix_ms = unix_ms();
     let claimed: Vec<Rc<Cell<u64>>> = targets.iter().map(|_| Rc::new(Cell::new(0))).collect();
     let last_done: Vec<Rc<Cell<Option<Instant>>>> =
@@ -638,10 +671,28 @@ async fn closed_loop(cfg: &Config, targets: &[Rc<Target>], shared: &Rc<Shared>) 
     };
     Run {
         started_unix_ms,
+        window_start_unix_ms,
         window: (measure_start, end),
         elapsed: end - t0,
         cpu_busy_pct,
         last_done: last_done.iter().map(|c| c.get()).collect(),
+    }
+}
+
+/// Give every target a timeline starting at `origin` (with `--timeline`); returns `origin` as
+/// Unix milliseconds, so other tools can place their own events on the same time axis.
+fn start_timelines(cfg: &Config, targets: &[Rc<Target>], origin: Instant) -> u128 {
+    if let Some(ms) = cfg.timeline_ms {
+        for t in targets {
+            t.stats.borrow_mut().timeline = Some(Timeline::new(origin, Duration::from_millis(ms)));
+        }
+    }
+    let now = Instant::now();
+    let now_unix = unix_ms();
+    if origin >= now {
+        now_unix + origin.duration_since(now).as_millis()
+    } else {
+        now_unix.saturating_sub(now.duration_since(origin).as_millis())
     }
 }
 
@@ -650,295 +701,4 @@ fn unix_ms() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0)
-}
-
-const PCTS: [(&str, f64); 6] = [
-    ("p50", 50.0),
-    ("p90", 90.0),
-    ("p99", 99.0),
-    ("p99_9", 99.9),
-    ("p99_99", 99.99),
-    ("max", 100.0),
-];
-
-fn hist_json(h: &Histogram<u64>) -> Value {
-    if h.is_empty() {
-        return json!({ "count": 0 });
-    }
-    let mut m = serde_json::Map::new();
-    m.insert("count".into(), json!(h.len()));
-    m.insert("min".into(), json!(h.min()));
-    m.insert("mean".into(), json!((h.mean() * 10.0).round() / 10.0));
-    m.insert("stdev".into(), json!((h.stdev() * 10.0).round() / 10.0));
-    for (k, q) in PCTS {
-        let v = if q >= 100.0 {
-            h.max()
-        } else {
-            h.value_at_percentile(q)
-        };
-        m.insert(k.into(), json!(v));
-    }
-    let detail: Vec<Value> = [
-        1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99,
-    ]
-    .iter()
-    .map(|&q| json!([q, h.value_at_percentile(q)]))
-    .collect();
-    m.insert("percentiles".into(), Value::Array(detail));
-    Value::Object(m)
-}
-
-fn errors_json(st: &Stats) -> Value {
-    let mut status = serde_json::Map::new();
-    let (mut connect, mut timeout, mut protocol, mut io, mut incomplete) = (0, 0, 0, 0, 0);
-    for (k, &n) in &st.errors {
-        match k {
-            ErrKind::Connect => connect += n,
-            ErrKind::Timeout => timeout += n,
-            ErrKind::Protocol => protocol += n,
-            ErrKind::Io => io += n,
-            ErrKind::IncompleteStream => incomplete += n,
-            ErrKind::Status(c) => {
-                status.insert(c.to_string(), json!(n));
-            }
-        }
-    }
-    json!({
-        "total": st.error_count(),
-        "connect": connect,
-        "timeout": timeout,
-        "status": status,
-        "protocol": protocol,
-        "io": io,
-        "incomplete_stream": incomplete,
-    })
-}
-
-fn build_report(cfg: &Config, targets: &[Rc<Target>], run: &Run, driver: &str) -> Value {
-    let closed = cfg.concurrency.is_some();
-    let n = targets.len() as f64;
-    let per_target = if cfg.split { cfg.rate / n } else { cfg.rate };
-    let window_s = run
-        .window
-        .1
-        .saturating_duration_since(run.window.0)
-        .as_secs_f64();
-    let mut tj = Vec::new();
-    for (i, t) in targets.iter().enumerate() {
-        let st = t.stats.borrow();
-        let pool = t.pool.borrow();
-        let served = if closed {
-            let end = run.last_done[i].unwrap_or(run.window.1);
-            let s = end.saturating_duration_since(run.window.0).as_secs_f64();
-            if s > 0.0 {
-                st.ok as f64 / s
-            } else {
-                0.0
-            }
-        } else if window_s > 0.0 {
-            st.ok_in_window as f64 / window_s
-        } else {
-            0.0
-        };
-        let attempted = st.ok + st.error_count();
-        tj.push(json!({
-            "name": t.name,
-            "url": t.url,
-            "offered_rps": if closed { Value::Null } else { json!(per_target) },
-            "served_rps": (served * 10.0).round() / 10.0,
-            "scheduled": st.scheduled,
-            "completed_ok": st.ok,
-            "completed_ok_in_window": st.ok_in_window,
-            "unfinished": st.scheduled.saturating_sub(attempted),
-            "error_rate": if attempted > 0 { st.error_count() as f64 / attempted as f64 } else { 0.0 },
-            "errors": errors_json(&st),
-            "latency_us": hist_json(&st.latency),
-            "ttfb_us": hist_json(&st.ttfb),
-            "ttft_us": hist_json(&st.ttft),
-            "inter_chunk_us": hist_json(&st.gaps),
-            "send_lag_us": hist_json(&st.send_lag),
-            "connections": { "opened": pool.opened_total, "peak_open": pool.peak_open },
-            "stale_retries": st.stale_retries,
-            "body_bytes_in": st.bytes_in,
-            "warmup": { "ok": st.warmup_ok, "errors": st.warmup_err },
-        }));
-    }
-    let added = if targets.len() == 2 {
-        let (a, b) = (targets[0].stats.borrow(), targets[1].stats.borrow());
-        let diff = |x: &Histogram<u64>, y: &Histogram<u64>| -> Value {
-            if x.is_empty() || y.is_empty() {
-                return Value::Null;
-            }
-            let mut m = serde_json::Map::new();
-            for (k, q) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99_9", 99.9)] {
-                m.insert(
-                    k.into(),
-                    json!(x.value_at_percentile(q) as i64 - y.value_at_percentile(q) as i64),
-                );
-            }
-            m.insert(
-                "mean".into(),
-                json!(((x.mean() - y.mean()) * 10.0).round() / 10.0),
-            );
-            Value::Object(m)
-        };
-        json!({
-            "latency": diff(&a.latency, &b.latency),
-            "ttfb": diff(&a.ttfb, &b.ttfb),
-            "ttft": diff(&a.ttft, &b.ttft),
-            "inter_chunk": diff(&a.gaps, &b.gaps),
-        })
-    } else {
-        Value::Null
-    };
-    // The generator could not keep its own schedule: results are harness-bound.
-    let worst_lag_p99 = targets
-        .iter()
-        .map(|t| t.stats.borrow().send_lag.value_at_percentile(99.0))
-        .max()
-        .unwrap_or(0);
-    let harness_bound =
-        !closed && (worst_lag_p99 > 1_000 || run.cpu_busy_pct.is_some_and(|p| p > 90.0));
-    json!({
-        "tool": "ringgate-loadgen",
-        "schema": 1,
-        "label": cfg.label,
-        "started_unix_ms": run.started_unix_ms as u64,
-        "driver": driver,
-        "mode": if closed { "closed" } else { "open" },
-        "config": {
-            "target": cfg.target,
-            "baseline": cfg.baseline,
-            "workload": cfg.workload.name(),
-            "stream": cfg.stream,
-            "size": cfg.size.name(),
-            "input_tokens": cfg.size.input_tokens(),
-            "output_tokens": cfg.output_tokens.unwrap_or(cfg.size.output_tokens()),
-            "request_bytes": targets[0].request.len(),
-            "model": cfg.model,
-            "headers": cfg.headers,
-            "rate_per_target": if closed { Value::Null } else { json!(per_target) },
-            "rate_total": if closed { Value::Null } else { json!(per_target * n) },
-            "split": cfg.split,
-            "duration_s": cfg.duration,
-            "warmup_s": cfg.warmup,
-            "concurrency": cfg.concurrency,
-            "requests": cfg.requests,
-            "connections_max": cfg.connections,
-            "timeout_ms": cfg.timeout_ms,
-            "idle_timeout_ms": cfg.idle_timeout_ms,
-        },
-        "window_s": (window_s * 1000.0).round() / 1000.0,
-        "elapsed_s": (run.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
-        "loadgen_cpu_pct": run.cpu_busy_pct.map(|p| (p * 10.0).round() / 10.0),
-        "send_lag_p99_us": worst_lag_p99,
-        "harness_bound": harness_bound,
-        "targets": tj,
-        "added_us": added,
-    })
-}
-
-fn ms(v: &Value, k: &str) -> String {
-    match v.get(k).and_then(Value::as_i64) {
-        Some(us) => format!("{:>9.3}", us as f64 / 1000.0),
-        None => format!("{:>9}", "-"),
-    }
-}
-
-fn print_summary(r: &Value) {
-    let c = &r["config"];
-    println!(
-        "ringgate loadgen: {} mode, {} {}{} size={} driver={} window={}s cpu={}%",
-        r["mode"].as_str().unwrap_or("?"),
-        c["workload"].as_str().unwrap_or("?"),
-        if c["stream"].as_bool() == Some(true) {
-            "stream"
-        } else {
-            "non-stream"
-        },
-        match c["concurrency"].as_u64() {
-            Some(n) => format!(" concurrency={n}"),
-            None => format!(" rate={}/s per target", c["rate_per_target"]),
-        },
-        c["size"].as_str().unwrap_or("?"),
-        r["driver"].as_str().unwrap_or("?"),
-        r["window_s"],
-        r["loadgen_cpu_pct"],
-    );
-    println!(
-        "{:<10} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "target", "metric (ms)", "p50", "p90", "p99", "p99.9", "max", "mean", "count"
-    );
-    let targets = r["targets"].as_array().cloned().unwrap_or_default();
-    for t in &targets {
-        let name = t["name"].as_str().unwrap_or("?");
-        for (metric, key) in [
-            ("latency", "latency_us"),
-            ("ttfb", "ttfb_us"),
-            ("ttft", "ttft_us"),
-            ("inter-chunk", "inter_chunk_us"),
-            ("send-lag", "send_lag_us"),
-        ] {
-            let h = &t[key];
-            if h["count"].as_u64().unwrap_or(0) == 0 {
-                continue;
-            }
-            let mean = h["mean"]
-                .as_f64()
-                .map(|m| format!("{:>9.3}", m / 1000.0))
-                .unwrap_or_default();
-            println!(
-                "{:<10} {:<14} {} {} {} {} {} {} {:>9}",
-                name,
-                metric,
-                ms(h, "p50"),
-                ms(h, "p90"),
-                ms(h, "p99"),
-                ms(h, "p99_9"),
-                ms(h, "max"),
-                mean,
-                h["count"]
-            );
-        }
-        let e = &t["errors"];
-        println!(
-            "{:<10} offered={} served={}/s ok={} unfinished={} errors={} (connect={} timeout={} status={} protocol={} io={} incomplete_stream={}) conns opened={} peak={}",
-            name,
-            t["offered_rps"],
-            t["served_rps"],
-            t["completed_ok"],
-            t["unfinished"],
-            e["total"],
-            e["connect"],
-            e["timeout"],
-            e["status"],
-            e["protocol"],
-            e["io"],
-            e["incomplete_stream"],
-            t["connections"]["opened"],
-            t["connections"]["peak_open"],
-        );
-    }
-    if r["harness_bound"].as_bool() == Some(true) {
-        println!(
-            "WARNING: the load generator fell behind its schedule (send-lag p99 {} us, cpu {}%): \
-             results are harness-bound",
-            r["send_lag_p99_us"], r["loadgen_cpu_pct"]
-        );
-    }
-    if let Some(a) = r["added_us"].as_object() {
-        for (k, v) in a {
-            if v.is_null() {
-                continue;
-            }
-            println!(
-                "added {:<12} (ms) p50={} p90={} p99={} p99.9={}",
-                k,
-                ms(v, "p50").trim(),
-                ms(v, "p90").trim(),
-                ms(v, "p99").trim(),
-                ms(v, "p99_9").trim()
-            );
-        }
-    }
 }

@@ -16,6 +16,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 
 use crate::proto::{self, Framing, ProtoError, SseEvent, SseScanner};
+use crate::timeline::{HeaderTally, Timeline};
 
 /// Initial per-connection read buffer; grows when a response needs more.
 const READ_BUF: usize = 8 * 1024;
@@ -202,6 +203,8 @@ pub struct Shared {
     pub stream: bool,
     pub timeout: Duration,
     pub idle_timeout: Duration,
+    /// Response headers whose values are counted (`--count-header`); empty: none.
+    pub count_headers: Vec<String>,
 }
 
 fn hist() -> Histogram<u64> {
@@ -228,6 +231,10 @@ pub struct Stats {
     pub warmup_err: u64,
     pub stale_retries: u64,
     pub bytes_in: u64,
+    /// `--timeline`: outcomes per interval of intended send time.
+    pub timeline: Option<Timeline>,
+    /// `--count-header`: response-header value counts.
+    pub headers: HeaderTally,
 }
 
 impl Default for Stats {
@@ -246,6 +253,8 @@ impl Default for Stats {
             warmup_err: 0,
             stale_retries: 0,
             bytes_in: 0,
+            timeline: None,
+            headers: HeaderTally::default(),
         }
     }
 }
@@ -307,6 +316,9 @@ pub async fn run_request(
             Err(_) => st.warmup_err += 1,
         }
         return;
+    }
+    if let Some(tl) = st.timeline.as_mut() {
+        tl.record(sched, result.as_ref().ok().map(|o| o.done - sched));
     }
     match result {
         Ok(o) => {
@@ -424,6 +436,10 @@ async fn exchange(
             if (100..200).contains(&h.status) {
                 conn.start += h.head_len; // skip interim responses
                 continue;
+            }
+            if measured && !shared.count_headers.is_empty() {
+                let values = proto::header_values(conn.pending(), &shared.count_headers);
+                target.stats.borrow_mut().headers.record(values);
             }
             conn.start += h.head_len;
             break h;

@@ -278,6 +278,25 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, ProtoError> {
     }))
 }
 
+/// The values of the response headers `names` (ASCII case-insensitive; the first occurrence)
+/// in a complete response head at the start of `buf`; `None` where a header is absent.
+pub fn header_values(buf: &[u8], names: &[String]) -> Vec<Option<String>> {
+    let mut headers = [httparse::EMPTY_HEADER; 48];
+    let mut resp = httparse::Response::new(&mut headers);
+    let mut out = vec![None; names.len()];
+    if !matches!(resp.parse(buf), Ok(httparse::Status::Complete(_))) {
+        return out;
+    }
+    for h in resp.headers.iter() {
+        for (slot, name) in out.iter_mut().zip(names) {
+            if slot.is_none() && h.name.eq_ignore_ascii_case(name) {
+                *slot = Some(String::from_utf8_lossy(h.value).trim().to_string());
+            }
+        }
+    }
+    out
+}
+
 fn contains_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&b| b == b',')
