@@ -115,10 +115,11 @@ class Scraper:
             snap = parse_metrics(http_get(self.port, "/metrics"))
         except (OSError, ValueError):
             self.errors += 1
-            return
+            return None
         # Keep the routing series only (the rest of /metrics is not used here).
         snap = {k: v for k, v in snap.items() if k.startswith(ROUTING_SERIES)}
         self.series.append((time.time() * 1000, snap))
+        return snap
 
     def _run(self):
         while not self.stop_ev.wait(SCRAPE_S):
@@ -128,6 +129,7 @@ class Scraper:
         self.stop_ev.set()
         self.th.join()
         self.scrape()
+        self.series.sort(key=lambda e: e[0])
         return self.series
 
 
@@ -249,11 +251,12 @@ def one_run(R, lg, kind, o, opts):
         smp = R.Sampler(gw.pid)
         t_launch = time.time() * 1000
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        kill_unix_ms = None
+        kill_unix_ms, kill_snap = None, None
         if kind == "down":
             # The window starts ~20 ms after the generator's start plus the warm-up.
             at = t_launch + 20 + (o["warmup"] + half) * 1000
             time.sleep(max(0.0, (at - time.time() * 1000) / 1000))
+            kill_snap = scraper.scrape()  # the counters at the kill: "after the kill" is exact
             kill_unix_ms = time.time() * 1000
             os.killpg(b.p.pid, signal.SIGKILL)
             b.p.wait(5)
@@ -267,7 +270,8 @@ def one_run(R, lg, kind, o, opts):
         lgd["_argv"] = " ".join(argv)
         rec.update({"loadgen": lgd, "gateway_proc": res, "gateway_alive": gw.alive(),
                     "scrapes": series, "scrape_errors": scraper.errors,
-                    "kill_unix_ms": kill_unix_ms, "loadavg_after": loadavg(),
+                    "kill_unix_ms": kill_unix_ms, "kill_snapshot": kill_snap,
+                    "loadavg_after": loadavg(),
                     "cgroup": cg.stats() if cg else {"available": False}})
     finally:
         for proc in (gw, a, b, d):
@@ -299,17 +303,25 @@ def routing_counts(rec):
         out[f"breaker_opens_{name}"] = round(window(
             lambda s, lb=label: msum(s, "ringgate_breaker_opens_total", deployment=lb)))
         last = series[-1][1] if series else {}
+        reasons = by_label(last, "ringgate_upstream_failures_total", "reason", deployment=label)
+        out[f"failures_{name}_by_reason"] = {
+            r: round(window(lambda s, lb=label, rr=r: msum(
+                s, "ringgate_upstream_failures_total", deployment=lb, reason=rr)))
+            for r in reasons}
         out[f"failures_{name}_by_reason_total"] = by_label(
             last, "ringgate_upstream_failures_total", "reason", deployment=label)
         out[f"attempts_{name}_total"] = msum(last, "ringgate_upstream_attempts_total",
                                              deployment=label)
-    if rec.get("kill_unix_ms"):
-        k = rec["kill_unix_ms"]
+    if rec.get("kill_snapshot") is not None and series:
+        # Scraped synchronously just before the SIGKILL.
         for what, name in (("attempts", "ringgate_upstream_attempts_total"),
                            ("failures", "ringgate_upstream_failures_total")):
-            out[f"{what}_b_after_kill"] = round(max(0.0, interp(series, float("inf"), (
-                lambda s, n=name: msum(s, n, deployment=dep["b"]))) - interp(series, k, (
-                    lambda s, n=name: msum(s, n, deployment=dep["b"])))))
+            out[f"{what}_b_after_kill"] = round(
+                msum(series[-1][1], name, deployment=dep["b"])
+                - msum(rec["kill_snapshot"], name, deployment=dep["b"]))
+        out["breaker_opens_b_after_kill"] = round(
+            msum(series[-1][1], "ringgate_breaker_opens_total", deployment=dep["b"])
+            - msum(rec["kill_snapshot"], "ringgate_breaker_opens_total", deployment=dep["b"]))
     last = series[-1][1] if series else {}
     out["retries"] = round(window(lambda s: msum(s, "ringgate_retries_total", model=MODEL)))
     out["retries_by_reason_total"] = by_label(last, "ringgate_retries_total", "reason",
@@ -470,23 +482,26 @@ def md_report(R, env, o, sums, runs):
                         + [", ".join(f"{k}: {v:,}" for k, v in sorted(prov.items())),
                            ", ".join(f"{k}: {v:,}" for k, v in sorted(att.items()))])
             continue
-        reasons = r["failures_b_by_reason_total"]
+        reasons = r.get("failures_b_by_reason", r["failures_b_by_reason_total"])
         rows.append([s["run"], f"{r['attempts_a']:,}", f"{r['attempts_b']:,}",
                      f"{r['failures_b']:,}",
-                     ", ".join(f"{k}: {int(v):,}" for k, v in sorted(reasons.items())) or "-",
+                     ", ".join(f"{k}: {int(v):,}" for k, v in sorted(reasons.items()) if v)
+                     or "-",
                      f"{r['retries']:,}", r["breaker_opens_b"], f"{r['upstream_retry_once']:,}",
                      ", ".join(f"{k}: {v:,}" for k, v in sorted(prov.items())),
                      ", ".join(f"{k}: {v:,}" for k, v in sorted(att.items()))])
     lines.append(R.md_table(["run", "attempts → a", "attempts → b (reached b)", "b failed",
-                             "b failures by reason (whole run)", "retries",
+                             "b failures by reason", "retries",
                              "b breaker opens", "upstream retry-once", "answered by",
                              "attempts header"], rows))
     kills = [s for s in sums if s.get("kill_at_s") is not None]
     for s in kills:
         r = s["routing"]
         lines += ["", f"`{s['run']}`: `b` was killed at {s['kill_at_s']:.3f} s into the window; "
-                  + (f"after that {r['attempts_b_after_kill']:,} attempts reached it and "
-                     f"{r['failures_b_after_kill']:,} failed." if "attempts_b_after_kill" in r
+                  + (f"after that {r['attempts_b_after_kill']:,} attempts reached it, "
+                     f"{r['failures_b_after_kill']:,} failed, its breaker opened "
+                     f"{r['breaker_opens_b_after_kill']} times (counters scraped just before "
+                     "the kill and after the run)." if "attempts_b_after_kill" in r
                      else "routing series n/a.")]
     return "\n".join(lines) + "\n"
 
@@ -587,6 +602,8 @@ def smoke_verdict(R, sums):
 
 
 def run_s8(R, lg, opts, env):
+    if opts.get("render_only"):
+        return render_only(R, opts)
     o = {
         "rate": opts.get("rate") or 2000,
         "duration": opts["duration"] if opts.get("duration_set") else 20.0,
@@ -626,10 +643,26 @@ def run_s8(R, lg, opts, env):
               f"{R.fms(g['latency_us'].get('p99'), 3)} ms added p99 vs direct "
               f"{R.fms(R.added(rec['loadgen'], 'latency', 'p99'), 3)} ms "
               f"loadavg {rec['loadavg_before']}")
+    if opts.get("smoke"):
+        healthy = next((r for r in runs if r["run"] == "healthy"), None)
+        return smoke_verdict(R, [summarize(r, healthy) for r in runs])
+    return publish(R, env, o, runs, discarded, opts)
+
+
+def render_only(R, opts):
+    """Rewrite s8-chaos.{md,svg} (and the JSON's derived fields) from the raw runs already in
+    bench-results/s8-chaos.json: no measurement, the recorded environment is kept."""
+    name = "s8-chaos" + (f"-{opts['tag']}" if opts.get("tag") else "")
+    old = R.load_result(name)
+    if not old or not old.get("runs"):
+        raise R.HarnessError(f"no raw runs in bench-results/{name}.json to render")
+    env = old["environment"]
+    return publish(R, env, old["options"], old["runs"], old.get("discarded_runs") or [], opts)
+
+
+def publish(R, env, o, runs, discarded, opts):
     healthy = next((r for r in runs if r["run"] == "healthy"), None)
     sums = [summarize(r, healthy) for r in runs]
-    if opts.get("smoke"):
-        return smoke_verdict(R, sums)
     name = "s8-chaos"
     base = name + (f"-{opts['tag']}" if opts.get("tag") else "")
     svg = chart(R, env, o, runs, sums, os.path.join(R.RESULTS, base + ".svg"))
