@@ -621,7 +621,10 @@ def run_s8(R, lg, opts, env):
     kinds = [k for k in RUNS if k in (opts.get("runs") or RUNS)]
     if opts.get("smoke"):
         # A few seconds, nothing written: the failure paths must keep clients error-free.
-        o.update({"rate": opts.get("rate") or 200, "duration": 2.0, "warmup": 0.5})
+        # Weighted in both runs: p2c may keep b out for the whole short window, and then the
+        # failure paths would not run at all.
+        o.update({"rate": opts.get("rate") or 200, "duration": 2.0, "warmup": 0.5,
+                  "lb": "weighted"})
         kinds = ["faults-weighted", "down"]
     env["loadavg_before"] = loadavg()
     env["uptime"] = R.sh(["uptime"])
