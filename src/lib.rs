@@ -26,6 +26,7 @@
 pub mod admit;
 pub mod bridge;
 pub mod config;
+pub mod date;
 pub mod error;
 pub mod extract;
 pub mod forward;

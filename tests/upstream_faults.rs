@@ -19,33 +19,6 @@ fn each_driver(f: impl Fn(&str)) {
     }
 }
 
-/// Read one request (head + Content-Length body) from `s`. None: the peer closed.
-fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match s.read(&mut tmp) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let cl: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    while buf.len() < head_end + cl {
-        match s.read(&mut tmp) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-        }
-    }
-    Some(buf)
-}
-
 /// A raw fake upstream: every accepted connection is served on its own thread; for each
 /// request read, `answer(stream, n)` (n counts requests across connections, from 1) writes
 /// whatever it likes and returns whether to keep the connection open.

@@ -112,7 +112,7 @@ fn unix_seconds(dt: &toml::value::Datetime) -> Result<i64, String> {
             "expires {dt}: needs a date, a time and an offset (e.g. 2026-01-31T23:59:59Z)"
         ));
     };
-    let days = days_from_civil(
+    let days = crate::date::days_from_civil(
         i64::from(date.year),
         i64::from(date.month),
         i64::from(date.day),
@@ -126,17 +126,6 @@ fn unix_seconds(dt: &toml::value::Datetime) -> Result<i64, String> {
         toml::value::Offset::Custom { minutes } => i64::from(minutes) * 60,
     };
     Ok(secs - off)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 type Sink<'e> = dyn FnMut(Range<usize>, String) + 'e;
@@ -370,8 +359,8 @@ mod tests {
 
     #[test]
     fn civil_days_and_offsets() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(crate::date::days_from_civil(1970, 1, 1), 0);
+        assert_eq!(crate::date::days_from_civil(2000, 3, 1), 11_017);
         let k = |v: &str| {
             let text = format!(
                 "[[key]]\nname=\"a\"\nkey_sha256=\"{}\"\nexpires={v}\n",

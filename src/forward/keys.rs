@@ -176,19 +176,8 @@ fn parse_imf_fixdate(s: &str) -> Option<SystemTime> {
     if !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 || year < 1970 {
         return None;
     }
-    let days = u64::try_from(days_from_civil(year, month, day as i64)).ok()?;
+    let days = u64::try_from(crate::date::days_from_civil(year, month, day as i64)).ok()?;
     Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3_600 + m * 60 + sec))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -267,6 +256,6 @@ mod tests {
             assert_eq!(parse_retry_after(v.as_bytes(), now), want, "{v:?}");
         }
         assert_eq!(parse_retry_after(b"", now), None);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(crate::date::days_from_civil(2000, 3, 1), 11_017);
     }
 }
