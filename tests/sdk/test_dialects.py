@@ -3,7 +3,9 @@ the anthropic SDK against an openai-kind upstream, the openai SDK (Chat and Resp
 against an anthropic-kind upstream, Gemini upstreams, and the same-dialect passthroughs.
 Content, tool name/arguments, stop reasons and usage are asserted exactly."""
 
+import base64
 import json
+import struct
 
 import anthropic
 import openai
@@ -202,6 +204,23 @@ def test_openai_responses_stream_tool_call(multi, model):
 def test_embeddings_passthrough(multi):
     r = oa(multi).embeddings.create(model="gpt-4o-mini", input=["a", "b"])
     assert len(r.data) == 2 and len(r.data[0].embedding) > 0
+
+
+def test_embeddings_base64_decodes_to_the_float_vectors(multi):
+    """The SDK asks for base64 when no format is given (openai-node and LangChain JS too) and
+    decodes little-endian f32s: the result must equal the float answer (to f32 precision)."""
+    c = oa(multi)
+    floats = c.embeddings.create(model="gpt-4o-mini", input=["a", "b"], encoding_format="float")
+    b64 = c.embeddings.create(model="gpt-4o-mini", input=["a", "b"], encoding_format="base64")
+    default = c.embeddings.create(model="gpt-4o-mini", input=["a", "b"])
+    # asked for explicitly, the SDK hands the string over as is
+    decoded = [list(struct.unpack("<8f", base64.b64decode(d.embedding))) for d in b64.data]
+    # asked for by the SDK itself, it decodes
+    assert len(default.data) == 2
+    for f, g, d in zip(floats.data, decoded, default.data):
+        assert len(f.embedding) == 8
+        assert g == pytest.approx(f.embedding, rel=1e-6, abs=1e-7)
+        assert d.embedding == pytest.approx(f.embedding, rel=1e-6, abs=1e-7)
 
 
 # ---------- Azure deployments ----------
