@@ -272,6 +272,13 @@ fn governance(c: &mut Criterion) {
     let Ok(fields) = ringgate::extract::routing_fields(&body) else {
         return;
     };
+    let routes = ringgate::route::RouteTable::build(
+        &Config::parse("[[provider]]\nname = \"p\"\nkind = \"mock\"\n[[model]]\nname = \"gpt-*\"\nprovider = \"p\"\n")
+            .unwrap_or_else(|e| panic!("{e:?}")),
+    );
+    let Some(route) = routes.route(0) else {
+        return;
+    };
     let mut g = c.benchmark_group("governance");
     let mut headers = Vec::with_capacity(256);
     let off = Governance::off();
@@ -284,7 +291,7 @@ fn governance(c: &mut Criterion) {
                 if let Ok(Some(mut grant)) = grant {
                     let ok = grant.check_model(
                         black_box(&fields),
-                        0,
+                        route,
                         Op::Generate,
                         body.len(),
                         &mut headers,

@@ -8,6 +8,7 @@
 
 use crate::admit::Permit;
 use crate::error::{Error, ErrorShape, Kind};
+use crate::governance::usage::UsageScan;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::outcome::{gone, Outcome};
@@ -32,7 +33,8 @@ pub fn shape(client: Dialect) -> ErrorShape {
 }
 
 /// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
-/// error bodies, whole answers, or SSE event by event.
+/// error bodies, whole answers, or SSE event by event. `usage`, when given, gets the usage the
+/// translator read from the answer (a keyed request's tokens).
 #[allow(clippy::too_many_arguments)]
 pub async fn translated(
     conn: &mut ClientConn,
@@ -44,6 +46,7 @@ pub async fn translated(
     (client_model, stream_requested, include_usage): (&str, bool, bool),
     keep_alive: bool,
     permit: &Permit,
+    usage: Option<&mut UsageScan>,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = shape(client);
@@ -92,8 +95,12 @@ pub async fn translated(
                 }
             }
         }
-        let out = translate::response_to_chat(up, &raw)
-            .and_then(|chat| translate::chat_to_response(client, &chat, client_model));
+        let out = translate::response_to_chat(up, &raw).and_then(|chat| {
+            if let Some(u) = usage {
+                give(u, translate::chat_usage(&chat));
+            }
+            translate::chat_to_response(client, &chat, client_model)
+        });
         drop(raw);
         return match out {
             Ok(out) => {
@@ -126,18 +133,23 @@ pub async fn translated(
         Ok(b) => b,
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
-    stream(
-        conn,
-        shard,
-        ex,
-        (pname, up),
-        client,
-        client_model,
-        include_usage,
-        keep_alive,
-        &mut rb,
-    )
-    .await
+    let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
+    let outcome = stream(conn, shard, ex, (pname, up), &mut tr, keep_alive, &mut rb).await;
+    // What the upstream reported, however the stream ended.
+    if let Some(u) = usage {
+        give(u, tr.usage());
+    }
+    outcome
+}
+
+/// Hand a translator's usage to the request's usage record (nothing when none was reported).
+fn give(to: &mut UsageScan, u: translate::Usage) {
+    if !u.is_empty() {
+        to.set(
+            u.prompt_tokens.unwrap_or(0),
+            u.completion_tokens.unwrap_or(0),
+        );
+    }
 }
 
 /// Relay an upstream SSE stream, translated event by event and flushed per upstream read.
@@ -146,15 +158,12 @@ pub async fn translated(
 /// discarded, as the SSE rules say), a malformed or oversized event, the drain's end — ends
 /// with the client dialect's error event (last: no terminal events claim a normal end after it)
 /// and a proper chunked end.
-#[allow(clippy::too_many_arguments)]
 async fn stream(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
     (provider, up): (&str, Dialect),
-    client: Dialect,
-    client_model: &str,
-    include_usage: bool,
+    tr: &mut StreamTranslator,
     keep_alive: bool,
     rb: &mut relay::StreamBuf,
 ) -> Outcome {
@@ -171,7 +180,6 @@ async fn stream(
         None => return gone(shard, 200),
     }
     let mut decoder = SseDecoder::new();
-    let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
     let limit = rb.limit;
     let piece = &mut rb.buf;
     let mut events = Vec::with_capacity(16 * 1024);

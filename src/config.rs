@@ -220,10 +220,10 @@ pub struct ModelConfig {
     pub timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub first_byte_timeout_ms: Option<Spanned<u64>>,
-    /// USD per 1M input tokens (accepted; spend is not metered yet).
+    /// USD per 1M input tokens: keyed requests' spend (a deployment's own price wins).
     #[serde(default)]
     pub price_input_per_mtok: Option<f64>,
-    /// USD per 1M output tokens (accepted; spend is not metered yet).
+    /// USD per 1M output tokens (a deployment's own price wins).
     #[serde(default)]
     pub price_output_per_mtok: Option<f64>,
 }

@@ -1,7 +1,7 @@
 //! Calendar arithmetic for the few dates the gateway parses: key expiry (RFC 3339, in the
 //! config) and `Retry-After` as an HTTP date (from upstreams).
 //!
-//! Owns: `days_from_civil`. Must not: read clocks or parse date strings (callers do).
+//! Owns: `days_from_civil` and its inverse `civil_from_days`. Must not: read clocks or parse date strings (callers do).
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -14,6 +14,20 @@ pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -23,5 +37,8 @@ mod tests {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
         assert_eq!(days_from_civil(1969, 12, 31), -1);
+        for (y, m, d) in [(1970, 1, 1), (2000, 2, 29), (2024, 12, 31), (1969, 12, 31)] {
+            assert_eq!(civil_from_days(days_from_civil(y, m, d)), (y, m, d));
+        }
     }
 }

@@ -46,6 +46,9 @@ pub enum Kind {
     Overloaded,
     /// Every deployment's provider keys are cooling down after 429s (429 + Retry-After).
     RateLimited,
+    /// The virtual key spent its budget for the period (429, OpenAI `insufficient_quota`,
+    /// Anthropic `billing_error`).
+    BudgetExceeded,
     /// Could not connect to the upstream (502).
     UpstreamConnect,
     /// Upstream timed out (504).
@@ -174,7 +177,7 @@ impl Error {
             Kind::NotImplemented => 501,
             Kind::UpstreamConnect | Kind::UpstreamProtocol => 502,
             Kind::Overloaded => 503,
-            Kind::RateLimited => 429,
+            Kind::RateLimited | Kind::BudgetExceeded => 429,
             Kind::UpstreamTimeout => 504,
             Kind::Internal => 500,
         }
@@ -197,7 +200,9 @@ impl Error {
             Kind::UpstreamConnect | Kind::UpstreamTimeout | Kind::UpstreamProtocol => {
                 Side::Upstream
             }
-            Kind::Overloaded | Kind::RateLimited | Kind::Internal => Side::Internal,
+            Kind::Overloaded | Kind::RateLimited | Kind::BudgetExceeded | Kind::Internal => {
+                Side::Internal
+            }
         }
     }
 
@@ -218,6 +223,7 @@ impl Error {
         match (shape, self.kind) {
             (ErrorShape::OpenAi, Kind::Overloaded) => "server_error",
             (ErrorShape::OpenAi, Kind::RateLimited) => "rate_limit_error",
+            (ErrorShape::OpenAi, Kind::BudgetExceeded) => "insufficient_quota",
             (ErrorShape::OpenAi, k) if self.side() == Side::Client => match k {
                 Kind::NotFound | Kind::UnknownModel => "not_found_error",
                 _ => "invalid_request_error",
@@ -231,6 +237,7 @@ impl Error {
             }
             (ErrorShape::Anthropic, Kind::Overloaded) => "overloaded_error",
             (ErrorShape::Anthropic, Kind::RateLimited) => "rate_limit_error",
+            (ErrorShape::Anthropic, Kind::BudgetExceeded) => "billing_error",
             (ErrorShape::Anthropic, Kind::NotFound | Kind::UnknownModel) => "not_found_error",
             (ErrorShape::Anthropic, Kind::BodyTooLarge) => "request_too_large",
             (ErrorShape::Anthropic, Kind::Forbidden | Kind::ModelNotAllowed) => "permission_error",
@@ -258,6 +265,7 @@ impl Error {
             Kind::NotImplemented => "not_implemented",
             Kind::Overloaded => "overloaded",
             Kind::RateLimited => "rate_limited",
+            Kind::BudgetExceeded => "insufficient_quota",
             Kind::UpstreamConnect => "upstream_connect_error",
             Kind::UpstreamTimeout => "upstream_timeout",
             Kind::UpstreamProtocol => "upstream_protocol_error",
@@ -368,6 +376,13 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
         assert_eq!(v["error"]["type"], "permission_error");
         assert!(!e.closes_connection());
+        let e = Error::new(Kind::BudgetExceeded, "spent");
+        assert_eq!(e.status(), 429);
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
+        assert_eq!(v["error"]["type"], "insufficient_quota");
+        assert_eq!(v["error"]["code"], "insufficient_quota");
+        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
+        assert_eq!(v["error"]["type"], "billing_error");
     }
 
     #[test]

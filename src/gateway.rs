@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::forward::ForwardState;
-use crate::governance::{self, Governance, Keyring};
+use crate::governance::{self, Governance, Keyring, SpendBook};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::metrics::{MetricsHub, ShardMetrics};
@@ -29,6 +29,8 @@ pub struct Running {
     pub addr: SocketAddr,
     pub shards: usize,
     pub shutdown: Shutdown,
+    /// The process-wide usage and spend ledger (per key × model), shared by every shard.
+    pub spend: Arc<SpendBook>,
     handles: Vec<JoinHandle<()>>,
 }
 
@@ -47,6 +49,12 @@ impl Running {
 }
 
 pub fn start(cfg: Config) -> io::Result<Running> {
+    start_with_spend(cfg, Arc::new(SpendBook::new()))
+}
+
+/// `start`, recording usage and spend in `spend` (e.g. a ledger restored from the state store
+/// before traffic).
+pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Running> {
     let addr = cfg
         .listen_addr()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -84,6 +92,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
     let hub = MetricsHub::new(n);
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
+    let book = spend.clone();
     let handles = shard::spawn(
         listeners,
         driver,
@@ -94,9 +103,12 @@ pub fn start(cfg: Config) -> io::Result<Running> {
             let sd = sd.clone();
             let hub = hub.clone();
             let governance = Governance::new(keyring.clone(), id, n);
+            let book = book.clone();
             async move {
                 let s = &cfg.server;
                 let routes = RouteTable::build(&cfg);
+                let governance = governance.with_spend(&book, &routes);
+                drop(book);
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
                 let forward = ForwardState::new(&routes, 0x9e37_79b9_7f4a_7c15 ^ id as u64);
                 let shard = Rc::new(Shard {
@@ -137,6 +149,7 @@ pub fn start(cfg: Config) -> io::Result<Running> {
         addr: bound,
         shards: n,
         shutdown,
+        spend,
         handles,
     })
 }

@@ -316,7 +316,7 @@ async fn serve(
         .ok_or_else(|| unknown_model(&fields.model))?;
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
-        g.check_model(&fields, route.index, op, body.len(), &mut conn.resp_headers)?;
+        g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
     }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall

@@ -18,7 +18,8 @@ use crate::translate::Dialect;
 use crate::{bridge, relay};
 
 /// Write the answer of `opened` to the client in `client`'s dialect. A keyed request's `grant`
-/// learns the answer's status and reads the usage of relayed answers.
+/// learns the answer's status and who answered, and gets the answer's usage (scanned from
+/// relayed bytes, or handed over by the translator).
 #[allow(clippy::too_many_arguments)]
 pub async fn respond(
     conn: &mut ClientConn,
@@ -30,10 +31,15 @@ pub async fn respond(
     permit: &Permit,
     mut grant: Option<&mut Grant<'_>>,
 ) -> Outcome {
+    let by = opened.answered_by();
+    let answer_dialect = match opened.mode {
+        Mode::Passthrough => client,
+        Mode::Translate { up, .. } => up,
+    };
     if let Some(g) = grant.as_deref_mut() {
-        g.on_answer(&mut opened.ex.head);
+        g.on_answer(&mut opened.ex.head, by, answer_dialect);
     }
-    let usage = grant.and_then(|g| g.usage());
+    let usage = grant.map(|g| g.usage());
     let provider = opened.provider;
     let ex = &mut opened.ex;
     match opened.mode {
@@ -44,7 +50,7 @@ pub async fn respond(
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);
             bridge::translated(
-                conn, shard, ex, provider, up, client, want, keep_alive, permit,
+                conn, shard, ex, provider, up, client, want, keep_alive, permit, usage,
             )
             .await
         }

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use crate::config::Config;
 use crate::error::push_json_str;
 use crate::forward::policy::{Fallback, Policy};
+use crate::governance::Price;
 use crate::mock::Profile;
 use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
@@ -70,6 +71,8 @@ pub struct Deployment {
     pub weight: u32,
     /// `provider/upstream_model` (or `provider/<model name>`): the metrics label.
     pub label: String,
+    /// What its tokens cost (its own `price_*_per_mtok`, else the model's; free without).
+    pub price: Price,
 }
 
 impl Deployment {
@@ -95,6 +98,8 @@ pub struct Route {
     /// Every model this one falls back to, transitively: breadth-first from
     /// `policy.fallbacks`, each model once, never this one.
     pub chain: Vec<Fallback>,
+    /// The model's own price (answers the gateway gives itself; deployments carry theirs).
+    pub price: Price,
 }
 
 #[derive(Debug, Default)]
@@ -126,11 +131,13 @@ impl RouteTable {
                     let provider = by_name.get(d.provider.get_ref().as_str())?.clone();
                     let upstream_model = d.upstream_model.filter(|u| u != name).map(String::from);
                     let label = format!("{}/{}", provider.name, d.upstream_model.unwrap_or(name));
+                    let (pi, po) = d.price_per_mtok;
                     Some(Deployment {
                         provider,
                         upstream_model,
                         weight: d.weight,
                         label,
+                        price: Price::per_mtok(pi, po).unwrap_or_default(),
                     })
                 })
                 .collect();
@@ -147,6 +154,8 @@ impl RouteTable {
                 deployments,
                 policy: cfg.policy(m),
                 chain: Vec::new(),
+                price: Price::per_mtok(m.price_input_per_mtok, m.price_output_per_mtok)
+                    .unwrap_or_default(),
             });
             match name.strip_suffix('*') {
                 Some(prefix) => table.prefixes.push((prefix.to_string(), index)),

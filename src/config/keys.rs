@@ -47,10 +47,12 @@ pub struct KeyConfig {
     /// Requests of this key in flight at once.
     #[serde(default)]
     pub max_in_flight: Option<Spanned<u64>>,
-    /// Spend limit in USD per `budget_period` (parsed and checked; not enforced yet).
+    /// Spend limit in USD per `budget_period`: once spent, the key's requests get 429
+    /// `insufficient_quota` until the next period.
     #[serde(default)]
     pub budget_usd: Option<Spanned<f64>>,
-    /// `day` | `month` | `total`.
+    /// `day` | `month` | `total` (UTC calendar periods; default `total`): the budget's period
+    /// and the period of the key's ledger rows.
     #[serde(default)]
     pub budget_period: Option<Spanned<String>>,
     /// RFC 3339 instant with an offset (a TOML datetime or a string); after it the key is
@@ -182,15 +184,21 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
         validate_key(cfg, i, k, err);
     }
     for m in &cfg.models {
-        for (what, p) in [
-            ("price_input_per_mtok", m.price_input_per_mtok),
-            ("price_output_per_mtok", m.price_output_per_mtok),
-        ] {
-            if p.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
-                err(
-                    m.name.span(),
-                    format!("model {:?}: {what} must be a number >= 0", m.name.get_ref()),
-                );
+        let deployments = m.deployments.iter().flat_map(|d| d.get_ref().iter());
+        let prices = [(m.price_input_per_mtok, m.price_output_per_mtok)]
+            .into_iter()
+            .chain(deployments.map(|d| (d.price_input_per_mtok, d.price_output_per_mtok)));
+        for (input, output) in prices {
+            for (what, p) in [
+                ("price_input_per_mtok", input),
+                ("price_output_per_mtok", output),
+            ] {
+                if p.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
+                    err(
+                        m.name.span(),
+                        format!("model {:?}: {what} must be a number >= 0", m.name.get_ref()),
+                    );
+                }
             }
         }
     }
@@ -307,7 +315,7 @@ pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
 }
 
 /// Non-fatal findings for `ringgate check` and the start-up log: keys whose env var is unset,
-/// short secrets, limits smaller than the shard count (split per shard), budgets not enforced.
+/// short secrets, limits smaller than the shard count (split per shard), budgets with no prices.
 pub fn warnings(cfg: &Config, shards: usize) -> Vec<String> {
     let mut w = Vec::new();
     if auth_mode(cfg) == AuthMode::None && !cfg.keys.is_empty() {
@@ -344,9 +352,9 @@ pub fn warnings(cfg: &Config, shards: usize) -> Vec<String> {
                 }
             }
         }
-        if k.budget_usd.is_some() {
+        if k.budget_usd.is_some() && !cfg.models.iter().any(|m| m.has_price()) {
             w.push(format!(
-                "{who}: budget_usd is not enforced yet (only rpm, tpm and max_in_flight are)"
+                "{who}: budget_usd is set but no model has a price (price_input_per_mtok, price_output_per_mtok): nothing is ever spent"
             ));
         }
     }

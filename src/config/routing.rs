@@ -78,6 +78,12 @@ pub struct DeploymentConfig {
     /// Share of traffic relative to the other deployments (default 1, must be > 0).
     #[serde(default = "one")]
     pub weight: Spanned<i64>,
+    /// USD per 1M input tokens on this deployment (wins over the model's, field by field).
+    #[serde(default)]
+    pub price_input_per_mtok: Option<f64>,
+    /// USD per 1M output tokens on this deployment (wins over the model's, field by field).
+    #[serde(default)]
+    pub price_output_per_mtok: Option<f64>,
 }
 
 /// One `api_keys` entry of a provider: `{ env, weight }`.
@@ -100,9 +106,20 @@ pub struct DeploymentRef<'a> {
     pub provider: &'a Spanned<String>,
     pub upstream_model: Option<&'a str>,
     pub weight: u32,
+    /// USD per 1M (input, output) tokens: the deployment's own, else the model's.
+    pub price_per_mtok: (Option<f64>, Option<f64>),
 }
 
 impl ModelConfig {
+    /// Whether the model or one of its deployments has a price.
+    pub fn has_price(&self) -> bool {
+        self.deployment_refs()
+            .iter()
+            .any(|d| d.price_per_mtok.0.is_some() || d.price_per_mtok.1.is_some())
+            || self.price_input_per_mtok.is_some()
+            || self.price_output_per_mtok.is_some()
+    }
+
     /// The model's deployments: `deployments`, or the shorthand's one (weight 1).
     pub fn deployment_refs(&self) -> Vec<DeploymentRef<'_>> {
         if let Some(ds) = &self.deployments {
@@ -113,6 +130,10 @@ impl ModelConfig {
                     provider: &d.provider,
                     upstream_model: d.upstream_model.as_deref(),
                     weight: u32::try_from(*d.weight.get_ref()).unwrap_or(1).max(1),
+                    price_per_mtok: (
+                        d.price_input_per_mtok.or(self.price_input_per_mtok),
+                        d.price_output_per_mtok.or(self.price_output_per_mtok),
+                    ),
                 })
                 .collect();
         }
@@ -122,6 +143,7 @@ impl ModelConfig {
                 provider: p,
                 upstream_model: self.upstream_model.as_deref(),
                 weight: 1,
+                price_per_mtok: (self.price_input_per_mtok, self.price_output_per_mtok),
             })
             .collect()
     }

@@ -48,6 +48,14 @@ pub struct Opened<'s> {
     _candidate: Option<Candidate<'s>>,
 }
 
+impl<'s> Opened<'s> {
+    /// The model (requested or fallback) and deployment whose answer this is (`None` for an
+    /// answer relayed after the attempts gave up).
+    pub fn answered_by(&self) -> Option<(&'s Route, &'s crate::route::Deployment)> {
+        self._candidate.as_ref().map(|c| (c.route, c.deployment))
+    }
+}
+
 /// What the attempts of one request did, for the client's `x-ringgate-provider` and
 /// `x-ringgate-attempts` headers (filled whether or not an answer came).
 #[derive(Debug, Default)]

@@ -1,18 +1,22 @@
 //! One admitted keyed request: it holds its key's in-flight slot and its token reservation
 //! until it ends, however it ends (`Drop`), and then reconciles the reservation with the usage
-//! the answer reported.
+//! the answer reported and records that usage (tokens, spend at the answering deployment's
+//! price) in the key's metrics and ledger.
 //!
 //! Owns: `Grant` — the model check and TPM reservation after the body is read, the rate-limit
-//! header lines, the reconciliation. Must not: do IO or outlive its request.
+//! header lines, the reconciliation and the usage record. Must not: do IO or outlive its
+//! request.
 
 use std::time::Instant;
 
 use super::metrics::Reason;
+use super::spend::Price;
 use super::usage::UsageScan;
 use super::Governance;
 use crate::error::{Error, Kind};
 use crate::extract::RoutingFields;
 use crate::provider::Op;
+use crate::route::{Deployment, Route};
 use crate::upstream::ResponseHead;
 
 #[derive(Debug)]
@@ -24,10 +28,14 @@ pub struct Grant<'g> {
     pub(super) tok_at: usize,
     /// (window generation, tokens) reserved against `tpm`.
     reserved: Option<(u32, u64)>,
-    /// Reads the answer's usage (only when a reservation is to be reconciled).
-    usage: Option<UsageScan>,
+    /// Reads the answer's usage.
+    usage: UsageScan,
     /// Status of the upstream answer, once its head arrived.
     answered: Option<u16>,
+    /// The model (route index) the client asked for, and its own price.
+    requested: Option<(usize, Price)>,
+    /// The model (requested or fallback) and price of the deployment that answered.
+    answered_by: Option<(usize, Price)>,
 }
 
 impl<'g> Grant<'g> {
@@ -37,8 +45,10 @@ impl<'g> Grant<'g> {
             key,
             tok_at,
             reserved: None,
-            usage: None,
+            usage: UsageScan::default(),
             answered: None,
+            requested: None,
+            answered_by: None,
         }
     }
 
@@ -48,7 +58,7 @@ impl<'g> Grant<'g> {
     pub fn check_model(
         &mut self,
         fields: &RoutingFields,
-        route: usize,
+        route: &Route,
         op: Op,
         body_len: usize,
         headers: &mut Vec<u8>,
@@ -58,6 +68,7 @@ impl<'g> Grant<'g> {
         let Some((key, st)) = gov.key(self.key) else {
             return Ok(());
         };
+        self.requested = Some((route.index, route.price));
         if !key.allows(model) {
             gov.metrics.rejected(Some(self.key), Reason::ForbiddenModel);
             return Err(Error::new(
@@ -72,10 +83,7 @@ impl<'g> Grant<'g> {
             let now = Instant::now();
             let want = super::estimate::estimate(fields, body_len);
             match st.tpm.take(now, want, limit) {
-                Ok(generation) => {
-                    self.reserved = Some((generation, want));
-                    self.usage = Some(UsageScan::default());
-                }
+                Ok(generation) => self.reserved = Some((generation, want)),
                 Err(full) => {
                     gov.token_headers(self.key, now, self.tok_at, headers);
                     gov.metrics.rejected(Some(self.key), Reason::Tpm);
@@ -97,15 +105,23 @@ impl<'g> Grant<'g> {
             }
             gov.token_headers(self.key, now, self.tok_at, headers);
         }
-        gov.metrics.request(self.key, route);
+        gov.metrics.request(self.key, route.index);
         Ok(())
     }
 
-    /// The upstream answer's head arrived: note its status, and when this key's own
-    /// `x-ratelimit-*` lines are sent, drop the provider's (they describe the provider key,
-    /// shared by every client, and would duplicate ours).
-    pub fn on_answer(&mut self, head: &mut ResponseHead) {
+    /// The upstream answer's head arrived from `by` (the answering model and deployment;
+    /// `None`: answered by the gateway itself) in `dialect`: note its status and who prices
+    /// it, and when this key's own `x-ratelimit-*` lines are sent, drop the provider's (they
+    /// describe the provider key, shared by every client, and would duplicate ours).
+    pub fn on_answer(
+        &mut self,
+        head: &mut ResponseHead,
+        by: Option<(&Route, &Deployment)>,
+        dialect: crate::translate::Dialect,
+    ) {
         self.answered = Some(head.status);
+        self.answered_by = by.map(|(r, d)| (r.index, d.price));
+        self.usage = UsageScan::new(dialect);
         let Some((key, _)) = self.gov.key(self.key) else {
             return;
         };
@@ -114,9 +130,10 @@ impl<'g> Grant<'g> {
         }
     }
 
-    /// Where the relayed answer's bytes go to have their usage read (when it is needed).
-    pub fn usage(&mut self) -> Option<&mut UsageScan> {
-        self.usage.as_mut()
+    /// Where the relayed answer's bytes go to have their usage read (or, for translated
+    /// answers, where the translator's usage is set).
+    pub fn usage(&mut self) -> &mut UsageScan {
+        &mut self.usage
     }
 }
 
@@ -126,10 +143,18 @@ impl Drop for Grant<'_> {
             return;
         };
         st.in_flight.set(st.in_flight.get().saturating_sub(1));
+        let io = self.usage.io();
+        // A successful answer is recorded (tokens: what it reported, 0 when nothing was).
+        if self.answered.is_some_and(|s| s < 400) {
+            if let Some((route, price)) = self.answered_by.or(self.requested) {
+                self.gov
+                    .record(self.key, route, io.unwrap_or((0, 0)), price);
+            }
+        }
         let Some((generation, was)) = self.reserved else {
             return;
         };
-        let reported = self.usage.as_ref().and_then(UsageScan::tokens);
+        let reported = io.map(|(i, o)| i + o);
         let now_is = match (reported, self.answered) {
             (Some(t), _) => t,
             // answered, usage not reported (e.g. a stream without a usage chunk, a

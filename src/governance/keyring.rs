@@ -20,6 +20,7 @@ use std::hash::{Hash, Hasher};
 
 use subtle::ConstantTimeEq;
 
+use super::spend::{usd_to_nanos, Period};
 use crate::config::{keys::parse_sha256, AuthMode, Config};
 
 /// SHA-256 of a secret. Equality is constant-time.
@@ -78,6 +79,10 @@ pub struct Key {
     /// Unix seconds after which the key is refused.
     pub expires: Option<i64>,
     pub enabled: bool,
+    /// Nano-USD per `period` (`budget_usd`).
+    pub budget_nanos: Option<u64>,
+    /// `budget_period` (default `total`): the period of the key's budget and ledger rows.
+    pub period: Period,
 }
 
 impl Key {
@@ -161,6 +166,12 @@ impl Keyring {
                 max_in_flight: k.max_in_flight.as_ref().map(|v| *v.get_ref()),
                 expires: k.expires_unix().ok().flatten(),
                 enabled: k.enabled,
+                budget_nanos: k.budget_usd.as_ref().map(|b| usd_to_nanos(*b.get_ref())),
+                period: k
+                    .budget_period
+                    .as_ref()
+                    .and_then(|p| Period::parse(p.get_ref()))
+                    .unwrap_or_default(),
             });
         }
         Ok(ring)

@@ -1,7 +1,8 @@
-//! Governance counters of one shard and their Prometheus text: requests by key name and model,
-//! rejections by key name and reason. Keys appear by name only.
+//! Governance counters of one shard and their Prometheus text: requests, input and output
+//! tokens and spend by key name and model, rejections by key name and reason. Keys appear by
+//! name only.
 //!
-//! Owns: `KeyMetrics` (plain `Cell`s; per key a short list of (route, count) pairs, since a key
+//! Owns: `KeyMetrics` (plain `Cell`s; per key a short list of per-route counters, since a key
 //! uses few models). Must not: allocate per request beyond a key's first request for a model,
 //! or render anything when keys are off.
 
@@ -21,15 +22,18 @@ pub enum Reason {
     Rpm,
     Tpm,
     InFlight,
+    /// The key spent its budget for the period (429 `insufficient_quota`).
+    Budget,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Auth,
         Reason::ForbiddenModel,
         Reason::Rpm,
         Reason::Tpm,
         Reason::InFlight,
+        Reason::Budget,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,15 +43,47 @@ impl Reason {
             Reason::Rpm => "rpm",
             Reason::Tpm => "tpm",
             Reason::InFlight => "in_flight",
+            Reason::Budget => "budget",
         }
     }
 }
 
+/// One key's counters for one model (route).
+#[derive(Debug, Default, Clone, Copy)]
+struct PerModel {
+    route: u32,
+    /// Requests that passed every check (counted under the requested model).
+    requests: u64,
+    /// Usage and spend of finished requests (counted under the model that answered).
+    input: u64,
+    output: u64,
+    spend_nanos: u64,
+}
+
 #[derive(Debug, Default)]
 struct PerKey {
-    /// (route index, requests) for the models this key used.
-    requests: RefCell<Vec<(u32, u64)>>,
-    rejections: [Cell<u64>; 5],
+    models: RefCell<Vec<PerModel>>,
+    rejections: [Cell<u64>; 6],
+}
+
+impl PerKey {
+    fn with_model(&self, route: usize, f: impl FnOnce(&mut PerModel)) {
+        let Ok(mut list) = self.models.try_borrow_mut() else {
+            return;
+        };
+        let route = route as u32;
+        match list.iter_mut().find(|m| m.route == route) {
+            Some(m) => f(m),
+            None => {
+                let mut m = PerModel {
+                    route,
+                    ..PerModel::default()
+                };
+                f(&mut m);
+                list.push(m);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -67,16 +103,19 @@ impl KeyMetrics {
 
     /// A request of key `key` for route `route` passed every check.
     pub fn request(&self, key: u32, route: usize) {
-        let Some(k) = self.keys.get(key as usize) else {
-            return;
-        };
-        let Ok(mut list) = k.requests.try_borrow_mut() else {
-            return;
-        };
-        let route = route as u32;
-        match list.iter_mut().find(|(r, _)| *r == route) {
-            Some((_, n)) => *n += 1,
-            None => list.push((route, 1)),
+        if let Some(k) = self.keys.get(key as usize) {
+            k.with_model(route, |m| m.requests += 1);
+        }
+    }
+
+    /// A finished request of key `key` answered by route `route`: its tokens and cost.
+    pub fn usage(&self, key: u32, route: usize, (input, output): (u64, u64), nanos: u64) {
+        if let Some(k) = self.keys.get(key as usize) {
+            k.with_model(route, |m| {
+                m.input += input;
+                m.output += output;
+                m.spend_nanos += nanos;
+            });
         }
     }
 
@@ -92,24 +131,49 @@ impl KeyMetrics {
     }
 
     pub fn requests(&self, key: u32, route: usize) -> u64 {
-        self.keys
-            .get(key as usize)
-            .and_then(|k| k.requests.try_borrow().ok())
-            .and_then(|l| l.iter().find(|(r, _)| *r == route as u32).map(|p| p.1))
-            .unwrap_or(0)
+        self.model(key, route).map_or(0, |m| m.requests)
     }
 
-    /// `ringgate_key_requests_total{shard,key,model}` and
+    /// (input tokens, output tokens, nano-USD) of key `key` on route `route` on this shard.
+    pub fn usage_of(&self, key: u32, route: usize) -> (u64, u64, u64) {
+        self.model(key, route)
+            .map_or((0, 0, 0), |m| (m.input, m.output, m.spend_nanos))
+    }
+
+    fn model(&self, key: u32, route: usize) -> Option<PerModel> {
+        let k = self.keys.get(key as usize)?;
+        let list = k.models.try_borrow().ok()?;
+        list.iter().find(|m| m.route == route as u32).copied()
+    }
+
+    /// `ringgate_key_requests_total{shard,key,model}`,
+    /// `ringgate_key_{input,output}_tokens_total{shard,key,model}`,
+    /// `ringgate_key_spend_usd_total{shard,key,model}` and
     /// `ringgate_key_rejections_total{shard,key,reason}` (`key=""` when no key was named).
     pub fn render(&self, names: &[&str], routes: &RouteTable, shard: usize, out: &mut String) {
         for (k, name) in self.keys.iter().zip(names) {
-            if let Ok(list) = k.requests.try_borrow() {
-                for &(r, n) in list.iter() {
-                    let model = routes.route(r as usize).map_or("", |r| r.name.as_str());
-                    let _ = writeln!(
-                        out,
-                        "ringgate_key_requests_total{{shard=\"{shard}\",key=\"{name}\",model=\"{model}\"}} {n}"
-                    );
+            if let Ok(list) = k.models.try_borrow() {
+                for m in list.iter() {
+                    let model = routes
+                        .route(m.route as usize)
+                        .map_or("", |r| r.name.as_str());
+                    let labels = format!("shard=\"{shard}\",key=\"{name}\",model=\"{model}\"");
+                    if m.requests > 0 {
+                        let _ = writeln!(
+                            out,
+                            "ringgate_key_requests_total{{{labels}}} {}",
+                            m.requests
+                        );
+                    }
+                    if m.input + m.output > 0 || m.spend_nanos > 0 {
+                        let _ = writeln!(
+                            out,
+                            "ringgate_key_input_tokens_total{{{labels}}} {}\nringgate_key_output_tokens_total{{{labels}}} {}\nringgate_key_spend_usd_total{{{labels}}} {}",
+                            m.input,
+                            m.output,
+                            m.spend_nanos as f64 / super::spend::NANOS_PER_USD as f64
+                        );
+                    }
                 }
             }
             for reason in Reason::ALL {

@@ -21,9 +21,15 @@
 //! - **Windows** (`window`): fixed 60 s windows anchored at their first charge. RPM and
 //!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
 //!   cap) when the body is read, and the `Grant` reconciles it when the request ends with the
-//!   usage the relayed answer reported (`usage`: non-stream bodies and SSE streams that carry
-//!   usage, passthrough answers; translated answers keep the estimate). No usage and an error
-//!   (or no) answer: the reservation is given back.
+//!   usage the answer reported (`usage`: scanned from relayed bodies and streams, or handed
+//!   over by the translator). No usage and an error (or no) answer: the reservation is given
+//!   back.
+//! - **Usage and spend** (`spend`): every successful answer's input and output tokens are
+//!   recorded per key × model, priced at the answering deployment's price, in this shard's
+//!   metrics and in the process-wide `SpendBook` (one per process, shared by the shards).
+//! - **Budgets**: a key whose spend in its current UTC period (`day`, `month`, `total`) reached
+//!   `budget_usd` gets 429 `insufficient_quota` on the head (Anthropic: `billing_error`), with
+//!   `Retry-After` until the next period and `x-should-retry: false`.
 //! - Over a limit: 429 in the client's dialect with `Retry-After` (seconds until the window
 //!   frees; 1 for in-flight). Every response to a keyed request with `rpm`/`tpm` carries
 //!   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for this shard's share.
@@ -33,10 +39,12 @@
 //! when the key has limits (see `benches/micro.rs`, group `governance`).
 //!
 //! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: do IO, share state
-//! across shards, or see a secret after `identify` returns.
+//! across shards (except the `SpendBook`, through its atomics), or see a secret after
+//! `identify` returns.
 
-use std::cell::Cell;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Instant;
 
 mod credential;
 mod estimate;
@@ -44,18 +52,21 @@ pub mod exposure;
 mod grant;
 pub mod keyring;
 mod metrics;
+pub mod spend;
 pub mod usage;
 pub mod window;
 
 pub use grant::Grant;
 pub use keyring::{Key, Keyring};
 pub use metrics::Reason;
+pub use spend::{Price, SpendBook};
 
 use crate::error::{Error, Kind};
 use crate::http::RequestHead;
 use crate::route::RouteTable;
 use credential::Presented;
 use metrics::KeyMetrics;
+use spend::{unix_now, KeyLedger, Period, Tally};
 use window::{secs_up, Window};
 
 /// Who sent a request, decided on its head.
@@ -99,6 +110,10 @@ pub(crate) struct KeyState {
     pub rpm: Window,
     pub tpm: Window,
     pub in_flight: Cell<u64>,
+    /// The key's ledger in the process-wide `SpendBook` (`None` without one).
+    pub ledger: Option<Arc<KeyLedger>>,
+    /// This shard's ledger rows of the key, by route (a key uses few models).
+    pub tallies: RefCell<Vec<(u32, Tally)>>,
 }
 
 /// One shard's governance: its copy of the keyring and its counters.
@@ -107,6 +122,10 @@ pub struct Governance {
     ring: Keyring,
     state: Vec<KeyState>,
     pub(crate) metrics: KeyMetrics,
+    /// This shard's number (its rows in the `SpendBook`).
+    shard: usize,
+    /// Model (route) names by route index, for ledger rows (set with the `SpendBook`).
+    models: Vec<Box<str>>,
 }
 
 /// Shard `shard`'s part of `limit` split over `shards` (the parts sum to `limit`).
@@ -140,7 +159,52 @@ impl Governance {
             ring,
             state,
             metrics,
+            shard,
+            models: Vec::new(),
         }
+    }
+
+    /// Record every key's usage and spend in `book` (shared by all shards) and enforce the
+    /// keys' budgets against it. Each key's ledger gets the key's budget and period; ledger
+    /// rows name the model by `routes`' names.
+    pub fn with_spend(mut self, book: &SpendBook, routes: &RouteTable) -> Governance {
+        self.models = routes
+            .routes()
+            .iter()
+            .map(|r| r.name.as_str().into())
+            .collect();
+        for (k, st) in self.ring.keys.iter().zip(self.state.iter_mut()) {
+            let ledger = book.ensure_key(&k.name);
+            ledger.set_budget(k.budget_nanos, Some(k.period));
+            st.ledger = Some(ledger);
+        }
+        self
+    }
+
+    /// A finished request of key `key` answered by route `route`: `input`/`output` tokens at
+    /// `price`, into the metrics and the ledger (one row per key × model per shard).
+    pub(crate) fn record(&self, key: u32, route: usize, (input, output): (u64, u64), price: Price) {
+        let Some((_, st)) = self.key(key) else {
+            return;
+        };
+        let nanos = price.cost_nanos(input, output);
+        self.metrics.usage(key, route, (input, output), nanos);
+        let Some(ledger) = &st.ledger else {
+            return;
+        };
+        let Ok(mut tallies) = st.tallies.try_borrow_mut() else {
+            return;
+        };
+        let r = route as u32;
+        let at = match tallies.iter().position(|(t, _)| *t == r) {
+            Some(at) => at,
+            None => {
+                let model = self.models.get(route).map_or("", |m| &**m);
+                tallies.push((r, ledger.tally(model, self.shard)));
+                tallies.len() - 1
+            }
+        };
+        tallies[at].1.add(input, output, nanos, unix_now());
     }
 
     /// Whether requests need a key.
@@ -213,6 +277,9 @@ impl Governance {
         if gate == Gate::Key {
             return Ok(None);
         }
+        if let Some(l) = st.ledger.as_deref().filter(|l| l.has_budget()) {
+            self.budget_left(i, &key.name, l, headers)?;
+        }
         let hdr_at = headers.len();
         if !key.limited() {
             st.in_flight.set(st.in_flight.get() + 1);
@@ -255,6 +322,43 @@ impl Governance {
         Ok(Some(Grant::new(self, i, tok_at)))
     }
 
+    /// 429 `insufficient_quota` when key `i` spent its budget for the current period, with
+    /// `Retry-After` (seconds until the next period; none for `total`) and
+    /// `x-should-retry: false` (the official SDKs would otherwise retry a 429).
+    #[cold]
+    fn budget_left(
+        &self,
+        i: u32,
+        name: &str,
+        l: &KeyLedger,
+        headers: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let now = unix_now();
+        let Some((budget, spent)) = l.over_budget(now) else {
+            return Ok(());
+        };
+        self.metrics.rejected(Some(i), Reason::Budget);
+        headers.extend_from_slice(b"x-should-retry: false\r\n");
+        let usd = |n: u64| n as f64 / spend::NANOS_PER_USD as f64;
+        let period = l.period();
+        let when = match period {
+            Period::Total => "in total".to_string(),
+            p => format!("this {} (UTC)", p.as_str()),
+        };
+        let e = Error::new(
+            Kind::BudgetExceeded,
+            format!(
+                "budget: the API key {name:?} has spent {:.6} USD of its {:.6} USD budget {when}",
+                usd(spent),
+                usd(budget)
+            ),
+        );
+        Err(match period.next_start(now) {
+            Some(t) => e.retry_after((t - now).clamp(1, i64::from(u32::MAX)) as u32),
+            None => e,
+        })
+    }
+
     /// Write key `i`'s `x-ratelimit-*` lines at `at` in `headers` (the lines after `at` are
     /// this stage's own); returns where the `-tokens` lines start.
     fn rate_headers(&self, i: u32, now: Instant, at: usize, headers: &mut Vec<u8>) -> usize {
@@ -292,6 +396,11 @@ impl Governance {
     pub fn requests(&self, key: u32, route: usize) -> u64 {
         self.metrics.requests(key, route)
     }
+
+    /// (input tokens, output tokens, nano-USD) key `key` used on route `route` on this shard.
+    pub fn usage(&self, key: u32, route: usize) -> (u64, u64, u64) {
+        self.metrics.usage_of(key, route)
+    }
 }
 
 /// `x-ratelimit-{limit,remaining,reset}-{what}` lines for window `w` with `limit` (numbers
@@ -327,12 +436,6 @@ fn push_u64(out: &mut Vec<u8>, mut v: u64) {
         }
     }
     out.extend_from_slice(&digits[i..]);
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 #[cfg(test)]

@@ -15,6 +15,15 @@ fn gov(key_extra: &str) -> Governance {
     Governance::new(Keyring::build(&cfg).unwrap(), 0, 1)
 }
 
+/// Four routes (`m0`..`m2`, `gpt-4o-mini` at index 3), the last priced.
+fn routes() -> crate::route::RouteTable {
+    let cfg = Config::parse(
+        "[[provider]]\nname = \"p\"\nkind = \"mock\"\n[[model]]\nname = \"m0\"\nprovider = \"p\"\n[[model]]\nname = \"m1\"\nprovider = \"p\"\n[[model]]\nname = \"m2\"\nprovider = \"p\"\n[[model]]\nname = \"gpt-4o-mini\"\nprovider = \"p\"\nprice_input_per_mtok = 1.0\nprice_output_per_mtok = 2.0\n",
+    )
+    .unwrap();
+    crate::route::RouteTable::build(&cfg)
+}
+
 fn fields(body: &[u8]) -> crate::extract::RoutingFields {
     crate::extract::routing_fields(body).unwrap()
 }
@@ -124,7 +133,10 @@ fn rpm_and_in_flight_on_the_head_with_headers() {
 
 #[test]
 fn model_allow_list_and_tokens_after_the_body() {
-    let g = gov("models = [\"gpt-4o-mini\"]\ntpm = 100");
+    let rt = routes();
+    let book = std::sync::Arc::new(SpendBook::new());
+    let g = gov("models = [\"gpt-4o-mini\"]\ntpm = 100").with_spend(&book, &rt);
+    let (r0, r3) = (rt.route(0).unwrap(), rt.route(3).unwrap());
     let mut h = Vec::new();
     let mut grant = g
         .admit(Caller::Key(0), Gate::Limits, &mut h)
@@ -132,12 +144,12 @@ fn model_allow_list_and_tokens_after_the_body() {
         .unwrap();
     let other = fields(br#"{"model":"gpt-4o"}"#);
     let e = grant
-        .check_model(&other, 0, Op::Generate, 20, &mut h)
+        .check_model(&other, r0, Op::Generate, 20, &mut h)
         .unwrap_err();
     assert_eq!(e.status(), 403);
     let body = br#"{"model":"gpt-4o-mini","max_tokens":50,"messages":[]}"#; // 13 + 50
     grant
-        .check_model(&fields(body), 3, Op::Generate, body.len(), &mut h)
+        .check_model(&fields(body), r3, Op::Generate, body.len(), &mut h)
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&h)
@@ -160,18 +172,34 @@ fn model_allow_list_and_tokens_after_the_body() {
         content_type: Vec::new(),
         forward: b"x-ratelimit-remaining-tokens: 7\r\n".to_vec(),
     };
-    grant.on_answer(&mut head);
+    grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
     assert!(
         head.forward.is_empty(),
         "the provider's rate headers are dropped"
     );
     grant
         .usage()
-        .unwrap()
         .feed(br#"{"usage":{"prompt_tokens":15,"completion_tokens":5,"total_tokens":20}}"#);
     drop(grant);
     let (_, st) = g.key(0).unwrap();
     assert_eq!(st.tpm.used(Instant::now()), 20);
+    // recorded at the model's price: 15 × 1 µUSD + 5 × 2 µUSD
+    assert_eq!(g.usage(0, 3), (15, 5, 25_000));
+    let rows = book.snapshot();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].key.as_str(), rows[0].model.as_str()),
+        ("team-a", "gpt-4o-mini")
+    );
+    assert_eq!(
+        (
+            rows[0].requests,
+            rows[0].input_tokens,
+            rows[0].output_tokens
+        ),
+        (1, 15, 5)
+    );
+    assert_eq!(rows[0].spend_nanos, 25_000);
     // a request over what is left: 429 with the window's reset
     let mut grant = g
         .admit(Caller::Key(0), Gate::Limits, &mut h)
@@ -179,7 +207,7 @@ fn model_allow_list_and_tokens_after_the_body() {
         .unwrap();
     let big = br#"{"model":"gpt-4o-mini","max_tokens":80}"#;
     let e = grant
-        .check_model(&fields(big), 3, Op::Generate, big.len(), &mut h)
+        .check_model(&fields(big), r3, Op::Generate, big.len(), &mut h)
         .unwrap_err();
     assert_eq!(e.status(), 429);
     assert!(e.retry_after_secs().unwrap() >= 59);
@@ -191,12 +219,17 @@ fn model_allow_list_and_tokens_after_the_body() {
         .unwrap();
     let small = br#"{"model":"gpt-4o-mini","max_tokens":10}"#;
     grant
-        .check_model(&fields(small), 3, Op::Generate, small.len(), &mut h)
+        .check_model(&fields(small), r3, Op::Generate, small.len(), &mut h)
         .unwrap();
     head.status = 502;
-    grant.on_answer(&mut head);
+    grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
     drop(grant);
     assert_eq!(st.tpm.used(Instant::now() + Duration::from_millis(1)), 20);
+    assert_eq!(
+        book.snapshot()[0].requests,
+        1,
+        "error answers are not recorded"
+    );
 }
 
 #[test]

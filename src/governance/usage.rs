@@ -1,24 +1,48 @@
 //! Token usage read from an answer as it is relayed, without parsing it: the byte stream is
 //! scanned (SIMD `memmem`) for the keys `"prompt_tokens"`, `"completion_tokens"`,
 //! `"total_tokens"` (OpenAI Chat, embeddings), `"input_tokens"`, `"output_tokens"` (Anthropic,
-//! OpenAI Responses) followed by `:` and a number. The last value of each key wins, so streams
-//! work too (Anthropic's `message_delta` carries the final output count; OpenAI streams carry a
-//! usage chunk when the client asked `stream_options.include_usage`).
+//! OpenAI Responses), `"cache_creation_input_tokens"`, `"cache_read_input_tokens"` (Anthropic:
+//! not part of its `input_tokens`) — or, for Gemini answers, `"promptTokenCount"`,
+//! `"candidatesTokenCount"`, `"thoughtsTokenCount"`, `"totalTokenCount"` — followed by `:` and a
+//! number. The last value of each key wins, so streams work too (Anthropic's `message_delta`
+//! carries the final output count; Gemini repeats `usageMetadata` with growing counts; OpenAI
+//! streams carry a usage chunk when `stream_options.include_usage` was sent, which the gateway
+//! asks for, see `plan`).
 //!
 //! Only real keys match: inside a JSON string a quote is always escaped (`\"`), so an opening
-//! quote preceded by a backslash is skipped, and nested names such as
-//! `cache_creation_input_tokens` or `prompt_tokens_details` do not match (the name must start
-//! right after a quote and end with `_tokens"`). A key split across two relayed pieces is found
-//! in the seam (the last 48 bytes of one piece + the first 48 of the next).
+//! quote preceded by a backslash is skipped, and nested names such as `prompt_tokens_details`
+//! or `cached_tokens` do not match (the name must start right after a quote and end with the
+//! suffix and its quote). A key split across two relayed pieces is found in the seam (the last
+//! 48 bytes of one piece + the first 48 of the next).
+//!
+//! Answers translated from another dialect do not go through the scan: the translator parsed
+//! their usage and hands it over (`UsageScan::set`).
 //!
 //! Owns: `UsageScan`. Must not: allocate, copy more than the seam, or change the bytes.
 
-const NAMES: [&[u8]; 5] = [b"prompt", b"completion", b"total", b"input", b"output"];
+use crate::translate::Dialect;
+
+/// Key names before `_tokens"` (OpenAI, Anthropic).
+const NAMES: [&[u8]; 7] = [
+    b"prompt",
+    b"completion",
+    b"total",
+    b"input",
+    b"output",
+    b"cache_creation_input",
+    b"cache_read_input",
+];
+/// Key names before `TokenCount"` (Gemini), in the same slots.
+const GEMINI: [&[u8]; 4] = [b"prompt", b"candidates", b"total", b"thoughts"];
 const PROMPT: usize = 0;
 const COMPLETION: usize = 1;
 const TOTAL: usize = 2;
 const INPUT: usize = 3;
 const OUTPUT: usize = 4;
+const CACHE_CREATE: usize = 5;
+const CACHE_READ: usize = 6;
+/// Gemini's `thoughtsTokenCount` (billed as output) uses this slot.
+const THOUGHTS: usize = 3;
 /// Bytes kept from the end of a piece to find keys cut between pieces.
 const SEAM: usize = 48;
 
@@ -26,20 +50,36 @@ const SEAM: usize = 48;
 pub struct UsageScan {
     tail: [u8; SEAM],
     tail_len: usize,
-    values: [Option<u64>; 5],
+    values: [Option<u64>; 7],
+    gemini: bool,
+    /// Set by `set` (a translated answer): wins over scanned values.
+    given: Option<(u64, u64)>,
 }
 
 impl Default for UsageScan {
     fn default() -> Self {
-        UsageScan {
-            tail: [0; SEAM],
-            tail_len: 0,
-            values: [None; 5],
-        }
+        UsageScan::new(Dialect::Chat)
     }
 }
 
 impl UsageScan {
+    /// A scan of an answer in `dialect`.
+    pub fn new(dialect: Dialect) -> UsageScan {
+        UsageScan {
+            tail: [0; SEAM],
+            tail_len: 0,
+            values: [None; 7],
+            gemini: dialect == Dialect::Gemini,
+            given: None,
+        }
+    }
+
+    /// The usage of an answer that was parsed elsewhere (translated answers): `input` and
+    /// `output` tokens.
+    pub fn set(&mut self, input: u64, output: u64) {
+        self.given = Some((input, output));
+    }
+
     /// Look at the next piece of the answer body.
     pub fn feed(&mut self, piece: &[u8]) {
         if piece.is_empty() {
@@ -68,16 +108,21 @@ impl UsageScan {
     }
 
     fn scan(&mut self, b: &[u8]) {
-        for i in memchr::memmem::find_iter(b, b"_tokens\"") {
+        let (suffix, names): (&[u8], &[&[u8]]) = if self.gemini {
+            (b"TokenCount\"", &GEMINI)
+        } else {
+            (b"_tokens\"", &NAMES)
+        };
+        for i in memchr::memmem::find_iter(b, suffix) {
             let before = &b[..i];
-            let slot = NAMES.iter().position(|n| {
+            let slot = names.iter().position(|n| {
                 before.ends_with(n) && {
                     let q = i - n.len(); // just after the opening quote
                     q >= 1 && b[q - 1] == b'"' && (q < 2 || b[q - 2] != b'\\')
                 }
             });
             let Some(slot) = slot else { continue };
-            let mut j = i + b"_tokens\"".len();
+            let mut j = i + suffix.len();
             let skip_ws = |j: &mut usize| {
                 while b
                     .get(*j)
@@ -105,19 +150,40 @@ impl UsageScan {
         }
     }
 
-    /// Tokens the answer reported: `total_tokens` when present, else prompt + completion
-    /// (or input + output). `None`: no usage was seen.
-    pub fn tokens(&self) -> Option<u64> {
+    /// (input, output) tokens the answer reported, `None` when it reported none. Input counts
+    /// every prompt token (Anthropic's cache reads and writes included); output counts every
+    /// generated token (Gemini's thoughts included). An answer with only a total (e.g.
+    /// embeddings without `prompt_tokens`) reports it as input.
+    pub fn io(&self) -> Option<(u64, u64)> {
+        if let Some(g) = self.given {
+            return Some(g);
+        }
         let v = &self.values;
-        if let Some(t) = v[TOTAL] {
-            return Some(t);
+        if self.gemini {
+            let output = match (v[COMPLETION], v[THOUGHTS]) {
+                (None, None) => None,
+                (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+            };
+            return match (v[PROMPT], output, v[TOTAL]) {
+                (None, None, None) => None,
+                (None, None, Some(t)) => Some((t, 0)),
+                (i, o, _) => Some((i.unwrap_or(0), o.unwrap_or(0))),
+            };
         }
-        let input = v[PROMPT].or(v[INPUT]);
+        let anthropic_input =
+            v[INPUT].map(|i| i + v[CACHE_CREATE].unwrap_or(0) + v[CACHE_READ].unwrap_or(0));
+        let input = v[PROMPT].or(anthropic_input);
         let output = v[COMPLETION].or(v[OUTPUT]);
-        match (input, output) {
-            (None, None) => None,
-            (i, o) => Some(i.unwrap_or(0) + o.unwrap_or(0)),
+        match (input, output, v[TOTAL]) {
+            (None, None, None) => None,
+            (None, None, Some(t)) => Some((t, 0)),
+            (i, o, _) => Some((i.unwrap_or(0), o.unwrap_or(0))),
         }
+    }
+
+    /// Tokens the answer reported (input + output), `None`: no usage was seen.
+    pub fn tokens(&self) -> Option<u64> {
+        self.io().map(|(i, o)| i + o)
     }
 }
 
@@ -137,8 +203,8 @@ mod tests {
     fn each_dialect() {
         let chat = br#"{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":3}}}"#;
         assert_eq!(scan_in(&[chat]), Some(17));
-        let messages = br#"{"content":[],"usage":{"input_tokens":10,"cache_creation_input_tokens":99,"output_tokens":4}}"#;
-        assert_eq!(scan_in(&[messages]), Some(14));
+        let messages = br#"{"content":[],"usage":{"input_tokens":10,"cache_creation_input_tokens":99,"cache_read_input_tokens":1,"output_tokens":4}}"#;
+        assert_eq!(scan_in(&[messages]), Some(114));
         let pretty =
             b"{\n  \"usage\": {\n    \"input_tokens\" : 7,\n    \"output_tokens\":\t2\n  }\n}";
         assert_eq!(scan_in(&[pretty]), Some(9));
@@ -146,6 +212,34 @@ mod tests {
         let stream = b"event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":15}}\n\n";
         assert_eq!(scan_in(&[stream]), Some(35));
         assert_eq!(scan_in(&[b"{\"choices\":[]}"]), None);
+    }
+
+    fn io_in(dialect: Dialect, body: &[u8]) -> Option<(u64, u64)> {
+        let mut s = UsageScan::new(dialect);
+        for cut in body.chunks(7) {
+            s.feed(cut);
+        }
+        s.io()
+    }
+
+    #[test]
+    fn input_and_output_apart() {
+        let chat = br#"{"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":3},"completion_tokens_details":{"reasoning_tokens":2}}}"#;
+        assert_eq!(io_in(Dialect::Chat, chat), Some((12, 5)));
+        let emb = br#"{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+        assert_eq!(io_in(Dialect::Chat, emb), Some((8, 0)));
+        let responses = br#"{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":1},"total_tokens":12}}"#;
+        assert_eq!(io_in(Dialect::Responses, responses), Some((9, 3)));
+        let stream = b"event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":20,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":15}}\n\n";
+        assert_eq!(io_in(Dialect::Messages, stream), Some((25, 15)));
+        // Gemini repeats usageMetadata with growing counts: the last one wins
+        let gemini = b"data: {\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":1,\"totalTokenCount\":8}}\n\ndata: {\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":4,\"thoughtsTokenCount\":2,\"totalTokenCount\":13,\"cachedContentTokenCount\":3}}\n\n";
+        assert_eq!(io_in(Dialect::Gemini, gemini), Some((7, 6)));
+        assert_eq!(io_in(Dialect::Chat, gemini), None);
+        let mut s = UsageScan::new(Dialect::Chat);
+        s.feed(chat);
+        s.set(1, 2);
+        assert_eq!(s.io(), Some((1, 2)));
     }
 
     #[test]

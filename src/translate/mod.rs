@@ -181,6 +181,14 @@ pub fn chat_to_response(
     util::to_bytes(&v)
 }
 
+/// The usage of a hub Chat completion (`usage.prompt_tokens`, `usage.completion_tokens`), as
+/// `response_to_chat` left it.
+pub fn chat_usage(chat: &Value) -> Usage {
+    chat.get("usage")
+        .map(util::read_chat_usage)
+        .unwrap_or_default()
+}
+
 /// Crude token estimate (~4 bytes per token, rounded up) for `count_tokens`
 /// when the upstream cannot count.
 pub fn estimate_tokens(body: &[u8]) -> u64 {

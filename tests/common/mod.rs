@@ -309,6 +309,13 @@ impl Stack {
     }
 }
 
+impl Stack {
+    /// The running gateway (its `spend` ledger, shard count).
+    pub fn gateway(&self) -> &Running {
+        self.gw.as_ref().expect("running")
+    }
+}
+
 impl Drop for Stack {
     fn drop(&mut self) {
         if let Some(g) = self.gw.take() {
