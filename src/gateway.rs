@@ -68,6 +68,15 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     governance::exposure::check(&cfg, addr).map_err(invalid)?;
     let keyring = Keyring::build(&cfg).map_err(invalid)?;
     let (listeners, bound) = shard::bind_listeners(addr, n)?;
+    // Upstream host names are looked up now, off the shards (see `upstream::resolve`).
+    let endpoints: Vec<_> = cfg
+        .providers
+        .iter()
+        .filter_map(|p| {
+            crate::upstream::endpoint::Endpoint::parse(p.base_url.as_ref()?.get_ref()).ok()
+        })
+        .collect();
+    crate::upstream::resolve::global().prime(endpoints.iter().map(|e| (e.host.as_str(), e.port)));
     let driver = DriverChoice::resolve(cfg.server.driver.get_ref());
     let needs_tls = cfg.providers.iter().any(|p| {
         p.base_url

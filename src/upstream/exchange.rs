@@ -15,6 +15,7 @@ use super::conn::Conn;
 use super::endpoint::Endpoint;
 use super::pipe::PipeReader;
 use super::pool::{Pool, PoolKey};
+use super::resolve::ResolveError;
 use crate::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
@@ -188,10 +189,17 @@ impl Client {
     }
 
     async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
-        let addr = self.pool.resolve(&ep.host, ep.port).map_err(|e| {
-            Error::new(Kind::UpstreamConnect, format!("resolve {}: {e}", ep.host))
-                .caused(Cause::Connect)
-        })?;
+        let addr = self
+            .pool
+            .resolve(&ep.host, ep.port, self.connect_timeout)
+            .await
+            .map_err(|e| {
+                let (kind, cause) = match e {
+                    ResolveError::TimedOut(_) => (Kind::UpstreamTimeout, Cause::ConnectTimeout),
+                    ResolveError::Failed(_) => (Kind::UpstreamConnect, Cause::Connect),
+                };
+                Error::new(kind, format!("resolve {}: {e}", ep.host)).caused(cause)
+            })?;
         let tls = match (ep.tls, &self.tls) {
             (false, _) => None,
             (true, Some(t)) => Some((t, ep.host.as_str())),

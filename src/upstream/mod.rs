@@ -1,7 +1,8 @@
 //! The upstream client: per-shard keep-alive pools keyed by (host, port, TLS), HTTP/1.1 request
 //! writing, response-head parsing and body framing (Content-Length, chunked, close), TLS via
 //! rustls, and the connect / first-byte / gap / total timeouts; `target`: the rules and encoders
-//! for every byte that enters an upstream request line or header.
+//! for every byte that enters an upstream request line or header; `resolve`: host names looked
+//! up on helper threads, never on a shard.
 //!
 //! Owns: connections to providers and their reuse. Must not: build request bodies, translate,
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
@@ -11,6 +12,7 @@ pub mod endpoint;
 pub mod exchange;
 pub mod pipe;
 pub mod pool;
+pub mod resolve;
 pub mod target;
 pub mod tls;
 

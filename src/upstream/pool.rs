@@ -1,17 +1,17 @@
-//! Per-shard keep-alive pool of idle upstream connections keyed by (host, port, TLS), plus a
-//! small DNS cache.
+//! Per-shard keep-alive pool of idle upstream connections keyed by (host, port, TLS), plus the
+//! shard's copy of resolved addresses (`resolve::LocalDns`; lookups run off the shard).
 //!
 //! Owns: idle connections, their age limit, count limit and before-reuse check (nothing
-//! pending on the socket); resolved addresses.
+//! pending on the socket).
 //! Must not: be shared across shards (it is `!Send` by design: `RefCell`, no locks).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::conn::Conn;
+use super::resolve::{self, LocalDns, ResolveError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -27,19 +27,16 @@ struct Idle {
 
 pub struct Pool {
     idle: RefCell<HashMap<PoolKey, Vec<Idle>>>,
-    dns: RefCell<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    dns: LocalDns,
     max_idle: usize,
     ttl: Duration,
 }
-
-/// How long a resolved address is reused.
-const DNS_TTL: Duration = Duration::from_secs(60);
 
 impl Pool {
     pub fn new(max_idle: usize, ttl: Duration) -> Pool {
         Pool {
             idle: RefCell::new(HashMap::new()),
-            dns: RefCell::new(HashMap::new()),
+            dns: LocalDns::new(resolve::global().clone()),
             max_idle,
             ttl,
         }
@@ -76,22 +73,15 @@ impl Pool {
         self.idle.borrow().values().map(Vec::len).sum()
     }
 
-    /// Resolve `host:port`. IP literals cost nothing; names are cached for a minute.
-    /// Note: a cache miss on a host name resolves synchronously (getaddrinfo) on the shard.
-    pub fn resolve(&self, host: &str, port: u16) -> io::Result<SocketAddr> {
-        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-            return Ok(SocketAddr::new(ip, port));
-        }
-        let key = (host.to_string(), port);
-        if let Some((addr, at)) = self.dns.borrow().get(&key) {
-            if at.elapsed() < DNS_TTL {
-                return Ok(*addr);
-            }
-        }
-        let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"))
-        })?;
-        self.dns.borrow_mut().insert(key, (addr, Instant::now()));
-        Ok(addr)
+    /// Resolve `host:port` without blocking the shard (see `resolve`): IP literals cost
+    /// nothing, names are answered from the shard's copy, the shared cache, or a helper thread
+    /// within `deadline`.
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+        deadline: Duration,
+    ) -> Result<SocketAddr, ResolveError> {
+        self.dns.resolve(host, port, deadline).await
     }
 }
