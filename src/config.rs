@@ -47,6 +47,10 @@ pub struct Config {
     /// Where per-key counters live (`local` only, for now).
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// First 16 hex digits of the SHA-256 of the text this config was parsed from
+    /// (`ringgate_config_info`).
+    #[serde(skip)]
+    pub hash: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -228,6 +232,12 @@ pub struct ModelConfig {
     pub price_output_per_mtok: Option<f64>,
 }
 
+/// First 16 hex digits of the SHA-256 of `text`.
+pub fn text_hash(text: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// One problem in a config file, with the 1-based line it was found on when known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -255,6 +265,8 @@ impl Config {
         })?;
         let errors = cfg.validate(text);
         if errors.is_empty() {
+            let mut cfg = cfg;
+            cfg.hash = text_hash(text);
             Ok(cfg)
         } else {
             Err(errors)
@@ -312,6 +324,7 @@ impl Config {
             models: Vec::new(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
+            hash: String::new(),
         }
     }
 

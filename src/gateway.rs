@@ -98,7 +98,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let loopback = addr.ip().is_loopback();
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
-    let hub = MetricsHub::new(n);
+    let hub = MetricsHub::new(n, &cfg.hash);
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -214,11 +214,9 @@ async fn publish_metrics(shard: Rc<Shard>) {
     loop {
         shard.admission.log_tick();
         crate::report::log_tick(&shard);
-        if shard.hub.shards() > 1 {
-            let mut text = String::new();
-            pipeline::render_shard_metrics(&shard, &mut text);
-            shard.hub.publish(shard.id, text, shard.admission.stats());
-        }
+        let mut text = String::with_capacity(8192);
+        crate::scrape::render_shard(&shard, &mut text);
+        shard.hub.publish(shard.id, text);
         monoio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -14,7 +14,10 @@
 //! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
 //!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
 //! - `mock`: the upstream simulator
-//! - `config`, `error`, `metrics`, `log`, `sock` (non-consuming socket peeks)
+//! - `trace`, `record`: what one request did (timings, route, tokens, bytes) and where it goes
+//!   when the request ends (metrics)
+//! - `metrics`, `scrape`: per-shard counters and histograms, the Prometheus text of `/metrics`
+//! - `config`, `error`, `log`, `sock` (non-consuming socket peeks)
 
 // `unsafe` is denied everywhere but `upstream::pipe` (the one documented module; see its doc).
 #![deny(unsafe_code)]
@@ -43,13 +46,16 @@ pub mod outcome;
 pub mod pipeline;
 pub mod plan;
 pub mod provider;
+pub mod record;
 pub mod relay;
 pub mod report;
 pub mod respond;
 pub mod route;
+pub mod scrape;
 pub mod shard;
 pub mod shutdown;
 pub mod sock;
+pub mod trace;
 pub mod translate;
 pub mod upstream;
 pub mod vet;

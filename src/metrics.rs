@@ -6,26 +6,36 @@
 //! Must not: put locks or atomics on the request path (the hub's mutexes are touched once a
 //! second per shard and once per scrape).
 
+//! Per-shard counters, the cross-shard snapshot hub, and the Prometheus text of `GET /metrics`.
+//!
+//! Owns: `ShardMetrics` (plain `Cell`s and the request series of `requests`, touched only by
+//! its shard) and `MetricsHub`, the rare cross-shard path: every shard publishes a rendered
+//! snapshot of itself once a second (an `Arc<str>` swapped under a mutex held for a pointer
+//! copy), and a scrape merges its own fresh rendering with the others' latest snapshots and the
+//! process-wide lines (`expose::merge`: every family once with `# HELP`/`# TYPE`, identical
+//! series summed). Snapshots are at most one second stale.
+//! Must not: put locks or atomics on the request path (the hub's mutexes are touched once a
+//! second per shard and once per scrape per shard).
+
 use std::cell::Cell;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
-use crate::admit::Stats;
+pub mod expose;
+pub mod histogram;
+pub mod process;
+pub mod requests;
 
-/// Request outcome buckets.
-const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
-pub const ENDPOINTS: [&str; 6] = [
-    "chat_completions",
-    "models",
-    "health",
-    "metrics",
-    "not_found",
-    "other",
-];
+pub use expose::help;
+pub use process::ProcessMetrics;
+pub use requests::RequestMetrics;
+
+use crate::route::RouteTable;
 
 #[derive(Default)]
 pub struct ShardMetrics {
-    requests: [[Cell<u64>; 4]; 9],
+    /// Requests by endpoint, model, provider: counts, latency histograms, tokens.
+    pub requests: RequestMetrics,
     pub in_flight: Cell<u64>,
     pub connections: Cell<u64>,
     pub connections_total: Cell<u64>,
@@ -35,55 +45,66 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
-    pub fn count(&self, endpoint: usize, status: u16) {
-        let class = match status {
-            200..=299 => 0,
-            400..=499 => 1,
-            500..=599 => 2,
-            _ => 3,
-        };
-        if let Some(c) = self.requests.get(endpoint).and_then(|r| r.get(class)) {
-            c.set(c.get() + 1);
-        }
-    }
-
-    pub fn requests(&self, endpoint: usize, class: usize) -> u64 {
-        self.requests
-            .get(endpoint)
-            .and_then(|r| r.get(class))
-            .map_or(0, Cell::get)
-    }
-
-    pub fn render(&self, shard: usize, out: &mut String) {
-        for (e, name) in ENDPOINTS.iter().enumerate() {
-            for (c, class) in CLASSES.iter().enumerate() {
-                let v = self.requests(e, c);
-                if v > 0 {
-                    let _ = writeln!(
-                        out,
-                        "ringgate_requests_total{{shard=\"{shard}\",endpoint=\"{name}\",status=\"{class}\"}} {v}"
-                    );
-                }
-            }
-        }
+    /// This shard's request series and connection gauges (the latter with a `shard` label).
+    pub fn render(&self, shard: usize, routes: &RouteTable, out: &mut String) {
+        self.requests.render(routes, out);
         let g = [
-            ("ringgate_requests_in_flight", self.in_flight.get()),
-            ("ringgate_connections_open", self.connections.get()),
-            ("ringgate_connections_total", self.connections_total.get()),
+            (
+                "ringgate_requests_in_flight",
+                "gauge",
+                "Requests being served.",
+                self.in_flight.get(),
+            ),
+            (
+                "ringgate_connections_open",
+                "gauge",
+                "Open client connections.",
+                self.connections.get(),
+            ),
+            (
+                "ringgate_connections_total",
+                "counter",
+                "Client connections accepted.",
+                self.connections_total.get(),
+            ),
             (
                 "ringgate_connections_refused_total",
+                "counter",
+                "Client connections refused over max_connections (503 without reading).",
                 self.connections_refused.get(),
             ),
-            ("ringgate_upstream_errors_total", self.upstream_errors.get()),
+            (
+                "ringgate_upstream_errors_total",
+                "counter",
+                "Upstream failures: errors before an answer and 5xx answers.",
+                self.upstream_errors.get(),
+            ),
             (
                 "ringgate_client_disconnects_total",
+                "counter",
+                "Requests whose client went away before the answer was written.",
                 self.client_disconnects.get(),
             ),
         ];
-        for (name, v) in g {
+        for (name, kind, text, v) in g {
+            help(out, name, kind, text);
             let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {v}");
         }
     }
+}
+
+/// Prometheus label-value escaping: backslash, double quote, newline.
+pub fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
 }
 
 pub fn bump(c: &Cell<u64>) {
@@ -97,20 +118,16 @@ pub fn dec(c: &Cell<u64>) {
 /// Snapshots published by each shard, read on scrape.
 #[derive(Clone)]
 pub struct MetricsHub {
-    slots: Arc<Vec<Mutex<Snapshot>>>,
+    slots: Arc<Vec<Mutex<Arc<str>>>>,
+    /// Process-wide metrics (config hash, reloads).
+    pub process: Arc<ProcessMetrics>,
 }
 
-/// One shard's published metrics: rendered counters and admission stats.
-type Snapshot = (String, Option<Stats>);
-
 impl MetricsHub {
-    pub fn new(shards: usize) -> MetricsHub {
+    pub fn new(shards: usize, config_hash: &str) -> MetricsHub {
         MetricsHub {
-            slots: Arc::new(
-                (0..shards)
-                    .map(|_| Mutex::new((String::new(), None)))
-                    .collect(),
-            ),
+            slots: Arc::new((0..shards).map(|_| Mutex::new(Arc::from(""))).collect()),
+            process: Arc::new(ProcessMetrics::new(config_hash)),
         }
     }
 
@@ -118,23 +135,29 @@ impl MetricsHub {
         self.slots.len()
     }
 
-    pub fn publish(&self, shard: usize, text: String, admission: Stats) {
+    /// Replace shard `shard`'s snapshot (its rendering of itself).
+    pub fn publish(&self, shard: usize, text: String) {
+        let text: Arc<str> = Arc::from(text);
         if let Some(Ok(mut s)) = self.slots.get(shard).map(|m| m.lock()) {
-            *s = (text, Some(admission));
+            *s = text;
         }
     }
 
-    /// Append every other shard's latest snapshot; collect their admission stats.
-    pub fn others(&self, me: usize, out: &mut String, admission: &mut Vec<(usize, Stats)>) {
-        for (i, slot) in self.slots.iter().enumerate() {
-            if i != me {
-                if let Ok(s) = slot.lock() {
-                    out.push_str(&s.0);
-                    if let Some(st) = s.1 {
-                        admission.push((i, st));
-                    }
-                }
-            }
-        }
+    /// One exposition: `fresh` stands for shard `me`'s snapshot (pass `None` for none, e.g. a
+    /// scrape served off the shards), then the other shards' latest snapshots, then `global`
+    /// (process-wide lines), merged (see the module doc).
+    pub fn scrape(&self, me: Option<usize>, fresh: &str, global: &str) -> String {
+        let others: Vec<Arc<str>> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != me)
+            .filter_map(|(_, slot)| slot.lock().ok().map(|s| s.clone()))
+            .collect();
+        let mut parts: Vec<&str> = Vec::with_capacity(others.len() + 2);
+        parts.push(fresh);
+        parts.extend(others.iter().map(|s| &**s));
+        parts.push(global);
+        expose::merge(&parts)
     }
 }

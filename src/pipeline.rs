@@ -22,6 +22,7 @@ use crate::metrics::{bump, dec};
 use crate::outcome::{gone, Outcome};
 use crate::provider::Op;
 use crate::shard::Shard;
+use crate::trace::{Endpoint, Trace};
 use crate::translate::Dialect;
 use crate::{bridge, extract, forward, respond};
 
@@ -47,20 +48,28 @@ impl Target {
     }
 }
 
-/// Metrics endpoint index (see `metrics::ENDPOINTS`).
-fn endpoint_index(t: Option<Target>) -> usize {
+/// The `endpoint` a request counts under (metrics, access log).
+fn endpoint_of(t: Option<Target>) -> Endpoint {
     match t {
-        Some(Target::Api(Dialect::Chat, Op::Generate)) => 0,
-        Some(Target::Api(Dialect::Responses, _)) => 1,
-        Some(Target::Api(Dialect::Messages, Op::Generate)) => 2,
-        Some(Target::Api(_, Op::CountTokens)) => 3,
-        Some(Target::Api(_, Op::Embeddings)) => 4,
-        Some(Target::Api(Dialect::Gemini, _)) => 0,
-        Some(Target::Models) => 5,
-        Some(Target::Healthz | Target::Readyz) => 6,
-        Some(Target::Metrics) => 7,
-        None => 8,
+        Some(Target::Api(Dialect::Chat, Op::Generate)) => Endpoint::ChatCompletions,
+        Some(Target::Api(Dialect::Responses, _)) => Endpoint::Responses,
+        Some(Target::Api(Dialect::Messages, Op::Generate)) => Endpoint::Messages,
+        Some(Target::Api(_, Op::CountTokens)) => Endpoint::CountTokens,
+        Some(Target::Api(_, Op::Embeddings)) => Endpoint::Embeddings,
+        Some(Target::Api(Dialect::Gemini, _)) => Endpoint::Gemini,
+        Some(Target::Models) => Endpoint::Models,
+        Some(Target::Healthz | Target::Readyz) => Endpoint::Health,
+        Some(Target::Metrics) => Endpoint::Metrics,
+        None => Endpoint::Other,
     }
+}
+
+/// Count a request answered outside `handle` (a head that did not parse, a probe over the cap).
+fn count(shard: &Shard, endpoint: Endpoint, status: u16) {
+    let now = Instant::now();
+    let mut t = Trace::new(now);
+    t.endpoint = endpoint;
+    shard.metrics.requests.observe(&t, status, None, now);
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -76,7 +85,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             Ok(Some(h)) => h,
             Ok(None) => break,
             Err(e) => {
-                shard.metrics.count(endpoint_index(None), e.status());
+                count(&shard, Endpoint::Other, e.status());
                 conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
                     .await;
                 break;
@@ -124,7 +133,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
                     } else {
                         b"{\"status\":\"ready\"}"
                     };
-                    shard.metrics.count(endpoint_index(Some(t)), 200);
+                    count(&shard, endpoint_of(Some(t)), 200);
                     conn.respond(200, b"application/json", b"", body, false, wt)
                         .await;
                 }
@@ -140,7 +149,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             refuse_connection(conn, shard.clone()).await;
         }
         Err(e) => {
-            shard.metrics.count(endpoint_index(None), e.status());
+            count(&shard, Endpoint::Other, e.status());
             conn.respond_error(&e, ErrorShape::OpenAi, false, wt).await;
         }
     }
@@ -162,7 +171,8 @@ pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
 /// dialect its errors speak, and whether the connection survives an error now (not while an
 /// unread body is pending: answering then closing is the only way not to desynchronise).
 struct Req {
-    ep: usize,
+    /// What the request did, for metrics and the access log.
+    trace: Trace,
     shape: ErrorShape,
     keep: bool,
 }
@@ -194,7 +204,7 @@ impl From<NoHead> for Fail {
 /// answer started ends here, in one place: counted, then answered in the client's dialect.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
     let mut req = Req {
-        ep: endpoint_index(None),
+        trace: Trace::new(Instant::now()),
         shape: ErrorShape::OpenAi,
         keep: false,
     };
@@ -206,7 +216,7 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         }
         Err(Fail::ClientGone) => gone(shard, 499),
     };
-    shard.metrics.count(req.ep, outcome.status);
+    crate::record::request_ended(shard, &req.trace, outcome.status);
     outcome.keep_alive
 }
 
@@ -265,7 +275,7 @@ async fn serve(
     }
     verdict?;
     let target = target?;
-    req.ep = endpoint_index(Some(target));
+    req.trace.endpoint = endpoint_of(Some(target));
     // govern: a valid key (401), its in-flight and request-rate shares (429), on the head
     let mut grant = shard
         .governance
@@ -294,7 +304,8 @@ async fn serve(
     }
 
     // read body (bounded)
-    let body_deadline = Instant::now() + shard.limits.body_timeout;
+    let body_start = Instant::now();
+    let body_deadline = body_start + shard.limits.body_timeout;
     let head_len = if body_pending { head.len } else { 0 };
     let body = read_body(
         &mut conn.stream,
@@ -307,6 +318,8 @@ async fn serve(
     )
     .await?;
     req.keep = keep_alive;
+    req.trace.client_body = body_start.elapsed();
+    req.trace.bytes_in = (head.len + body.len()) as u64;
 
     // route by model
     let fields = extract::routing_fields(&body)?;
@@ -314,6 +327,8 @@ async fn serve(
         .routes
         .resolve(&fields.model)
         .ok_or_else(|| unknown_model(&fields.model))?;
+    req.trace.route = Some(route.index as u32);
+    req.trace.stream = fields.stream;
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
@@ -322,10 +337,13 @@ async fn serve(
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
     let mut tried = Tried::default();
+    let open_start = Instant::now();
     let opened = forward::open::open(
         conn, shard, route, op, dialect, &body, &fields, &mut tried, &permit,
     )
     .await;
+    req.trace.upstream = open_start.elapsed();
+    req.trace.served = tried.served;
     tried.write_headers(&mut conn.resp_headers);
     let mut opened = opened?;
 
@@ -341,6 +359,8 @@ async fn serve(
         grant.as_mut(),
     )
     .await;
+    req.trace.upstream += opened.ex.waited;
+    req.trace.first_piece = opened.ex.first_piece;
     drop(opened);
     drop(permit);
     Ok(outcome)
@@ -353,7 +373,7 @@ async fn local(conn: &mut ClientConn, shard: &Shard, target: Target, keep: bool)
         Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
         Target::Readyz => (200, b"{\"status\":\"ready\"}".to_vec()),
         Target::Models => (200, shard.routes.models_body().to_vec()),
-        _ => (200, render_metrics(shard).into_bytes()),
+        _ => (200, crate::scrape::render(shard).into_bytes()),
     };
     let ct: &[u8] = if target == Target::Metrics {
         b"text/plain; version=0.0.4"
@@ -416,29 +436,4 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         ));
     }
     Ok(target)
-}
-
-fn render_metrics(shard: &Shard) -> String {
-    let mut out = String::with_capacity(4096);
-    render_shard_metrics(shard, &mut out);
-    let mut admission = vec![(shard.id, shard.admission.stats())];
-    shard.hub.others(shard.id, &mut out, &mut admission);
-    admission.sort_by_key(|(id, _)| *id);
-    crate::admit::stats::render_prometheus(&admission, &mut out);
-    out
-}
-
-pub fn render_shard_metrics(shard: &Shard, out: &mut String) {
-    shard.metrics.render(shard.id, out);
-    out.push_str(&format!(
-        "ringgate_upstream_idle_connections{{shard=\"{}\"}} {}\nringgate_upstream_retries_total{{shard=\"{}\"}} {}\n",
-        shard.id,
-        shard.upstream.pool.idle_count(),
-        shard.id,
-        shard.upstream.retries.get()
-    ));
-    // routing: attempts, failures by reason, retries, fallbacks, breaker state, key cooldowns
-    shard.forward.render(&shard.routes, shard.id, out);
-    // virtual keys: requests by key and model, rejections by reason
-    shard.governance.render(&shard.routes, shard.id, out);
 }

@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use super::breaker::BreakerState;
 use super::policy::Reason;
-use crate::metrics::bump;
+use crate::metrics::{bump, escape};
 use crate::route::RouteTable;
 
 const REASONS: usize = Reason::ALL.len();
@@ -145,6 +145,9 @@ impl ForwardMetrics {
         shard: usize,
         out: &mut String,
     ) {
+        for (name, kind, text) in FAMILIES {
+            crate::metrics::help(out, name, kind, text);
+        }
         for (r, route) in table.routes().iter().enumerate() {
             let model = escape(&route.name);
             for (d, dep) in route.deployments.iter().enumerate() {
@@ -211,19 +214,44 @@ impl ForwardMetrics {
     }
 }
 
-/// Prometheus label-value escaping: backslash, double quote, newline.
-fn escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => o.push_str("\\\\"),
-            '"' => o.push_str("\\\""),
-            '\n' => o.push_str("\\n"),
-            c => o.push(c),
-        }
-    }
-    o
-}
+/// The routing families: name, type, help.
+const FAMILIES: [(&str, &str, &str); 7] = [
+    (
+        "ringgate_upstream_attempts_total",
+        "counter",
+        "Upstream attempts by requested model and deployment (provider/upstream model).",
+    ),
+    (
+        "ringgate_upstream_failures_total",
+        "counter",
+        "Failed upstream attempts by model, deployment and reason.",
+    ),
+    (
+        "ringgate_breaker_state",
+        "gauge",
+        "Circuit breaker of a deployment on this shard: 0 closed, 1 open, 2 half-open.",
+    ),
+    (
+        "ringgate_breaker_opens_total",
+        "counter",
+        "Times a deployment's circuit breaker opened.",
+    ),
+    (
+        "ringgate_retries_total",
+        "counter",
+        "Requests retried after a failed attempt, by model and reason.",
+    ),
+    (
+        "ringgate_fallbacks_total",
+        "counter",
+        "Requests that moved on to a fallback model.",
+    ),
+    (
+        "ringgate_key_cooldowns_total",
+        "counter",
+        "Provider API keys put to cool down after a 429.",
+    ),
+];
 
 #[cfg(test)]
 mod tests {

@@ -62,6 +62,8 @@ impl<'s> Opened<'s> {
 pub struct Tried<'s> {
     /// The provider of the last attempt.
     pub provider: Option<&'s str>,
+    /// The deployment of the last attempt: (route index, deployment index).
+    pub served: Option<(u32, u32)>,
     pub attempts: u32,
 }
 
@@ -143,6 +145,7 @@ pub async fn open<'s>(
                 .map_err(|r| NoHead::Failed(Error::overloaded(r.as_str())))?;
         }
         tried.provider = Some(provider);
+        tried.served = Some((cand.route.index as u32, cand.deployment_index as u32));
         tried.attempts = attempts.attempts();
         let timeout = attempts.attempt_timeout(Instant::now());
         let sent = attempt(conn, shard, &cand, &planned, fields, client, op, timeout).await;

@@ -151,6 +151,18 @@ impl KeyMetrics {
     /// `ringgate_key_spend_usd_total{shard,key,model}` and
     /// `ringgate_key_rejections_total{shard,key,reason}` (`key=""` when no key was named).
     pub fn render(&self, names: &[&str], routes: &RouteTable, shard: usize, out: &mut String) {
+        crate::metrics::help(
+            out,
+            "ringgate_key_requests_total",
+            "counter",
+            "Requests that passed every check, by virtual key name and model.",
+        );
+        crate::metrics::help(
+            out,
+            "ringgate_key_rejections_total",
+            "counter",
+            "Requests refused by governance, by virtual key name (empty: none named) and reason.",
+        );
         for (k, name) in self.keys.iter().zip(names) {
             if let Ok(list) = k.models.try_borrow() {
                 for m in list.iter() {

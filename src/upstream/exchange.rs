@@ -102,6 +102,10 @@ pub struct Exchange<'c> {
     pub head: ResponseHead,
     gap_timeout: Duration,
     deadline: Instant,
+    /// Time spent waiting in body reads (metrics: upstream time, gateway overhead).
+    pub waited: Duration,
+    /// When the first piece of the body was handed out (metrics: time to first token).
+    pub first_piece: Option<Instant>,
 }
 
 impl Client {
@@ -176,6 +180,8 @@ impl Client {
                         head: resp_head,
                         gap_timeout: self.gap_timeout,
                         deadline,
+                        waited: Duration::ZERO,
+                        first_piece: None,
                     })
                 }
                 Err(e) if reused && e.retryable => {
@@ -276,6 +282,8 @@ impl Client {
             head,
             gap_timeout: self.gap_timeout,
             deadline,
+            waited: Duration::ZERO,
+            first_piece: None,
         })
     }
 }
@@ -357,6 +365,9 @@ impl Exchange<'_> {
             while !self.buf.is_empty() {
                 let (progressed, consumed) = self.consume_buffered(out, limit)?;
                 if progressed {
+                    if self.first_piece.is_none() {
+                        self.first_piece = Some(Instant::now());
+                    }
                     // The body may have ended with this piece: pool the connection now, so a
                     // caller that stops reading after the last piece does not lose it.
                     if matches!(self.state, BodyState::Done) {
@@ -375,8 +386,11 @@ impl Exchange<'_> {
             let Some(conn) = self.conn.as_mut() else {
                 return Ok(false);
             };
-            let gap = (Instant::now() + self.gap_timeout).min(self.deadline);
-            let n = read_more(conn, &mut self.buf, gap).await.map_err(|e| {
+            let waiting = Instant::now();
+            let gap = (waiting + self.gap_timeout).min(self.deadline);
+            let read = read_more(conn, &mut self.buf, gap).await;
+            self.waited += waiting.elapsed();
+            let n = read.map_err(|e| {
                 self.pool_ok = false;
                 if e.kind() == std::io::ErrorKind::TimedOut {
                     Error::new(Kind::UpstreamTimeout, "upstream stalled mid-body")

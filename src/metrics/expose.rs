@@ -1,0 +1,216 @@
+//! One Prometheus text exposition from several parts: each shard's rendering of itself (the
+//! serving shard's fresh, the others' latest snapshots) and the process-wide lines. Parts may
+//! repeat `# HELP`/`# TYPE` lines and series; the result has every family once, its `# HELP`
+//! and `# TYPE` first, then its series, identical series (same name and labels) summed. That
+//! sum is how per-shard counters and histograms merge: a renderer that leaves the `shard`
+//! label out gets one series over all shards; one that writes it keeps a series per shard.
+//!
+//! Owns: `merge`, `help` (a family's two header lines). Must not: be called on the request
+//! path (it parses text; it runs once per scrape, off every other shard).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// Write a family's `# HELP` and `# TYPE` lines (`kind`: counter, gauge, histogram).
+pub fn help(out: &mut String, name: &str, kind: &str, text: &str) {
+    let _ = writeln!(out, "# HELP {name} {text}\n# TYPE {name} {kind}");
+}
+
+#[derive(Default)]
+struct Family {
+    help: Option<String>,
+    kind: Option<String>,
+    /// (series text `name{labels}`, value) in first-seen order.
+    series: Vec<(String, f64)>,
+    index: HashMap<String, usize>,
+}
+
+/// Merge `parts` into one exposition (see the module doc).
+pub fn merge(parts: &[&str]) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut fams: HashMap<String, Family> = HashMap::new();
+    // Pass 1: metadata, so samples find their histogram family whatever the part order.
+    for part in parts {
+        for line in part.lines() {
+            let Some(rest) = line.strip_prefix("# ") else {
+                continue;
+            };
+            let (what, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            if name.is_empty() || !(what == "HELP" || what == "TYPE") {
+                continue;
+            }
+            let f = entry(&mut fams, &mut order, name);
+            let slot = if what == "HELP" {
+                &mut f.help
+            } else {
+                &mut f.kind
+            };
+            if slot.is_none() {
+                *slot = Some(text.to_string());
+            }
+        }
+    }
+    // Pass 2: samples.
+    for part in parts {
+        for line in part.lines() {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((series, name, value)) = split_sample(line) else {
+                continue;
+            };
+            let fam = family_of(name, &fams).to_string();
+            let f = entry(&mut fams, &mut order, &fam);
+            match f.index.get(series) {
+                Some(&i) => {
+                    if let Some(s) = f.series.get_mut(i) {
+                        s.1 += value;
+                    }
+                }
+                None => {
+                    f.index.insert(series.to_string(), f.series.len());
+                    f.series.push((series.to_string(), value));
+                }
+            }
+        }
+    }
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() / 2 + 64);
+    for name in &order {
+        let Some(f) = fams.get(name) else { continue };
+        if let Some(h) = &f.help {
+            let _ = writeln!(out, "# HELP {name} {h}");
+        }
+        if let Some(k) = &f.kind {
+            let _ = writeln!(out, "# TYPE {name} {k}");
+        }
+        for (series, v) in &f.series {
+            let _ = writeln!(out, "{series} {}", Value(*v));
+        }
+    }
+    out
+}
+
+/// The family `name`, made (and put last in `order`) when first seen.
+fn entry<'f>(
+    fams: &'f mut HashMap<String, Family>,
+    order: &mut Vec<String>,
+    name: &str,
+) -> &'f mut Family {
+    if !fams.contains_key(name) {
+        order.push(name.to_string());
+    }
+    fams.entry(name.to_string()).or_default()
+}
+
+/// The family a sample named `name` belongs to: `x` for `x_bucket`, `x_sum`, `x_count` when
+/// `x` is a declared histogram, else the name itself.
+fn family_of<'a>(name: &'a str, fams: &HashMap<String, Family>) -> &'a str {
+    for suffix in ["_bucket", "_sum", "_count"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            let hist = fams
+                .get(base)
+                .and_then(|f| f.kind.as_deref())
+                .is_some_and(|k| k == "histogram" || k == "summary");
+            if hist {
+                return base;
+            }
+        }
+    }
+    name
+}
+
+/// `name{labels} value` → (`name{labels}`, `name`, value). Label values may hold escaped
+/// quotes and braces.
+fn split_sample(line: &str) -> Option<(&str, &str, f64)> {
+    let b = line.as_bytes();
+    let name_end = b.iter().position(|&c| c == b'{' || c == b' ')?;
+    let name = &line[..name_end];
+    let series_end = if b[name_end] == b'{' {
+        let mut in_str = false;
+        let mut esc = false;
+        let mut end = None;
+        for (i, &c) in b.iter().enumerate().skip(name_end + 1) {
+            match (in_str, esc, c) {
+                (true, true, _) => esc = false,
+                (true, false, b'\\') => esc = true,
+                (true, false, b'"') => in_str = false,
+                (false, _, b'"') => in_str = true,
+                (false, _, b'}') => {
+                    end = Some(i + 1);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        end?
+    } else {
+        name_end
+    };
+    let value = line[series_end..].split_whitespace().next()?;
+    let v = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((&line[..series_end], name, v))
+}
+
+/// A sample value in the text format (`+Inf`, `NaN`; integers without a fraction).
+struct Value(f64);
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.0;
+        if v.is_nan() {
+            f.write_str("NaN")
+        } else if v == f64::INFINITY {
+            f.write_str("+Inf")
+        } else if v == f64::NEG_INFINITY {
+            f.write_str("-Inf")
+        } else {
+            write!(f, "{v}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_families_and_sums_identical_series() {
+        let a = "# HELP c_total Things.\n# TYPE c_total counter\nc_total{x=\"1\"} 2\n\
+                 g{shard=\"0\"} 5\n# HELP g A gauge.\n# TYPE g gauge\n";
+        let b = "# HELP c_total Things.\n# TYPE c_total counter\nc_total{x=\"1\"} 3\n\
+                 c_total{x=\"a}\\\"b\"} 1\ng{shard=\"1\"} 7\n";
+        let out = merge(&[a, b]);
+        assert_eq!(
+            out,
+            "# HELP c_total Things.\n# TYPE c_total counter\nc_total{x=\"1\"} 5\n\
+             c_total{x=\"a}\\\"b\"} 1\n# HELP g A gauge.\n# TYPE g gauge\ng{shard=\"0\"} 5\n\
+             g{shard=\"1\"} 7\n"
+        );
+    }
+
+    #[test]
+    fn histogram_lines_stay_in_their_family() {
+        let h = "# HELP h Latency.\n# TYPE h histogram\n\
+                 h_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.5\nh_count 2\n";
+        let other = "# HELP h_count_total Not part of h.\n# TYPE h_count_total counter\n\
+                     h_count_total 1\n";
+        let out = merge(&[h, other, h]);
+        assert_eq!(
+            out,
+            "# HELP h Latency.\n# TYPE h histogram\nh_bucket{le=\"0.1\"} 2\n\
+             h_bucket{le=\"+Inf\"} 4\nh_sum 1\nh_count 4\n\
+             # HELP h_count_total Not part of h.\n# TYPE h_count_total counter\nh_count_total 1\n"
+        );
+    }
+
+    #[test]
+    fn values_keep_their_text_form() {
+        let out = merge(&["a 0.25\nb +Inf\nc 12345678901\nbad line\n"]);
+        assert_eq!(out, "a 0.25\nb +Inf\nc 12345678901\n");
+    }
+}

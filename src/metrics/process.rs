@@ -1,0 +1,71 @@
+//! Process-wide metrics that belong to no shard: the running config's hash (an info metric)
+//! and config reloads by result. Shared by every shard through `MetricsHub` (an `Arc`); touched
+//! only at start-up, on a reload and on a scrape — never on the request path.
+//!
+//! Owns: `ProcessMetrics`. Must not: count per-request events (those are per shard).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::{escape, help};
+
+#[derive(Debug, Default)]
+pub struct ProcessMetrics {
+    config_hash: Mutex<String>,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
+
+impl ProcessMetrics {
+    pub fn new(config_hash: &str) -> ProcessMetrics {
+        ProcessMetrics {
+            config_hash: Mutex::new(config_hash.to_string()),
+            ..ProcessMetrics::default()
+        }
+    }
+
+    /// A config reload finished: `Some(hash)` when the new config runs, `None` when it was
+    /// refused (the old one keeps running).
+    pub fn reloaded(&self, hash: Option<&str>) {
+        match hash {
+            Some(h) => {
+                if let Ok(mut c) = self.config_hash.lock() {
+                    *c = h.to_string();
+                }
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn render(&self, out: &mut String) {
+        help(
+            out,
+            "ringgate_config_info",
+            "gauge",
+            "The running config: hash is the first 16 hex digits of the SHA-256 of its file.",
+        );
+        let hash = self
+            .config_hash
+            .lock()
+            .map(|h| escape(&h))
+            .unwrap_or_default();
+        let _ = writeln!(out, "ringgate_config_info{{hash=\"{hash}\"}} 1");
+        help(
+            out,
+            "ringgate_config_reloads_total",
+            "counter",
+            "Config reloads by result (ok: the new config runs; error: refused, the old one runs).",
+        );
+        for (result, n) in [("ok", &self.reloads_ok), ("error", &self.reloads_failed)] {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "ringgate_config_reloads_total{{result=\"{result}\"}} {n}"
+            );
+        }
+    }
+}

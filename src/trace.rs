@@ -1,0 +1,116 @@
+//! What one request did, as the request path learns it: which endpoint, model and deployment,
+//! when it started, how long it waited on the upstream and on the client's body, when the
+//! first piece of a streamed answer arrived, its tokens and bytes. Filled by `pipeline` (a few
+//! plain stores and `Instant::now()` calls per request), read once when the request ends by
+//! the metrics (`metrics::requests`) and the access log (`accesslog`).
+//!
+//! Owns: `Trace`, `Endpoint` (the `endpoint` label and access-log field).
+//! Must not: allocate, or hold anything borrowed from the connection or the route table
+//! (indices only), so it can live in the pipeline's per-request state.
+
+use std::time::{Duration, Instant};
+
+/// The API or gateway endpoint a request asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Responses,
+    Messages,
+    CountTokens,
+    Embeddings,
+    Gemini,
+    Models,
+    /// `/healthz` and `/readyz`.
+    Health,
+    Metrics,
+    /// Anything else: unknown paths, wrong methods, heads that did not parse.
+    Other,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 10] = [
+        Endpoint::ChatCompletions,
+        Endpoint::Responses,
+        Endpoint::Messages,
+        Endpoint::CountTokens,
+        Endpoint::Embeddings,
+        Endpoint::Gemini,
+        Endpoint::Models,
+        Endpoint::Health,
+        Endpoint::Metrics,
+        Endpoint::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::CountTokens => "count_tokens",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Gemini => "gemini",
+            Endpoint::Models => "models",
+            Endpoint::Health => "health",
+            Endpoint::Metrics => "metrics",
+            Endpoint::Other => "other",
+        }
+    }
+}
+
+/// One request's record (see the module doc). Durations are summed over attempts and reads.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// When the request head had been parsed.
+    pub start: Instant,
+    pub endpoint: Endpoint,
+    /// `RouteTable` index of the requested model, once routed.
+    pub route: Option<u32>,
+    /// The deployment that answered, or the last one tried: (route index, deployment index).
+    pub served: Option<(u32, u32)>,
+    /// The client asked for a stream.
+    pub stream: bool,
+    /// Time spent waiting on upstreams: attempts until an answer's head arrived, then every
+    /// read of the answer's body.
+    pub upstream: Duration,
+    /// Time spent waiting for the request body from the client.
+    pub client_body: Duration,
+    /// When the first piece of the answer's body arrived from the upstream.
+    pub first_piece: Option<Instant>,
+    /// (input, output) tokens the answer reported, when known.
+    pub tokens: Option<(u64, u64)>,
+    /// Request bytes received (head and body).
+    pub bytes_in: u64,
+}
+
+impl Trace {
+    pub fn new(start: Instant) -> Trace {
+        Trace {
+            start,
+            endpoint: Endpoint::Other,
+            route: None,
+            served: None,
+            stream: false,
+            upstream: Duration::ZERO,
+            client_body: Duration::ZERO,
+            first_piece: None,
+            tokens: None,
+            bytes_in: 0,
+        }
+    }
+
+    /// The gateway's own share of `total`: what was not spent waiting on an upstream or on
+    /// the client's request body.
+    pub fn overhead(&self, total: Duration) -> Duration {
+        total
+            .saturating_sub(self.upstream)
+            .saturating_sub(self.client_body)
+    }
+
+    /// Time to the first piece of a streamed answer.
+    pub fn first_token(&self) -> Option<Duration> {
+        match (self.stream, self.first_piece) {
+            (true, Some(t)) => Some(t.saturating_duration_since(self.start)),
+            _ => None,
+        }
+    }
+}
