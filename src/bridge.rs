@@ -25,10 +25,10 @@ const MAX_ERROR_BODY: usize = 1024 * 1024;
 const MAX_TRAILING: usize = 64 * 1024;
 
 pub fn shape(client: Dialect) -> ErrorShape {
-    if client == Dialect::Messages {
-        ErrorShape::Anthropic
-    } else {
-        ErrorShape::OpenAi
+    match client {
+        Dialect::Messages => ErrorShape::Anthropic,
+        Dialect::Gemini => ErrorShape::Gemini,
+        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
     }
 }
 

@@ -2,7 +2,7 @@
 //! (client, upstream, internal), whether retrying it on another connection may help, and how to
 //! render itself in the client's dialect.
 //!
-//! Owns: `Error`, `Kind`, `Side`, and the OpenAI-/Anthropic-shaped error bodies.
+//! Owns: `Error`, `Kind`, `Side`, and the OpenAI-, Anthropic- and Gemini-shaped error bodies.
 //! Must not: do IO or log; callers decide what to do with an error.
 
 use std::fmt;
@@ -64,6 +64,8 @@ pub enum Kind {
 pub enum ErrorShape {
     OpenAi,
     Anthropic,
+    /// Google's `{"error":{"code","message","status"}}` (Gemini-dialect paths).
+    Gemini,
 }
 
 #[derive(Debug, Clone)]
@@ -245,6 +247,24 @@ impl Error {
             (ErrorShape::Anthropic, _) if self.side() == Side::Client => "invalid_request_error",
             (ErrorShape::Anthropic, Kind::UpstreamTimeout) => "timeout_error",
             (ErrorShape::Anthropic, _) => "api_error",
+            (ErrorShape::Gemini, _) => self.grpc_status(),
+        }
+    }
+
+    /// Google's canonical status name for this error (Gemini `error.status`).
+    fn grpc_status(&self) -> &'static str {
+        match self.kind {
+            Kind::Unauthorized => "UNAUTHENTICATED",
+            Kind::Forbidden | Kind::ModelNotAllowed => "PERMISSION_DENIED",
+            Kind::NotFound | Kind::UnknownModel => "NOT_FOUND",
+            Kind::MethodNotAllowed | Kind::NotImplemented => "UNIMPLEMENTED",
+            Kind::ClientTimeout | Kind::UpstreamTimeout => "DEADLINE_EXCEEDED",
+            Kind::RateLimited | Kind::BudgetExceeded => "RESOURCE_EXHAUSTED",
+            Kind::Overloaded | Kind::UpstreamConnect | Kind::UpstreamProtocol => "UNAVAILABLE",
+            Kind::Internal => "INTERNAL",
+            Kind::BadRequest | Kind::InvalidBody | Kind::HeadTooLarge | Kind::BodyTooLarge => {
+                "INVALID_ARGUMENT"
+            }
         }
     }
 
@@ -292,6 +312,15 @@ impl Error {
                 out.extend_from_slice(b"\",\"message\":");
                 push_json_str(&mut out, &self.message);
                 out.extend_from_slice(b"}}");
+            }
+            ErrorShape::Gemini => {
+                out.extend_from_slice(b"{\"error\":{\"code\":");
+                out.extend_from_slice(self.status().to_string().as_bytes());
+                out.extend_from_slice(b",\"message\":");
+                push_json_str(&mut out, &self.message);
+                out.extend_from_slice(b",\"status\":\"");
+                out.extend_from_slice(self.grpc_status().as_bytes());
+                out.extend_from_slice(b"\"}}");
             }
         }
         out
@@ -350,6 +379,30 @@ mod tests {
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "overloaded_error");
         assert_eq!(e.status(), 503);
+    }
+
+    #[test]
+    fn gemini_shape() {
+        for (kind, status, name) in [
+            (Kind::InvalidBody, 400, "INVALID_ARGUMENT"),
+            (Kind::Unauthorized, 401, "UNAUTHENTICATED"),
+            (Kind::ModelNotAllowed, 403, "PERMISSION_DENIED"),
+            (Kind::UnknownModel, 404, "NOT_FOUND"),
+            (Kind::RateLimited, 429, "RESOURCE_EXHAUSTED"),
+            (Kind::Overloaded, 503, "UNAVAILABLE"),
+            (Kind::UpstreamTimeout, 504, "DEADLINE_EXCEEDED"),
+            (Kind::Internal, 500, "INTERNAL"),
+        ] {
+            let e = Error::new(kind, "m \"q\"");
+            let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Gemini)).unwrap();
+            assert_eq!(v["error"]["code"], status, "{kind:?}");
+            assert_eq!(v["error"]["status"], name, "{kind:?}");
+            assert_eq!(v["error"]["message"], "m \"q\"");
+            assert!(crate::translate::is_error_shape(
+                crate::translate::Dialect::Gemini,
+                &v
+            ));
+        }
     }
 
     #[test]

@@ -35,6 +35,69 @@ pub struct RoutingFields {
 /// Read `model` (required string) and `stream` (optional bool) from a JSON object body, and the
 /// output-token cap if there is one.
 pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
+    let scan = scan(body, false)?;
+    let model_node = scan
+        .model
+        .ok_or_else(|| Error::new(Kind::InvalidBody, "missing required field \"model\""))?;
+    let model_str = model_node
+        .as_str()
+        .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?
+        .to_string();
+    if let Err(why) = target::model_id(&model_str) {
+        return Err(Error::new(
+            Kind::InvalidBody,
+            format!("\"model\" is not a valid model name: it {why}; {MODEL_RULE}"),
+        ));
+    }
+    let raw = model_node.as_raw_str();
+    let start = offset_in(body, raw).unwrap_or(usize::MAX);
+    let model_span = start..start.saturating_add(raw.len());
+    if body.get(model_span.clone()) != Some(raw.as_bytes()) {
+        return Err(Error::new(
+            Kind::Internal,
+            "could not locate \"model\" in the body",
+        ));
+    }
+    let stream = match scan.stream {
+        None => false,
+        Some(v) if v.is_null() => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| Error::new(Kind::InvalidBody, "\"stream\" must be a boolean"))?,
+    };
+    Ok(RoutingFields {
+        model: model_str,
+        model_span,
+        stream,
+        max_tokens: scan.max_tokens,
+    })
+}
+
+/// The routing fields of a Gemini-dialect request: the model and the stream choice come from
+/// its path (`gemini_call`), so the body is only checked like any other (one JSON object,
+/// bounded nesting, nothing after it) and read for `generationConfig.maxOutputTokens`. The
+/// model span is empty: a Gemini model is never spliced into the body (it goes in the URL).
+pub fn gemini_fields(body: &[u8], call: &crate::gemini_call::Call) -> Result<RoutingFields, Error> {
+    let scan = scan(body, true)?;
+    Ok(RoutingFields {
+        model: call.model.clone(),
+        model_span: 0..0,
+        stream: call.stream,
+        max_tokens: scan.max_tokens,
+    })
+}
+
+/// What one pass over a body found.
+struct Scan<'b> {
+    model: Option<sonic_rs::LazyValue<'b>>,
+    stream: Option<sonic_rs::LazyValue<'b>>,
+    max_tokens: Option<u64>,
+}
+
+/// The checks every body passes (non-empty, nesting bound, one object with no duplicate routing
+/// key and nothing after it) and its routing keys, in one lazy pass. `gemini`: the output cap
+/// is `generationConfig.maxOutputTokens`.
+fn scan(body: &[u8], gemini: bool) -> Result<Scan<'_>, Error> {
     if body.is_empty() {
         return Err(Error::new(
             Kind::InvalidBody,
@@ -65,8 +128,16 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         let slot = match key.as_ref() {
             "model" => &mut model,
             "stream" => &mut stream,
-            "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+            "max_tokens" | "max_completion_tokens" | "max_output_tokens" if !gemini => {
                 max_tokens = max_tokens.or_else(|| value.as_u64());
+                continue;
+            }
+            "generationConfig" | "generation_config" if gemini && raw.starts_with('{') => {
+                max_tokens = max_tokens.or_else(|| {
+                    let cap = sonic_rs::get(raw, ["maxOutputTokens"])
+                        .or_else(|_| sonic_rs::get(raw, ["max_output_tokens"]));
+                    cap.ok()?.as_u64()
+                });
                 continue;
             }
             _ => continue,
@@ -79,49 +150,36 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         }
     }
     // The iterator stopped at the object's closing brace (after optional whitespace following
-    // the last value); only whitespace may follow that brace. (No entries: `model` is missing.)
-    if let Some(end) = after_last {
-        if !only_whitespace_after_close(body.get(end..).unwrap_or_default()) {
+    // the last value); only whitespace may follow that brace. (No entries: `model` is missing,
+    // or, for Gemini, the object is empty — `{}` — and was checked whole by the iterator.)
+    match after_last {
+        Some(end) if !only_whitespace_after_close(body.get(end..).unwrap_or_default()) => {
             return Err(Error::new(
                 Kind::InvalidBody,
                 "request body has data after its JSON object",
             ));
         }
+        None if gemini && !is_empty_object(body) => {
+            return Err(Error::new(
+                Kind::InvalidBody,
+                "request body must be one JSON object",
+            ));
+        }
+        _ => {}
     }
-    let model_node =
-        model.ok_or_else(|| Error::new(Kind::InvalidBody, "missing required field \"model\""))?;
-    let model_str = model_node
-        .as_str()
-        .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?
-        .to_string();
-    if let Err(why) = target::model_id(&model_str) {
-        return Err(Error::new(
-            Kind::InvalidBody,
-            format!("\"model\" is not a valid model name: it {why}; {MODEL_RULE}"),
-        ));
-    }
-    let raw = model_node.as_raw_str();
-    let start = offset_in(body, raw).unwrap_or(usize::MAX);
-    let model_span = start..start.saturating_add(raw.len());
-    if body.get(model_span.clone()) != Some(raw.as_bytes()) {
-        return Err(Error::new(
-            Kind::Internal,
-            "could not locate \"model\" in the body",
-        ));
-    }
-    let stream = match stream {
-        None => false,
-        Some(v) if v.is_null() => false,
-        Some(v) => v
-            .as_bool()
-            .ok_or_else(|| Error::new(Kind::InvalidBody, "\"stream\" must be a boolean"))?,
-    };
-    Ok(RoutingFields {
-        model: model_str,
-        model_span,
+    Ok(Scan {
+        model,
         stream,
         max_tokens,
     })
+}
+
+/// `body` is `{}` with optional whitespace around and inside.
+fn is_empty_object(body: &[u8]) -> bool {
+    let mut it = body
+        .iter()
+        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    it.next() == Some(&b'{') && it.next() == Some(&b'}') && it.next().is_none()
 }
 
 /// Offset of `raw` (a slice sonic-rs handed out for `body`) in `body`, if it lies there.
@@ -239,6 +297,43 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(parsed.unwrap(), "m");
+    }
+
+    #[test]
+    fn gemini_bodies() {
+        let call = crate::gemini_call::Call {
+            model: "g".into(),
+            stream: true,
+        };
+        let f = gemini_fields(
+            br#"{"contents":[],"generationConfig":{"temperature":1,"maxOutputTokens":7}}"#,
+            &call,
+        )
+        .unwrap();
+        assert_eq!(
+            (f.model.as_str(), f.stream, f.max_tokens, f.model_span),
+            ("g", true, Some(7), 0..0)
+        );
+        let f = gemini_fields(br#"{"contents":[],"max_tokens":9}"#, &call).unwrap();
+        assert_eq!(f.max_tokens, None, "not a Gemini field");
+        assert!(gemini_fields(b" { } ", &call).is_ok());
+        for bad in [
+            &b""[..],
+            b"[]",
+            b"{",
+            b"{} x",
+            br#"{"contents":[]} {}"#,
+            b"1",
+            br#""s""#,
+        ] {
+            let e = gemini_fields(bad, &call).unwrap_err();
+            assert_eq!(e.status(), 400, "{:?}", String::from_utf8_lossy(bad));
+        }
+        let deep = format!("{{\"contents\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(
+            gemini_fields(deep.as_bytes(), &call).unwrap_err().status(),
+            400
+        );
     }
 
     #[test]

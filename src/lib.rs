@@ -4,8 +4,9 @@
 //! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
 //! - `http`: HTTP/1.1 heads, bodies, responses, client connections
 //! - `extract`, `nesting`: model/stream lookup (and the body checks before routing), the JSON
-//!   depth bound
-//! - `route`, `provider`: model → deployments + policy, the closed provider enum
+//!   depth bound; `gemini_call`: model and stream from a Gemini-dialect request path
+//! - `route`, `provider`: model → deployments + policy, the closed provider enum; `models`: the
+//!   model list / lookup endpoints in each SDK's shape
 //! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
 //! - `upstream`: pooled upstream connections, TLS, response framing; `upstream::target` is what
 //!   may enter an upstream request line or header
@@ -36,11 +37,13 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod gemini_call;
 pub mod governance;
 pub mod http;
 pub mod log;
 pub mod metrics;
 pub mod mock;
+pub mod models;
 pub mod nesting;
 pub mod outcome;
 pub mod pipeline;

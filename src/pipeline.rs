@@ -19,19 +19,23 @@ use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
 use crate::http::{BodyFraming, Method, RequestHead};
 use crate::metrics::{bump, dec};
+use crate::models::{self, Ask};
 use crate::outcome::{gone, Outcome};
 use crate::provider::Op;
 use crate::shard::Shard;
 use crate::trace::{Endpoint, Trace};
 use crate::translate::Dialect;
-use crate::{bridge, extract, forward, respond};
+use crate::{bridge, extract, forward, gemini_call, respond};
 
 /// What a request head asks for, decided before any body byte is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
     /// A provider API call in the client's dialect.
     Api(Dialect, Op),
+    /// The model list (`GET /v1/models`, `/v1beta/models`).
     Models,
+    /// One model (`GET /v1/models/{id}`, `/v1beta/models/{id}`).
+    Model,
     Healthz,
     Readyz,
     Metrics,
@@ -42,7 +46,7 @@ impl Target {
     fn gate(self) -> Gate {
         match self {
             Target::Api(..) => Gate::Limits,
-            Target::Models => Gate::Key,
+            Target::Models | Target::Model => Gate::Key,
             Target::Healthz | Target::Readyz | Target::Metrics => Gate::Open,
         }
     }
@@ -57,7 +61,7 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
         Some(Target::Api(_, Op::CountTokens)) => Endpoint::CountTokens,
         Some(Target::Api(_, Op::Embeddings)) => Endpoint::Embeddings,
         Some(Target::Api(Dialect::Gemini, _)) => Endpoint::Gemini,
-        Some(Target::Models) => Endpoint::Models,
+        Some(Target::Models | Target::Model) => Endpoint::Models,
         Some(Target::Healthz | Target::Readyz) => Endpoint::Health,
         Some(Target::Metrics) => Endpoint::Metrics,
         None => Endpoint::Other,
@@ -240,6 +244,20 @@ async fn serve(
     // Answer unclassified or refused requests in the dialect the path suggests.
     if path.starts_with(b"/v1/messages") {
         req.shape = ErrorShape::Anthropic;
+    } else if gemini_call::is_gemini_path(path) {
+        req.shape = ErrorShape::Gemini;
+    }
+    // What else the head says, read while it is in the buffer: a Gemini call's model and
+    // stream choice (its body names neither), a model endpoint's answer shape and id.
+    let gemini = matches!(target, Ok(Target::Api(Dialect::Gemini, _)))
+        .then(|| gemini_call::call(path, head.query(&conn.buf)));
+    let ask = match target {
+        Ok(Target::Models) => Some(Ask::of(&head, &conn.buf, None)),
+        Ok(Target::Model) => Some(Ask::of(&head, &conn.buf, model_id_in(path))),
+        _ => None,
+    };
+    if let Some(a) = &ask {
+        req.shape = a.shape.errors();
     }
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
     let verdict = shard.edge.check(&head, &conn.buf);
@@ -281,9 +299,10 @@ async fn serve(
         .governance
         .admit(caller, target.gate(), &mut conn.resp_headers)?;
     let Target::Api(dialect, op) = target else {
-        return Ok(local(conn, shard, target, req.keep).await);
+        return Ok(local(conn, shard, target, ask, req.keep).await?);
     };
     req.shape = bridge::shape(dialect);
+    let gemini = gemini.transpose()?;
 
     // admit: decided on the head, before any body byte is read or allocated. The permit
     // holds `declared body + response reserve` of the shard's budget until this request ends.
@@ -322,7 +341,10 @@ async fn serve(
     req.trace.bytes_in = (head.len + body.len()) as u64;
 
     // route by model
-    let fields = extract::routing_fields(&body)?;
+    let fields = match &gemini {
+        Some(call) => extract::gemini_fields(&body, call)?,
+        None => extract::routing_fields(&body)?,
+    };
     let route = shard
         .routes
         .resolve(&fields.model)
@@ -366,13 +388,31 @@ async fn serve(
     Ok(outcome)
 }
 
-/// The gateway's own endpoints: health, readiness, the model list, metrics.
-async fn local(conn: &mut ClientConn, shard: &Shard, target: Target, keep: bool) -> Outcome {
+/// The gateway's own endpoints: health, readiness, the model list and lookups (in the asking
+/// SDK's shape, `ask`), metrics.
+async fn local(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    target: Target,
+    ask: Option<Ask>,
+    keep: bool,
+) -> Result<Outcome, Error> {
     let wt = shard.limits.write_timeout;
-    let (status, body): (u16, Vec<u8>) = match target {
-        Target::Healthz => (200, b"{\"status\":\"ok\"}".to_vec()),
-        Target::Readyz => (200, b"{\"status\":\"ready\"}".to_vec()),
-        Target::Models => (200, shard.routes.models_body().to_vec()),
+    let (status, body): (u16, Vec<u8>) = match (target, ask) {
+        (Target::Healthz, _) => (200, b"{\"status\":\"ok\"}".to_vec()),
+        (Target::Readyz, _) => (200, b"{\"status\":\"ready\"}".to_vec()),
+        (Target::Models, Some(a)) => (200, shard.routes.catalog().list(a.shape).to_vec()),
+        (
+            Target::Model,
+            Some(Ask {
+                shape,
+                id: Some(id),
+            }),
+        ) => {
+            let id = id.as_deref().map_err(|why| *why);
+            let route = id.ok().and_then(|m| shard.routes.resolve(m));
+            (200, models::one(shape, id, route)?)
+        }
         _ => (200, crate::scrape::render(shard).into_bytes()),
     };
     let ct: &[u8] = if target == Target::Metrics {
@@ -381,10 +421,10 @@ async fn local(conn: &mut ClientConn, shard: &Shard, target: Target, keep: bool)
         b"application/json"
     };
     let ok = conn.respond(status, ct, b"", &body, keep, wt).await;
-    Outcome {
+    Ok(Outcome {
         status,
         keep_alive: ok && keep,
-    }
+    })
 }
 
 fn unknown_model(model: &str) -> Error {
@@ -417,12 +457,17 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         b"/healthz" => Target::Healthz,
         b"/readyz" => Target::Readyz,
         b"/metrics" => Target::Metrics,
-        _ => {
-            return Err(Error::new(
-                Kind::NotFound,
-                format!("no route for {}", String::from_utf8_lossy(path)),
-            ))
-        }
+        _ => match gemini_call::route(path) {
+            Some(gemini_call::Route::Call { op, .. }) => Target::Api(Dialect::Gemini, op),
+            Some(gemini_call::Route::Model(_)) if method == Method::Get => Target::Model,
+            Some(gemini_call::Route::List) => Target::Models,
+            _ => {
+                return Err(Error::new(
+                    Kind::NotFound,
+                    format!("no route for {}", String::from_utf8_lossy(path)),
+                ))
+            }
+        },
     };
     let want = if matches!(target, Target::Api(..)) {
         Method::Post
@@ -436,4 +481,12 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         ));
     }
     Ok(target)
+}
+
+/// The id part of a model lookup path (`/v1/models/{id}`, `/v1beta/models/{id}`).
+fn model_id_in(path: &[u8]) -> Option<&[u8]> {
+    match gemini_call::route(path) {
+        Some(gemini_call::Route::Model(id)) => Some(id),
+        _ => None,
+    }
 }

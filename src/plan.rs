@@ -77,9 +77,14 @@ pub fn plan<'b>(
     };
     match (kind, op) {
         (ProviderKind::Mock, _) => Ok(passthrough(Target::Mock, Cow::Borrowed(body))),
-        (kind, Op::CountTokens) if kind != ProviderKind::Anthropic => {
-            // Only Anthropic counts exactly; elsewhere answer with the documented estimate.
-            let out = format!("{{\"input_tokens\":{}}}", translate::estimate_tokens(body));
+        (kind, Op::CountTokens) if !kind.speaks(client) => {
+            // Only a provider of the client's own dialect counts exactly (Anthropic for
+            // Messages, Gemini for Gemini); elsewhere answer with the documented estimate.
+            let n = translate::estimate_tokens(body);
+            let out = match client {
+                Dialect::Gemini => format!("{{\"totalTokens\":{n}}}"),
+                _ => format!("{{\"input_tokens\":{n}}}"),
+            };
             Ok(passthrough(
                 Target::Local(out.into_bytes()),
                 Cow::Borrowed(body),
@@ -91,7 +96,8 @@ pub fn plan<'b>(
         )),
         (kind, op) if kind.speaks(client) => {
             let body = match upstream_model {
-                Some(m) if m != fields.model => {
+                // (A Gemini model lives in the URL, never in the body.)
+                Some(m) if m != fields.model && client != Dialect::Gemini => {
                     Cow::Owned(splice_model(body, &fields.model_span, m))
                 }
                 _ => Cow::Borrowed(body),
@@ -106,7 +112,13 @@ pub fn plan<'b>(
         (kind, _) => {
             let up = kind.native();
             let invalid = |e: translate::TranslateError| Error::new(Kind::InvalidBody, e.message);
-            let chat = translate::request_to_chat(client, body).map_err(invalid)?;
+            let mut chat = translate::request_to_chat(client, body).map_err(invalid)?;
+            if client == Dialect::Gemini {
+                // A Gemini body does not say whether it streams: the path did.
+                if let Some(o) = chat.as_object_mut() {
+                    o.insert("stream".into(), fields.stream.into());
+                }
+            }
             let include_usage = chat
                 .get("stream_options")
                 .and_then(|o| o.get("include_usage"))

@@ -29,7 +29,7 @@ use crate::upstream::target;
 pub enum Op {
     /// Generate a reply (Chat, Responses, Messages, Gemini generateContent).
     Generate,
-    /// Anthropic `count_tokens`.
+    /// Anthropic `count_tokens`, Gemini `countTokens`.
     CountTokens,
     /// OpenAI `embeddings`.
     Embeddings,
@@ -82,10 +82,10 @@ impl ProviderKind {
             (ProviderKind::Gemini, _, _) => {
                 p.push_str("/v1beta/models/");
                 target::push_segment(&mut p, model);
-                p.push_str(if stream {
-                    ":streamGenerateContent?alt=sse"
-                } else {
-                    ":generateContent"
+                p.push_str(match (op, stream) {
+                    (Op::CountTokens, _) => ":countTokens",
+                    (_, true) => ":streamGenerateContent?alt=sse",
+                    (_, false) => ":generateContent",
                 });
             }
             (ProviderKind::Azure, op, _) => {
@@ -162,6 +162,15 @@ mod tests {
         assert_eq!(
             p(ProviderKind::Gemini, Op::Generate, Dialect::Gemini, false),
             "/b/v1beta/models/m:generateContent"
+        );
+        assert_eq!(
+            p(
+                ProviderKind::Gemini,
+                Op::CountTokens,
+                Dialect::Gemini,
+                false
+            ),
+            "/b/v1beta/models/m:countTokens"
         );
         assert_eq!(
             p(ProviderKind::Azure, Op::Generate, Dialect::Chat, false),

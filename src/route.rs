@@ -13,7 +13,6 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::config::Config;
-use crate::error::push_json_str;
 use crate::forward::policy::{Fallback, Policy};
 use crate::governance::Price;
 use crate::mock::Profile;
@@ -108,7 +107,7 @@ pub struct RouteTable {
     providers: Vec<Rc<Provider>>,
     exact: HashMap<String, usize>,
     prefixes: Vec<(String, usize)>,
-    models_body: Vec<u8>,
+    models: crate::models::Catalog,
 }
 
 impl RouteTable {
@@ -183,7 +182,7 @@ impl RouteTable {
             table.routes[ri].chain = table.chain_of(ri);
         }
         table.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-        table.models_body = models_body(cfg);
+        table.models = crate::models::Catalog::build(&table.routes);
         table
     }
 
@@ -227,9 +226,15 @@ impl RouteTable {
         &self.providers
     }
 
-    /// The `GET /v1/models` body (exact model names only; patterns cannot be listed).
+    /// The `GET /v1/models` body in OpenAI's shape (exact model names only; patterns cannot
+    /// be listed).
     pub fn models_body(&self) -> &[u8] {
-        &self.models_body
+        self.models.list(crate::models::Shape::OpenAi)
+    }
+
+    /// The model lists in every SDK's shape (`models`).
+    pub fn catalog(&self) -> &crate::models::Catalog {
+        &self.models
     }
 }
 
@@ -309,28 +314,6 @@ fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
     h.extend_from_slice(key.as_bytes());
     h.extend_from_slice(b"\r\n");
     h
-}
-
-fn models_body(cfg: &Config) -> Vec<u8> {
-    let mut out = b"{\"object\":\"list\",\"data\":[".to_vec();
-    let mut first = true;
-    for m in cfg
-        .models
-        .iter()
-        .filter(|m| !m.name.get_ref().ends_with('*'))
-    {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.extend_from_slice(b"{\"id\":");
-        push_json_str(&mut out, m.name.get_ref());
-        out.extend_from_slice(b",\"object\":\"model\",\"created\":0,\"owned_by\":");
-        push_json_str(&mut out, m.first_provider().unwrap_or(""));
-        out.push(b'}');
-    }
-    out.extend_from_slice(b"]}");
-    out
 }
 
 #[cfg(test)]

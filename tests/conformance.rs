@@ -703,9 +703,140 @@ fn table() -> (String, usize) {
     (md, failures)
 }
 
+// ------------------------------------------ Gemini clients: request side
+
+/// A `google-genai` tool turn: a declaration with upper-case schema types (as the SDK sends
+/// them), a model function call and the user's function response.
+fn gemini_turn() -> Value {
+    json!({"contents": [
+        {"role": "user", "parts": [{"text": "weather?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"t": 18}}}]}],
+        "tools": [{"functionDeclarations": [{"name": "get_weather", "parameters": {
+            "type": "OBJECT", "properties": {"city": {"type": "STRING", "nullable": true},
+                "days": {"type": "ARRAY", "items": {"type": "INTEGER"}}}}}]}]})
+}
+
+fn schema_types(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("type", Value::String(t)) => out.push(t.clone()),
+                    ("type", Value::Array(a)) => {
+                        out.extend(a.iter().filter_map(Value::as_str).map(str::to_string))
+                    }
+                    ("properties", Value::Object(p)) => {
+                        p.values().for_each(|s| schema_types(s, out))
+                    }
+                    _ => schema_types(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| schema_types(x, out)),
+        _ => {}
+    }
+}
+
+const GEMINI_IN: [&str; 2] = ["tool schema types", "function response turn"];
+
+fn gemini_in(up: Dialect, feature: &str) -> bool {
+    let Ok(body) = serde_json::to_vec(&gemini_turn()) else {
+        return false;
+    };
+    let Some(r) = translate::request_to_chat(Dialect::Gemini, &body)
+        .ok()
+        .and_then(|hub| translate::chat_to_request(up, &hub, "up").ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    else {
+        return false;
+    };
+    match feature {
+        "tool schema types" => {
+            let schema = match up {
+                Dialect::Chat => &r["tools"][0]["function"]["parameters"],
+                Dialect::Responses => &r["tools"][0]["parameters"],
+                Dialect::Messages => &r["tools"][0]["input_schema"],
+                Dialect::Gemini => &r["tools"][0]["functionDeclarations"][0]["parameters"],
+            };
+            let mut types = Vec::new();
+            schema_types(schema, &mut types);
+            let json_schema = ["object", "string", "null", "array", "integer"];
+            match up {
+                // Gemini takes its own spelling back (either case)
+                Dialect::Gemini => types.len() == 5,
+                _ => types == json_schema,
+            }
+        }
+        "function response turn" => match up {
+            Dialect::Chat => {
+                let m = &r["messages"];
+                m[1]["tool_calls"][0]["function"]["name"] == "get_weather"
+                    && m[2]["role"] == "tool"
+                    && m[2]["tool_call_id"] == m[1]["tool_calls"][0]["id"]
+            }
+            Dialect::Responses => {
+                let items = r["input"].as_array().cloned().unwrap_or_default();
+                let call = items.iter().find(|i| i["type"] == "function_call");
+                let out = items.iter().find(|i| i["type"] == "function_call_output");
+                matches!((call, out), (Some(c), Some(o))
+                    if c["name"] == "get_weather" && c["call_id"] == o["call_id"])
+            }
+            Dialect::Messages => {
+                let m = &r["messages"];
+                m[1]["content"][0]["type"] == "tool_use"
+                    && m[2]["content"][0]["tool_use_id"] == m[1]["content"][0]["id"]
+            }
+            Dialect::Gemini => {
+                let c = &r["contents"];
+                c[1]["parts"][0]["functionCall"]["name"] == "get_weather"
+                    && c[2]["parts"][0]["functionResponse"]["name"] == "get_weather"
+            }
+        },
+        _ => false,
+    }
+}
+
+/// The Gemini-inbound section: what a Gemini client's request becomes upstream.
+fn gemini_table() -> (String, usize) {
+    let mut md = String::from(
+        "\n## Gemini clients: request side\n\n\
+         Gemini-dialect clients reach the gateway at `/v1beta/models/{model}:generateContent`,\n\
+         `:streamGenerateContent?alt=sse` and `:countTokens` (also under `/v1/`; answers and streams\n\
+         are the `Gemini ← …` rows above). What their requests become upstream:\n\n\
+         * tool schema types: a declaration with upper-case types (`OBJECT`, `STRING`, `nullable`)\n  \
+           arrives as JSON Schema (`object`, `[\"string\", \"null\"]`, …) for OpenAI and Anthropic\n\
+         * function response turn: a model `functionCall` and the user's `functionResponse` arrive as\n  \
+           a call and its result with matching ids\n\n",
+    );
+    md.push_str("| Gemini client → upstream |");
+    for f in GEMINI_IN {
+        md.push_str(&format!(" {f} |"));
+    }
+    md.push_str("\n|---|");
+    for _ in GEMINI_IN {
+        md.push_str("---|");
+    }
+    md.push('\n');
+    let mut failures = 0;
+    for up in Dialect::ALL {
+        md.push_str(&format!("| Gemini → {} |", name(up)));
+        for f in GEMINI_IN {
+            let ok = gemini_in(up, f);
+            failures += usize::from(!ok);
+            md.push_str(if ok { " pass |" } else { " FAIL |" });
+        }
+        md.push('\n');
+    }
+    (md, failures)
+}
+
 #[test]
 fn conformance() {
-    let (md, failures) = table();
+    let (mut md, mut failures) = table();
+    let (gemini, gemini_failures) = gemini_table();
+    md.push_str(&gemini);
+    failures += gemini_failures;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
     if std::env::var("RINGGATE_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -342,7 +342,10 @@ async fn mock_answer(
         }
         Op::Embeddings => mock::embeddings::respond(s, &body, profile, false).await,
         Op::CountTokens => {
-            let out = mock::anthropic::count_tokens_body(&body);
+            let out = match dialect {
+                Dialect::Gemini => mock::gemini::count_tokens_body(&body),
+                _ => mock::anthropic::count_tokens_body(&body),
+            };
             mock::pace::json(s, 200, &out, mock::Profile::Instant, false).await
         }
     };

@@ -3,7 +3,7 @@
 //! and concurrency: 429), and after routing (the model allow-list: 403; the token rate: 429).
 //!
 //! - **Keys** (`keyring`): `[[key]]` entries, held as SHA-256 digests; a request presents one the
-//!   way its SDK sends it (`credential`). Keys never reach logs, metrics or errors (the key's
+//!   way its SDK sends it (`credential`; Gemini paths also take `?key=`). Keys never reach logs, metrics or errors (the key's
 //!   name does) and are never forwarded upstream: upstream requests carry only the provider's
 //!   header lines (`route::Provider::auth_headers`), never a client header.
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
@@ -223,14 +223,14 @@ impl Governance {
         if !self.ring.checked {
             return Caller::Open;
         }
-        match credential::presented(head, buf) {
+        credential::with_presented(head, buf, |p| match p {
             Presented::Nothing => Caller::Missing,
             Presented::Ambiguous => Caller::Ambiguous,
             Presented::Key(secret) => self
                 .ring
                 .lookup(secret)
                 .map_or(Caller::Unknown, Caller::Key),
-        }
+        })
     }
 
     /// The head stage: the caller's key must be valid for `gate` (401), and for API calls its

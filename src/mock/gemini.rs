@@ -1,7 +1,7 @@
-//! The mock's Google Gemini dialect (`POST /v1beta/models/{model}:generateContent` and
-//! `:streamGenerateContent`): a `GenerateContentResponse`, or a stream of them (SSE `data:`
-//! lines with `alt=sse`, a JSON array without), the last chunk carrying `finishReason` and
-//! `usageMetadata`. Function calls arrive whole (`functionCall {name, args}`), as Gemini
+//! The mock's Google Gemini dialect (`POST /v1beta/models/{model}:generateContent`,
+//! `:streamGenerateContent` and `:countTokens`): a `GenerateContentResponse`, or a stream of them
+//! (SSE `data:` lines with `alt=sse`, a JSON array without), the last chunk carrying
+//! `finishReason` and `usageMetadata`; token counts as `{"totalTokens": N}`. Function calls arrive whole (`functionCall {name, args}`), as Gemini
 //! documents, never in fragments.
 //!
 //! Owns: the exact bytes of those answers. Must not: parse HTTP or URLs, decide timing (`pace`)
@@ -57,6 +57,11 @@ fn push_response(
     out.extend_from_slice(b"\"modelVersion\":");
     push_json_str(out, &req.model);
     let _ = write!(out, ",\"responseId\":\"{RESPONSE_ID}\"}}");
+}
+
+/// `countTokens` answer: `{"totalTokens": N}` with N = body bytes / 4 (at least 1).
+pub fn count_tokens_body(body: &[u8]) -> Vec<u8> {
+    format!("{{\"totalTokens\":{}}}", (body.len() / 4).max(1)).into_bytes()
 }
 
 /// The non-stream response body.

@@ -224,6 +224,8 @@ enum Route {
     /// Chat with the deployment as the model; `None` when `api-version` is missing.
     Azure(Option<String>),
     CountTokens,
+    /// Gemini `:countTokens`.
+    GeminiCount,
     Embeddings,
     Models,
     Unknown,
@@ -261,6 +263,7 @@ impl Route {
         match &rest[colon + 1..] {
             b"generateContent" => Route::Gemini(model, None),
             b"streamGenerateContent" => Route::Gemini(model, Some(sse)),
+            b"countTokens" => Route::GeminiCount,
             _ => Route::Unknown,
         }
     }
@@ -268,7 +271,7 @@ impl Route {
     fn shape(&self) -> Shape {
         match self {
             Route::Dialect(d) => Shape::of(*d),
-            Route::Gemini(..) => Shape::Gemini,
+            Route::Gemini(..) | Route::GeminiCount => Shape::Gemini,
             Route::CountTokens => Shape::Anthropic,
             _ => Shape::OpenAi,
         }
@@ -316,6 +319,12 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
             200,
             anthropic::count_tokens_body(body),
             Shape::Anthropic,
+            false,
+        ),
+        (Method::Post, Route::GeminiCount) => json(
+            200,
+            super::gemini::count_tokens_body(body),
+            Shape::Gemini,
             false,
         ),
         (Method::Post, Route::Embeddings) => match embeddings::embeddings_body(body) {

@@ -8,7 +8,9 @@
 //!   segments of which none is empty, `.` or `..` (so no leading, trailing or double `/`).
 //!   Spaces, controls, `?`, `#`, `%`, quotes, backslashes and non-ASCII are refused: a client
 //!   gets a 400 in its dialect before routing ([`crate::extract`]), a config a line-numbered
-//!   error. A `prefix*` pattern's prefix must be the start of some valid identifier.
+//!   error. A `prefix*` pattern's prefix must be the start of some valid identifier. A model
+//!   named in a client's request path (Gemini's `/v1beta/models/{model}:generateContent`, a
+//!   model lookup) is percent-decoded once and then held to the same rule ([`model_from_path`]).
 //! - **Path segment / query value**: [`push_segment`] and [`push_query_value`] percent-encode
 //!   every byte outside RFC 3986 `unreserved` (`/` → `%2F`, `:` → `%3A`, …) and a segment made
 //!   only of dots entirely, so even a name that skipped validation stays one segment of one
@@ -56,6 +58,33 @@ pub fn model_id(name: &str) -> Result<(), &'static str> {
         return Err("has an empty, '.' or '..' part (or a leading, trailing or double '/')");
     }
     Ok(())
+}
+
+/// The model named by the path bytes `seg` (the part between `/models/` and the method of a
+/// Gemini-dialect path, or the id of a model lookup): `%XX` escapes decoded once, then the
+/// model identifier rule. `Err` says why not (for a 400 / 404 in the client's dialect).
+pub fn model_from_path(seg: &[u8]) -> Result<String, &'static str> {
+    if seg.len() > 3 * MAX_MODEL_LEN {
+        return Err("is longer than 256 bytes");
+    }
+    let mut out = Vec::with_capacity(seg.len());
+    let mut i = 0;
+    while let Some(&b) = seg.get(i) {
+        if b != b'%' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let hex = |k: usize| seg.get(k).and_then(|&c| (c as char).to_digit(16));
+        match (hex(i + 1), hex(i + 2)) {
+            (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+            _ => return Err("has a malformed %-escape"),
+        }
+        i += 3;
+    }
+    let name = String::from_utf8(out).map_err(|_| "is not UTF-8")?;
+    model_id(&name)?;
+    Ok(name)
 }
 
 /// Whether `prefix` (of a `prefix*` route) starts some valid model identifier.
@@ -277,6 +306,22 @@ mod tests {
         assert!(model_prefix("a//").is_err());
         assert!(model_prefix("a b").is_err());
         assert!(model_prefix(&long).is_err());
+    }
+
+    #[test]
+    fn models_from_paths_are_decoded_once_then_checked() {
+        let m = |s: &str| model_from_path(s.as_bytes());
+        assert_eq!(m("gemini-2.0-flash").as_deref(), Ok("gemini-2.0-flash"));
+        assert_eq!(m("meta-llama/Llama-3").as_deref(), Ok("meta-llama/Llama-3"));
+        assert_eq!(m("org%2Fm%3A1").as_deref(), Ok("org/m:1"));
+        assert_eq!(m("llama3:8b").as_deref(), Ok("llama3:8b"));
+        for bad in [
+            "", "a%2", "a%zz", "a%20b", "a%0D%0AX", "..", "a/../b", "%2E%2E", "a%252F", "%C3%A9",
+            "%FF",
+        ] {
+            assert!(m(bad).is_err(), "{bad:?}");
+        }
+        assert!(model_from_path("a".repeat(MAX_MODEL_LEN * 4).as_bytes()).is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@ use ringgate::gateway::{self, Running};
 use ringgate::mock::{fault::Plan, server::MockServer, Profile};
 use ringgate::shard::DriverChoice;
 
+pub mod capture;
+
 pub const DRIVERS: [&str; 2] = ["epoll", "io_uring"];
 
 pub fn driver_choice(d: &str) -> DriverChoice {
