@@ -26,8 +26,10 @@ USAGE:
                                                      FAULT: 429[:retry-after=N] 500 502 503 reset
                                                      close garbage stall stall-mid-head
                                                      stall-mid-body cut-after=N cut-close-after=N
-                                                     malformed slow-first-byte=MS short-length
-                                                     bad-chunk huge-header huge-body extra-bytes[=MS]
+                                                     error-after=N malformed slow-first-byte=MS
+                                                     short-length bad-chunk huge-header huge-body
+                                                     extra-bytes[=MS] (or: upstream model named
+                                                     mock-fault-FAULT, with _ for =)
   ringgate --version | --help
 ";
 

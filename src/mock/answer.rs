@@ -59,6 +59,14 @@ impl Answer {
         }
     }
 
+    /// The dialect of a generation.
+    pub fn dialect(&self) -> Option<Dialect> {
+        match self {
+            Answer::Generate { dialect, .. } => Some(*dialect),
+            Answer::Json { .. } => None,
+        }
+    }
+
     /// The error shape of the request's dialect.
     pub fn shape(&self) -> Shape {
         match self {

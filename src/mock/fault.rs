@@ -7,8 +7,13 @@
 //! `429[:retry-after=N]` (JSON error + `Retry-After`, default 1 s), `500` / `502` (HTML body),
 //! `503` and any other 4xx/5xx (JSON error in the dialect's shape; `:retry-after=N` adds the
 //! header), `reset`, `close`, `garbage`, `stall`, `stall-mid-head`, `stall-mid-body`,
-//! `cut-after=N`, `cut-close-after=N`, `malformed`, `slow-first-byte=MS`, `short-length`,
-//! `bad-chunk`, `huge-header`, `huge-body`, `extra-bytes[=MS]`.
+//! `cut-after=N`, `cut-close-after=N`, `error-after=N`, `malformed`, `slow-first-byte=MS`,
+//! `short-length`, `bad-chunk`, `huge-header`, `huge-body`, `extra-bytes[=MS]`.
+//!
+//! Behind a gateway (which does not forward `x-mock-fault`), a request can still ask for one
+//! fault: an upstream model named `mock-fault-<FAULT>`, `_` standing for `=` (e.g.
+//! `mock-fault-529`, `mock-fault-error-after_2`), gets that fault, when no header asks
+//! otherwise.
 //!
 //! Owns: the `Fault` vocabulary and the decision whether one fires. Must not: write bytes
 //! (`inject` does) or read sockets.
@@ -46,6 +51,11 @@ pub enum Fault {
     CutAfter(u32),
     /// As `CutAfter`, but the body is close-delimited (no Content-Length, no chunking).
     CutCloseAfter(u32),
+    /// SSE: N whole events, then the dialect's own in-stream error event (Anthropic
+    /// `event: error` with `overloaded_error`; Chat a `{"error":…}` chunk then `[DONE]`, as
+    /// vLLM sends; Responses `response.failed`; Gemini an error chunk), then a proper end.
+    /// Non-stream answers are unaffected.
+    ErrorAfter(u32),
     /// A well-framed 200 whose JSON is invalid (non-stream), or an SSE stream with one event
     /// whose data is invalid JSON (then the normal ending).
     Malformed,
@@ -99,6 +109,7 @@ impl Fault {
             "huge-body" => plain(Fault::HugeBody),
             "cut-after" => Ok(Fault::CutAfter(count(num("N")?)?)),
             "cut-close-after" => Ok(Fault::CutCloseAfter(count(num("N")?)?)),
+            "error-after" => Ok(Fault::ErrorAfter(count(num("N")?)?)),
             "slow-first-byte" => Ok(Fault::SlowFirstByte(num("MS")?)),
             "extra-bytes" => match arg {
                 None => Ok(Fault::ExtraBytes(EXTRA_BYTES_DELAY_MS)),
@@ -107,7 +118,7 @@ impl Fault {
             _ => Err(format!(
                 "unknown fault {s:?} (429[:retry-after=N], 500, 502, 503, reset, close, garbage, \
                  stall, stall-mid-head, stall-mid-body, cut-after=N, cut-close-after=N, \
-                 malformed, slow-first-byte=MS, short-length, bad-chunk, huge-header, \
+                 error-after=N, malformed, slow-first-byte=MS, short-length, bad-chunk, huge-header, \
                  huge-body, extra-bytes[=MS])"
             )),
         }
@@ -163,6 +174,7 @@ impl fmt::Display for Fault {
             Fault::StallMidBody => f.write_str("stall-mid-body"),
             Fault::CutAfter(n) => write!(f, "cut-after={n}"),
             Fault::CutCloseAfter(n) => write!(f, "cut-close-after={n}"),
+            Fault::ErrorAfter(n) => write!(f, "error-after={n}"),
             Fault::Malformed => f.write_str("malformed"),
             Fault::SlowFirstByte(ms) => write!(f, "slow-first-byte={ms}"),
             Fault::ShortLength => f.write_str("short-length"),
@@ -277,6 +289,16 @@ impl Dice {
     }
 }
 
+/// The model-name prefix that asks for a fault (see the module docs).
+pub const MODEL_PREFIX: &str = "mock-fault-";
+
+/// The fault an upstream model name asks for (`mock-fault-<FAULT>`, `_` standing for `=`,
+/// which model names cannot carry: `mock-fault-error-after_2`), if it parses.
+pub fn from_model(model: Option<&str>) -> Option<Fault> {
+    let spec = model?.strip_prefix(MODEL_PREFIX)?.replace('_', "=");
+    Fault::parse(&spec).ok()
+}
+
 /// The value of the `x-mock-fault` header in a raw request head, if present.
 pub fn header_value(head: &[u8]) -> Option<&[u8]> {
     let name = HEADER.as_bytes();
@@ -344,6 +366,7 @@ mod tests {
             ("stall-mid-body", Fault::StallMidBody),
             ("cut-after=3", Fault::CutAfter(3)),
             ("cut-close-after=0", Fault::CutCloseAfter(0)),
+            ("error-after=2", Fault::ErrorAfter(2)),
             ("malformed", Fault::Malformed),
             ("slow-first-byte=250", Fault::SlowFirstByte(250)),
             ("short-length", Fault::ShortLength),
@@ -353,6 +376,18 @@ mod tests {
             ("extra-bytes", Fault::ExtraBytes(EXTRA_BYTES_DELAY_MS)),
             ("extra-bytes=0", Fault::ExtraBytes(0)),
         ];
+        assert_eq!(
+            from_model(Some("mock-fault-error-after_2")),
+            Some(Fault::ErrorAfter(2))
+        );
+        assert_eq!(
+            from_model(Some("mock-fault-429:retry-after_3")),
+            Some(Fault::Status {
+                code: 429,
+                retry_after: Some(3)
+            })
+        );
+        assert_eq!(from_model(Some("gpt-4o")), None);
         for (text, want) in table {
             let got = Fault::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(&got, want, "{text}");

@@ -1,10 +1,11 @@
 //! Fault injection: writing one `Fault` onto the mock's client socket in place of the normal
-//! answer — error statuses, resets, garbage, stalls, cut and malformed streams, broken framing,
+//! answer — error statuses, resets, garbage, stalls, cut, failing and malformed streams, broken framing,
 //! huge heads and bodies, stale bytes after a complete response. Every fault works on any
 //! answer (`Rendered` bytes of any dialect, stream or not).
 //!
 //! Owns: the bytes and timing of faulty answers. Must not: decide which fault applies (`fault`
-//! does) or know dialect JSON beyond the error bodies `error` writes.
+//! does) or know dialect JSON beyond the error bodies `error` writes and each dialect's
+//! in-stream error event.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -131,6 +132,28 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
         }
         Fault::CutAfter(n) => cut(s, &answer.render(), *n as usize, false).await,
         Fault::CutCloseAfter(n) => cut(s, &answer.render(), *n as usize, true).await,
+        Fault::ErrorAfter(n) => {
+            let r = answer.render();
+            let Some(dialect) = answer.dialect().filter(|_| r.sse) else {
+                return After::Normal;
+            };
+            let evs = events(&r.body);
+            let n = (*n as usize).min(evs.len().saturating_sub(1));
+            let mut body = evs[..n].concat();
+            body.extend_from_slice(&in_stream_error(dialect, n));
+            let mut out = Vec::with_capacity(body.len() + 200);
+            head(
+                &mut out,
+                r.status,
+                r.content_type,
+                Frame::Chunked,
+                keep_alive,
+                b"",
+            );
+            write_chunk(&mut out, &body);
+            out.extend_from_slice(LAST_CHUNK);
+            send(s, out, keep).await
+        }
         Fault::Malformed => {
             let r = answer.render();
             let mut out = Vec::with_capacity(r.body.len() + 200);
@@ -213,6 +236,28 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
             send(s, out, keep).await
         }
     }
+}
+
+/// The in-stream error event `dialect`'s streams carry when the provider fails mid-answer
+/// (`seq`: the Responses `sequence_number`). Chat ends with `[DONE]` after it, as vLLM does.
+fn in_stream_error(dialect: super::Dialect, seq: usize) -> Vec<u8> {
+    use super::Dialect;
+    let msg = "mock fault: overloaded mid-stream";
+    match dialect {
+        Dialect::Chat => format!(
+            "data: {{\"error\":{{\"message\":\"{msg}\",\"type\":\"server_error\",\"param\":null,\"code\":null}}}}\n\ndata: [DONE]\n\n"
+        ),
+        Dialect::Messages => format!(
+            "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"{msg}\"}}}}\n\n"
+        ),
+        Dialect::Responses => format!(
+            "event: response.failed\ndata: {{\"type\":\"response.failed\",\"sequence_number\":{seq},\"response\":{{\"id\":\"resp_mock\",\"object\":\"response\",\"status\":\"failed\",\"error\":{{\"code\":\"server_error\",\"message\":\"{msg}\"}},\"incomplete_details\":null,\"output\":[],\"usage\":null}}}}\n\n"
+        ),
+        Dialect::Gemini => format!(
+            "data: {{\"error\":{{\"code\":503,\"message\":\"{msg}\",\"status\":\"UNAVAILABLE\"}}}}\n\n"
+        ),
+    }
+    .into_bytes()
 }
 
 /// A small HTML error page, as load balancers and proxies send.

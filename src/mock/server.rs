@@ -178,6 +178,13 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         let answer = answer(method, route, &body);
         let fault = match asked {
             Ok(Some(f)) => Some(f),
+            Ok(None)
+                if answer
+                    .model()
+                    .is_some_and(|m| m.starts_with(fault::MODEL_PREFIX)) =>
+            {
+                fault::from_model(answer.model())
+            }
             Ok(None) if local.plan.is_empty() => None,
             Ok(None) => local.plan.pick(&path, answer.model(), &local.dice),
             Err(msg) => {
