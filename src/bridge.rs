@@ -20,7 +20,6 @@ use crate::upstream::{Exchange, RespFraming};
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
-const MAX_ERROR_BODY: usize = 1024 * 1024;
 /// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
 const MAX_TRAILING: usize = 64 * 1024;
 
@@ -50,24 +49,11 @@ pub async fn translated(
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = shape(client);
-    let status = ex.head.status;
 
     // translate back: errors, whole answers, or streams
-    if status >= 400 {
-        let mut raw = Vec::new();
-        if let Err(e) = ex.read_to_end(&mut raw, MAX_ERROR_BODY).await {
-            let e = report(shard, pname, &e);
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
-        let out = translate::upstream_error_to_client(up, client, status, &raw);
-        let extra = retry_after(&ex.head.forward);
-        let ok = conn
-            .respond(status, b"application/json", &extra, &out, keep_alive, wt)
-            .await;
-        return Outcome {
-            status,
-            keep_alive: ok && keep_alive,
-        };
+    if ex.head.status >= 400 {
+        let up = (pname, up);
+        return relay::error_answer(conn, shard, ex, up, client, keep_alive, permit).await;
     }
     if !stream_requested {
         // The whole answer is needed for translation: read it, charging its buffer to the

@@ -17,6 +17,7 @@
 //! whole up to 1 MiB, are charged to the permit).
 
 mod errors;
+pub(crate) use errors::error_answer;
 mod json;
 
 use std::time::Duration;
@@ -81,8 +82,16 @@ pub async fn passthrough(
     usage: Option<&mut UsageScan>,
 ) -> Outcome {
     if ex.head.status >= 400 {
-        return errors::error_answer(conn, shard, ex, (provider, dialect), keep_alive, permit)
-            .await;
+        return errors::error_answer(
+            conn,
+            shard,
+            ex,
+            (provider, dialect),
+            dialect,
+            keep_alive,
+            permit,
+        )
+        .await;
     }
     let mut piece = match StreamBuf::new(shard, permit) {
         Ok(b) => b,

@@ -32,7 +32,7 @@ use ringgate::mock::{text, Profile};
 use serde_json::Value;
 use wire::*;
 
-/// Every fault the mock knows, as the matrix rows (cut-* only apply to streams).
+/// Every fault the mock knows, as the matrix rows (cut-* and error-after only apply to streams).
 const FAULTS: &[&str] = &[
     "429:retry-after=2",
     "500",
@@ -46,6 +46,7 @@ const FAULTS: &[&str] = &[
     "stall-mid-body",
     "cut-after=2",
     "cut-close-after=2",
+    "error-after=2",
     "malformed",
     "slow-first-byte=200",
     "short-length",
@@ -115,7 +116,7 @@ fn cells() -> Vec<Cell> {
         for client in [Client::Chat, Client::Responses, Client::Messages] {
             for translated in [false, true] {
                 for stream in [false, true] {
-                    if !stream && fault.starts_with("cut-") {
+                    if !stream && (fault.starts_with("cut-") || fault.starts_with("error-")) {
                         continue;
                     }
                     out.push(Cell {

@@ -1,11 +1,14 @@
-//! Same-dialect error answers (status ≥ 400): the body is read whole (bounded, charged to the
-//! request's permit) and either relayed byte for byte with the upstream's headers, when it is
-//! already an error in the client dialect's shape, or replaced by one with the same status
-//! (see `vet::error_body`): JSON of another shape keeps its message (and the upstream's
-//! forwarded headers); an HTML page, text, an empty body, message-less JSON or a body that
-//! could not be read becomes a generic error carrying a request id (the body goes to the log,
-//! rate-limited, never to the client: proxies' pages name hosts), with the upstream's
-//! `Retry-After` kept.
+//! Error answers (status ≥ 400), relayed or translated: the body is read whole (bounded,
+//! charged to the request's permit) and either relayed byte for byte with the upstream's
+//! headers, when it is already an error in the client dialect's shape (same dialect, or OpenAI
+//! Chat ⇄ Responses), or replaced by one in the client's dialect (see `vet::error_body`): JSON
+//! of another shape keeps its message (and, same dialect, the upstream's forwarded headers); an
+//! HTML page, text, an empty body, message-less JSON or a body that could not be read becomes
+//! a generic error carrying a request id (the body goes to the log, rate-limited, never to the
+//! client: proxies' pages name hosts), with the upstream's `Retry-After` kept. Translated
+//! answers get the client dialect's status for the condition
+//! (`translate::error::client_status`: Anthropic 529 ⇄ OpenAI/Gemini 503) and a
+//! `Retry-After` from a Gemini body's `RetryInfo` when the upstream sent no header.
 
 use super::*;
 use crate::error::Side;
@@ -15,32 +18,58 @@ use crate::vet::{self, ErrorBody};
 /// Largest upstream error body read; a larger one is replaced like an unusable one.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
-pub(super) async fn error_answer(
+/// The error answer of `ex` (its upstream speaks `up`) to a client of dialect `dialect`.
+pub(crate) async fn error_answer(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut Exchange<'_>,
-    (provider, dialect): (&str, Dialect),
+    (provider, up): (&str, Dialect),
+    dialect: Dialect,
     keep_alive: bool,
     permit: &Permit,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
-    let status = ex.head.status;
+    let status = crate::translate::error::client_status(up, dialect, ex.head.status);
+    let same = up == dialect;
+    let same_shape = same
+        || matches!(
+            (up, dialect),
+            (Dialect::Chat, Dialect::Responses) | (Dialect::Responses, Dialect::Chat)
+        );
     let mut raw = Vec::new();
     let read = read_body(shard, ex, &mut raw, permit).await;
+    // Headers of a rebuilt answer: all forwarded ones on the same dialect, else Retry-After.
+    let rebuilt_headers = |raw: &[u8], forward: &[u8]| -> Vec<u8> {
+        if same {
+            return forward.to_vec();
+        }
+        let mut h = crate::bridge::retry_after(forward);
+        if h.is_empty() && up == Dialect::Gemini {
+            if let Some(n) = crate::translate::error::retry_delay_secs(raw) {
+                h.extend_from_slice(format!("retry-after: {n}\r\n").as_bytes());
+            }
+        }
+        h
+    };
     // The request id of a generic answer (its reason is in the log under it).
     let generic_id = match read {
         Ok(()) => match vet::error_body(dialect, &raw) {
-            ErrorBody::Relay => {
+            // In the client's own shape (same dialect, or OpenAI Chat ⇄ Responses).
+            ErrorBody::Relay if same_shape && status == ex.head.status => {
                 let ct = &ex.head.content_type;
-                let ok = conn
-                    .respond(status, ct, &ex.head.forward, &raw, keep_alive, wt)
-                    .await;
+                let extra = rebuilt_headers(&raw, &ex.head.forward);
+                let ok = conn.respond(status, ct, &extra, &raw, keep_alive, wt).await;
                 return answered(status, ok && keep_alive);
             }
-            ErrorBody::Message(m) => {
+            ErrorBody::Relay | ErrorBody::Message(_) => {
+                let m = match vet::error_body(dialect, &raw) {
+                    ErrorBody::Message(m) => m,
+                    _ => crate::translate::error::extract_message(status, &raw),
+                };
                 let body = crate::translate::error_body(dialect, status, &m);
+                let extra = rebuilt_headers(&raw, &ex.head.forward);
                 let ok = conn
-                    .respond(status, JSON, &ex.head.forward, &body, keep_alive, wt)
+                    .respond(status, JSON, &extra, &body, keep_alive, wt)
                     .await;
                 return answered(status, ok && keep_alive);
             }
@@ -61,13 +90,18 @@ pub(super) async fn error_answer(
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
     };
+    let mut extra = crate::bridge::retry_after(&ex.head.forward);
+    if extra.is_empty() && up == Dialect::Gemini {
+        if let Some(n) = crate::translate::error::retry_delay_secs(&raw) {
+            extra.extend_from_slice(format!("retry-after: {n}\r\n").as_bytes());
+        }
+    }
     drop(raw);
     let msg = format!(
         "the upstream provider answered HTTP {status} without a usable error message \
          (request id {generic_id})"
     );
     let body = crate::translate::error_body(dialect, status, &msg);
-    let mut extra = crate::bridge::retry_after(&ex.head.forward);
     extra.extend_from_slice(format!("x-request-id: {generic_id}\r\n").as_bytes());
     let ok = conn
         .respond(status, JSON, &extra, &body, keep_alive, wt)

@@ -200,31 +200,123 @@ pub fn upstream_error_to_client(
     error_body(client, status, &extract_message(status, body))
 }
 
+/// The Responses `error.code` for an error of HTTP-status class `status`.
+pub(crate) fn responses_error_code(status: u16) -> &'static str {
+    match status {
+        429 => "rate_limit_exceeded",
+        _ => "server_error",
+    }
+}
+
+/// The HTTP-status class of an in-stream error event of any dialect (its data as sent):
+/// the error `type` / `code` / `status` names (Anthropic `overloaded_error` → 529,
+/// `rate_limit_error` / `rate_limit_exceeded` / `RESOURCE_EXHAUSTED` → 429, …) or a numeric
+/// `code`; 500 when it names none.
+pub(crate) fn stream_error_status(data: &[u8]) -> u16 {
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return 500;
+    };
+    let v = match &v {
+        Value::Array(a) => a.first().unwrap_or(&Value::Null),
+        other => other,
+    };
+    let e = v
+        .get("error")
+        .filter(|e| e.is_object())
+        .or_else(|| v.get("response").and_then(|r| r.get("error")))
+        .unwrap_or(v);
+    if let Some(c) = e.get("code").and_then(Value::as_u64) {
+        if (400..600).contains(&c) {
+            return c as u16;
+        }
+    }
+    let names = ["type", "code", "status"];
+    for n in names
+        .iter()
+        .filter_map(|k| e.get(*k).and_then(Value::as_str))
+    {
+        let s = match n {
+            "overloaded_error" => 529,
+            "UNAVAILABLE" | "service_unavailable" => 503,
+            "rate_limit_error"
+            | "rate_limit_exceeded"
+            | "RESOURCE_EXHAUSTED"
+            | "insufficient_quota" => 429,
+            "invalid_request_error" | "INVALID_ARGUMENT" => 400,
+            "authentication_error" | "UNAUTHENTICATED" => 401,
+            "permission_error" | "PERMISSION_DENIED" => 403,
+            "not_found_error" | "NOT_FOUND" => 404,
+            "request_too_large" => 413,
+            "timeout_error" | "DEADLINE_EXCEEDED" => 504,
+            _ => continue,
+        };
+        return s;
+    }
+    500
+}
+
+/// The HTTP status an upstream error answer gets in the client's dialect: the same status,
+/// except where the two dialects name one condition differently — Anthropic's "overloaded"
+/// is 529 (`overloaded_error`), OpenAI's and Gemini's is 503: an Anthropic upstream's 529
+/// reaches OpenAI and Gemini clients as 503, an OpenAI or Gemini upstream's 503 reaches
+/// Anthropic clients as 529. Same dialect: unchanged.
+pub fn client_status(upstream: Dialect, client: Dialect, status: u16) -> u16 {
+    match (
+        upstream == Dialect::Messages,
+        client == Dialect::Messages,
+        status,
+    ) {
+        (true, false, 529) => 503,
+        (false, true, 503) => 529,
+        _ => status,
+    }
+}
+
+/// Seconds to wait from an upstream error body that says so in the body only: Gemini's
+/// `error.details[]` `RetryInfo.retryDelay` (`"27s"`, `"1.5s"`; rounded up). For a
+/// `Retry-After` header when the upstream sent none.
+pub fn retry_delay_secs(body: &[u8]) -> Option<u64> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let v = match &v {
+        Value::Array(a) => a.first()?,
+        other => other,
+    };
+    let details = v.get("error")?.get("details")?.as_array()?;
+    details.iter().find_map(|d| {
+        let t = d.get("retryDelay")?.as_str()?.strip_suffix('s')?;
+        let secs: f64 = t.parse().ok()?;
+        (secs.is_finite() && secs >= 0.0).then(|| secs.ceil() as u64)
+    })
+}
+
 /// A dialect-correct mid-stream error event, appended to `out`:
 /// Chat and Gemini get a `data:` line holding their error object, Anthropic
 /// an `event: error`, Responses an `event: error` with `code`/`message`.
 pub fn stream_error_event(client: Dialect, message: &str, out: &mut Vec<u8>) {
-    stream_error_event_seq(client, message, None, out);
+    stream_error_event_seq(client, 500, message, None, out);
 }
 
+/// [`stream_error_event`] for an error of HTTP-status class `status` (e.g. 529 → Anthropic
+/// `overloaded_error`, 429 → `rate_limit_error`), with the Responses `sequence_number`.
 pub(crate) fn stream_error_event_seq(
     client: Dialect,
+    status: u16,
     message: &str,
     seq: Option<u64>,
     out: &mut Vec<u8>,
 ) {
     match client {
         Dialect::Chat | Dialect::Gemini => {
-            let v = error_value(client, 500, message);
+            let v = error_value(client, status, message);
             super::sse::encode_event(None, &v.to_string(), out);
         }
         Dialect::Messages => {
-            let v = error_value(client, 500, message);
+            let v = error_value(client, status, message);
             super::sse::encode_event(Some("error"), &v.to_string(), out);
         }
         Dialect::Responses => {
-            let mut v =
-                json!({"type": "error", "code": "server_error", "message": message, "param": null});
+            let code = responses_error_code(status);
+            let mut v = json!({"type": "error", "code": code, "message": message, "param": null});
             if let (Some(n), Some(o)) = (seq, v.as_object_mut()) {
                 o.insert("sequence_number".into(), n.into());
             }
@@ -319,6 +411,61 @@ mod tests {
         ));
         assert_eq!(o["error"]["message"], "too long");
         assert_eq!(o["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn overloaded_is_529_for_anthropic_clients_503_for_the_others() {
+        use Dialect::*;
+        assert_eq!(client_status(Messages, Chat, 529), 503);
+        assert_eq!(client_status(Messages, Responses, 529), 503);
+        assert_eq!(client_status(Messages, Gemini, 529), 503);
+        assert_eq!(client_status(Chat, Messages, 503), 529);
+        assert_eq!(client_status(Gemini, Messages, 503), 529);
+        assert_eq!(client_status(Messages, Messages, 529), 529);
+        assert_eq!(client_status(Chat, Chat, 503), 503);
+        for s in [400, 401, 403, 404, 413, 429, 500] {
+            assert_eq!(client_status(Chat, Messages, s), s);
+            assert_eq!(client_status(Messages, Chat, s), s);
+        }
+        let a = parse(&error_body(
+            Messages,
+            client_status(Chat, Messages, 503),
+            "busy",
+        ));
+        assert_eq!(a["error"]["type"], "overloaded_error");
+        let a = parse(&error_body(Messages, 413, "big"));
+        assert_eq!(a["error"]["type"], "request_too_large");
+    }
+
+    #[test]
+    fn stream_error_classes() {
+        let an = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(stream_error_status(an), 529);
+        let oa =
+            br#"{"error":{"message":"slow down","type":"tokens","code":"rate_limit_exceeded"}}"#;
+        assert_eq!(stream_error_status(oa), 429);
+        let rf = br#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"x"}}}"#;
+        assert_eq!(stream_error_status(rf), 500);
+        let ge = br#"{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}"#;
+        assert_eq!(stream_error_status(ge), 503);
+        assert_eq!(stream_error_status(b"nope"), 500);
+        let mut out = Vec::new();
+        stream_error_event_seq(Dialect::Responses, 429, "slow", Some(3), &mut out);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains(r#""code":"rate_limit_exceeded""#));
+    }
+
+    #[test]
+    fn gemini_retry_delay() {
+        let g = br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"26.2s"}]}}"#;
+        assert_eq!(retry_delay_secs(g), Some(27));
+        assert_eq!(
+            retry_delay_secs(br#"[{"error":{"details":[{"retryDelay":"3s"}]}}]"#),
+            Some(3)
+        );
+        assert_eq!(retry_delay_secs(br#"{"error":{"message":"x"}}"#), None);
+        assert_eq!(retry_delay_secs(b"<html>"), None);
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! are forwarded unmodified, so concatenated `partial_json` / `arguments`
 //! deltas equal the upstream arguments byte for byte; the terminal events of
 //! the client dialect are written exactly once (on the upstream's own end
-//! marker, or by [`StreamTranslator::finish`]).
+//! marker, or by [`StreamTranslator::finish`]); an error — the upstream's own
+//! in-stream error event, or [`StreamTranslator::error`] — ends the client's
+//! stream instead, and nothing claiming a normal end follows it (Responses
+//! clients get `response.failed`, never `response.completed`).
 //!
 //! Deliberately dropped in streams: reasoning / thinking deltas (Chat
 //! `reasoning_content`, Anthropic `thinking_delta` / `signature_delta`,
@@ -21,7 +24,9 @@
 //!
 //! Must not: perform IO, or allocate beyond per-stream state and `out`.
 
-use super::error::{extract_message, stream_error_event_seq, TranslateError};
+use super::error::{
+    client_status, extract_message, stream_error_event_seq, stream_error_status, TranslateError,
+};
 use super::stream_out::{ClientOut, Hub};
 use super::util::{self, arr, s};
 use super::{anthropic, chat_chunk, gemini, responses, Dialect, SseEvent, Usage};
@@ -37,6 +42,14 @@ struct Decoder {
     block_tools: HashMap<u64, usize>,
     item_tools: HashMap<String, usize>,
     args_seen: HashSet<usize>,
+}
+
+/// An upstream's in-stream error event (any dialect) as a hub error.
+fn upstream_error(data: &str) -> Hub {
+    Hub::Error(
+        stream_error_status(data.as_bytes()),
+        extract_message(500, data.as_bytes()),
+    )
 }
 
 fn parse(data: &str) -> Result<Value, TranslateError> {
@@ -86,7 +99,7 @@ impl Decoder {
         let v: chat_chunk::Chunk = serde_json::from_str(data)
             .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))?;
         if v.error.as_ref().is_some_and(|e| !e.is_null()) {
-            hub.push(Hub::Error(extract_message(500, data.as_bytes())));
+            hub.push(upstream_error(data));
             return Ok(());
         }
         self.start(hub, v.id.as_deref(), v.created);
@@ -207,7 +220,7 @@ impl Decoder {
                 }
             }
             "message_stop" => hub.push(Hub::Done),
-            "error" => hub.push(Hub::Error(extract_message(500, ev.data.as_bytes()))),
+            "error" => hub.push(upstream_error(&ev.data)),
             _ => {}
         }
         Ok(())
@@ -280,9 +293,13 @@ impl Decoder {
                     .get("error")
                     .and_then(|e| s(e, "message"))
                     .unwrap_or("response failed");
-                hub.push(Hub::Error(m.to_string()));
+                hub.push(Hub::Error(
+                    stream_error_status(ev.data.as_bytes()),
+                    m.into(),
+                ));
             }
             "error" => hub.push(Hub::Error(
+                stream_error_status(ev.data.as_bytes()),
                 s(&v, "message")
                     .map(str::to_string)
                     .unwrap_or_else(|| extract_message(500, ev.data.as_bytes())),
@@ -295,7 +312,7 @@ impl Decoder {
     fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
         let v = parse(&ev.data)?;
         if v.get("error").is_some_and(|e| !e.is_null()) {
-            hub.push(Hub::Error(extract_message(500, ev.data.as_bytes())));
+            hub.push(upstream_error(&ev.data));
             return Ok(());
         }
         if !self.started {
@@ -431,22 +448,33 @@ impl StreamTranslator {
         self.deliver(Hub::Done, out);
     }
 
-    /// Write a dialect-correct mid-stream error event (call `finish` after).
+    /// Write a dialect-correct mid-stream error event; it ends the client's stream (nothing
+    /// follows it, [`StreamTranslator::finish`] included). Ignored once the stream ended.
     pub fn error(&mut self, message: &str, out: &mut Vec<u8>) {
-        if self.is_passthrough() {
-            stream_error_event_seq(self.client, message, None, out);
-        } else {
-            self.encoder.handle(Hub::Error(message.to_string()), out);
-        }
-    }
-
-    fn deliver(&mut self, h: Hub, out: &mut Vec<u8>) {
         if self.done {
             return;
         }
+        if self.is_passthrough() {
+            self.done = true;
+            stream_error_event_seq(self.client, 500, message, None, out);
+        } else {
+            self.deliver(Hub::Error(500, message.to_string()), out);
+        }
+    }
+
+    /// Hand one hub event to the client encoder. An error ends the stream as `Done` does:
+    /// no terminal events claiming a normal end may follow it (Messages: `error` is last;
+    /// Responses: `response.failed` is last; Chat and Gemini: the error chunk is last).
+    fn deliver(&mut self, mut h: Hub, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if let Hub::Error(st, _) = &mut h {
+            *st = client_status(self.upstream, self.client, *st);
+        }
         match &h {
             Hub::Usage(u) => self.usage.merge(*u),
-            Hub::Done => self.done = true,
+            Hub::Done | Hub::Error(..) => self.done = true,
             _ => {}
         }
         self.encoder.handle(h, out);
@@ -573,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn responses_error_event_has_sequence_number() {
+    fn responses_stream_ends_with_response_failed_after_an_error() {
         let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Responses, "m");
         let mut out = Vec::new();
         t.push(
@@ -585,12 +613,38 @@ mod tests {
         )
         .unwrap();
         t.error("boom", &mut out);
+        assert!(t.is_done());
+        t.finish(&mut out);
+        t.error("again", &mut out);
         let evs = events(&String::from_utf8(out).unwrap());
         let last = evs.last().unwrap();
-        assert_eq!(last.event.as_deref(), Some("error"));
+        assert_eq!(last.event.as_deref(), Some("response.failed"));
         let v: Value = serde_json::from_str(&last.data).unwrap();
-        assert_eq!(v["message"], "boom");
+        assert_eq!(v["response"]["status"], "failed");
+        assert_eq!(v["response"]["error"]["message"], "boom");
+        assert_eq!(v["response"]["output"][0]["content"][0]["text"], "x");
         assert_eq!(v["sequence_number"], evs.len() as u64 - 1);
+        assert!(!evs
+            .iter()
+            .any(|e| e.event.as_deref() == Some("response.completed")));
+    }
+
+    #[test]
+    fn upstream_error_chunk_ends_a_messages_stream() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Messages, "m");
+        let out = run(
+            &mut t,
+            &[
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+                r#"{"error":{"message":"upstream overloaded","type":"server_error"}}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                "[DONE]",
+            ],
+        );
+        let evs = events(&out);
+        let last = evs.last().unwrap();
+        assert_eq!(last.event.as_deref(), Some("error"));
+        assert!(!out.contains("message_stop") && !out.contains("message_delta"));
     }
 
     #[test]

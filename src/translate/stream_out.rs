@@ -47,8 +47,9 @@ pub(crate) enum Hub {
     Finish(String),
     /// Usage report (fields present override).
     Usage(Usage),
-    /// Upstream error mid-stream.
-    Error(String),
+    /// Upstream error mid-stream: its HTTP-status class (`error::stream_error_status`, mapped
+    /// to the client's dialect) and message. Ends the stream.
+    Error(u16, String),
     /// End of stream.
     Done,
 }
@@ -114,7 +115,7 @@ impl ChatOut {
                 put(out, None, &self.chunk(json!({}), Value::from(r)));
             }
             Hub::Usage(u) => self.usage.merge(u),
-            Hub::Error(m) => stream_error_event_seq(Dialect::Chat, &m, None, out),
+            Hub::Error(st, m) => stream_error_event_seq(Dialect::Chat, st, &m, None, out),
             Hub::Done => {
                 if self.include_usage && !self.usage.is_empty() {
                     let v = json!({
@@ -244,7 +245,7 @@ impl MessagesOut {
                 self.stop = Some(anthropic::finish_to_stop(&r));
             }
             Hub::Usage(u) => self.usage.merge(u),
-            Hub::Error(m) => stream_error_event_seq(Dialect::Messages, &m, None, out),
+            Hub::Error(st, m) => stream_error_event_seq(Dialect::Messages, st, &m, None, out),
             Hub::Done => {
                 self.start(out);
                 self.close(out);
@@ -314,7 +315,7 @@ impl GeminiOut {
             }
             Hub::Finish(r) => self.finish = Some(r),
             Hub::Usage(u) => self.usage.merge(u),
-            Hub::Error(m) => stream_error_event_seq(Dialect::Gemini, &m, None, out),
+            Hub::Error(st, m) => stream_error_event_seq(Dialect::Gemini, st, &m, None, out),
             Hub::Done => {
                 let mut parts: Vec<Value> = self
                     .tools

@@ -4,17 +4,18 @@
 //! `response.output_text.delta/.done`, `response.content_part.done`,
 //! `response.function_call_arguments.delta/.done`,
 //! `response.output_item.done`, then `response.completed` or
-//! `response.incomplete`), each with an increasing `sequence_number`.
+//! `response.incomplete`; after an upstream error `response.failed`, with the
+//! error and the output so far), each with an increasing `sequence_number`.
 //!
 //! Must not: perform IO, parse upstream bytes, or allocate beyond the bytes
 //! it appends to `out` and the per-stream state (the output items, kept to
 //! build the final `response` object).
 
-use super::error::stream_error_event_seq;
+use super::error::responses_error_code;
 use super::responses;
 use super::stream_out::{put, Hub};
 use super::util::Obj;
-use super::{Dialect, Usage};
+use super::Usage;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -37,7 +38,7 @@ impl Item {
     fn json(&self, status: &str) -> Value {
         match self {
             Item::Message { id, text, .. } => {
-                let content = if status == "completed" {
+                let content = if status != "in_progress" {
                     json!([{"type": "output_text", "text": text, "annotations": []}])
                 } else {
                     json!([])
@@ -51,7 +52,7 @@ impl Item {
                 args,
                 ..
             } => {
-                let args = if status == "completed" {
+                let args = if status != "in_progress" {
                     args.as_str()
                 } else {
                     ""
@@ -271,10 +272,19 @@ impl ResponsesOut {
                 self.finish = Some(r);
             }
             Hub::Usage(u) => self.usage.merge(u),
-            Hub::Error(m) => {
-                let seq = self.seq;
-                self.seq += 1;
-                stream_error_event_seq(Dialect::Responses, &m, Some(seq), out);
+            Hub::Error(st, m) => {
+                // `response.failed` ends the stream: the SDKs see a failed response (the Python
+                // SDK's `get_final_response()` raises), never a truncated one as completed.
+                self.start(out);
+                let output: Vec<Value> = self.items.iter().map(|i| i.json("incomplete")).collect();
+                let mut r = self.response("failed", output);
+                if let Some(o) = r.as_object_mut() {
+                    o.insert(
+                        "error".into(),
+                        json!({"code": responses_error_code(st), "message": m}),
+                    );
+                }
+                self.emit(out, "response.failed", json!({"response": r}));
             }
             Hub::Done => {
                 self.start(out);
