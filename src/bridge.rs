@@ -9,6 +9,7 @@
 use crate::admit::Permit;
 use crate::error::{Error, ErrorShape, Kind};
 use crate::governance::usage::UsageScan;
+use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::outcome::{gone, Outcome};
@@ -32,8 +33,9 @@ pub fn shape(client: Dialect) -> ErrorShape {
 }
 
 /// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
-/// error bodies, whole answers, or SSE event by event. `usage`, when given, gets the usage the
-/// translator read from the answer (a keyed request's tokens).
+/// error bodies, whole answers, or SSE event by event. A keyed request's `grant`, when given,
+/// gets the usage the translator read from the answer and is finished just before the
+/// answer's last bytes go out.
 #[allow(clippy::too_many_arguments)]
 pub async fn translated(
     conn: &mut ClientConn,
@@ -45,7 +47,7 @@ pub async fn translated(
     (client_model, stream_requested, include_usage): (&str, bool, bool),
     keep_alive: bool,
     permit: &Permit,
-    usage: Option<&mut UsageScan>,
+    mut grant: Option<&mut Grant<'_>>,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = shape(client);
@@ -82,8 +84,9 @@ pub async fn translated(
             }
         }
         let out = translate::response_to_chat(up, &raw).and_then(|chat| {
-            if let Some(u) = usage {
-                give(u, translate::chat_usage(&chat));
+            if let Some(g) = grant.as_deref_mut() {
+                give(g.usage(), translate::chat_usage(&chat));
+                g.finish();
             }
             translate::chat_to_response(client, &chat, client_model)
         });
@@ -120,10 +123,20 @@ pub async fn translated(
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
-    let outcome = stream(conn, shard, ex, (pname, up), &mut tr, keep_alive, &mut rb).await;
-    // What the upstream reported, however the stream ended.
-    if let Some(u) = usage {
-        give(u, tr.usage());
+    let outcome = stream(
+        conn,
+        shard,
+        ex,
+        (pname, up),
+        (&mut tr, grant.as_deref_mut()),
+        keep_alive,
+        &mut rb,
+    )
+    .await;
+    // What the upstream reported, however the stream ended (recorded when the grant drops,
+    // unless the stream completed and finished it).
+    if let Some(g) = grant {
+        give(g.usage(), tr.usage());
     }
     outcome
 }
@@ -149,7 +162,7 @@ async fn stream(
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
     (provider, up): (&str, Dialect),
-    tr: &mut StreamTranslator,
+    (tr, mut grant): (&mut StreamTranslator, Option<&mut Grant<'_>>),
     keep_alive: bool,
     rb: &mut relay::StreamBuf,
 ) -> Outcome {
@@ -226,6 +239,11 @@ async fn stream(
         let end = !more || failed.is_some() || tr.is_done();
         if end && failed.is_none() {
             tr.finish(&mut events);
+            // complete: its usage counts before the client sees the end
+            if let Some(g) = grant.as_deref_mut() {
+                give(g.usage(), tr.usage());
+                g.finish();
+            }
         }
         write_chunk(&mut out, &events);
         if end {

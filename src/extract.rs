@@ -30,6 +30,26 @@ pub struct RoutingFields {
     /// `max_output_tokens`, the first one that is a whole number), for token estimates
     /// (`governance`). Read in the same pass; never validated or enforced here.
     pub max_tokens: Option<u64>,
+    /// What the body says about `stream_options.include_usage` (read in the same pass).
+    pub usage_option: UsageOption,
+    /// The request's usage is metered (a keyed request; set by the pipeline, not read from
+    /// the body): Chat streams ask the upstream for usage (see `plan`).
+    pub metered: bool,
+}
+
+/// A Chat body's `stream_options.include_usage`, as the client sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageOption {
+    /// No `stream_options`.
+    Absent,
+    /// `stream_options.include_usage` is `true`: the client wants the usage chunk.
+    Asked,
+    /// `stream_options` is `null` or an object without `include_usage: true`, at this byte
+    /// range of the body.
+    NotAsked(Range<usize>),
+    /// Anything else (a duplicate key, a value that is neither an object nor null): the body
+    /// is left as it is.
+    Unclear,
 }
 
 /// Read `model` (required string) and `stream` (optional bool) from a JSON object body, and the
@@ -70,6 +90,8 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         model_span,
         stream,
         max_tokens: scan.max_tokens,
+        usage_option: scan.usage_option,
+        metered: false,
     })
 }
 
@@ -84,6 +106,8 @@ pub fn gemini_fields(body: &[u8], call: &crate::gemini_call::Call) -> Result<Rou
         model_span: 0..0,
         stream: call.stream,
         max_tokens: scan.max_tokens,
+        usage_option: UsageOption::Absent,
+        metered: false,
     })
 }
 
@@ -92,6 +116,7 @@ struct Scan<'b> {
     model: Option<sonic_rs::LazyValue<'b>>,
     stream: Option<sonic_rs::LazyValue<'b>>,
     max_tokens: Option<u64>,
+    usage_option: UsageOption,
 }
 
 /// The checks every body passes (non-empty, nesting bound, one object with no duplicate routing
@@ -115,6 +140,7 @@ fn scan(body: &[u8], gemini: bool) -> Result<Scan<'_>, Error> {
     let mut model = None;
     let mut stream = None;
     let mut max_tokens = None;
+    let mut usage_option = UsageOption::Absent;
     let mut after_last = None;
     for entry in sonic_rs::to_object_iter(body) {
         let (key, value) = entry.map_err(|e| {
@@ -130,6 +156,13 @@ fn scan(body: &[u8], gemini: bool) -> Result<Scan<'_>, Error> {
             "stream" => &mut stream,
             "max_tokens" | "max_completion_tokens" | "max_output_tokens" if !gemini => {
                 max_tokens = max_tokens.or_else(|| value.as_u64());
+                continue;
+            }
+            "stream_options" if !gemini => {
+                usage_option = match usage_option {
+                    UsageOption::Absent => usage_option_of(body, raw),
+                    _ => UsageOption::Unclear,
+                };
                 continue;
             }
             "generationConfig" | "generation_config" if gemini && raw.starts_with('{') => {
@@ -171,7 +204,26 @@ fn scan(body: &[u8], gemini: bool) -> Result<Scan<'_>, Error> {
         model,
         stream,
         max_tokens,
+        usage_option,
     })
+}
+
+/// `stream_options`' raw value `raw` (a slice of `body`) → what it says about usage.
+fn usage_option_of(body: &[u8], raw: &str) -> UsageOption {
+    let Some(start) = offset_in(body, raw) else {
+        return UsageOption::Unclear;
+    };
+    let span = start..start + raw.len();
+    if raw == "null" {
+        return UsageOption::NotAsked(span);
+    }
+    if !raw.starts_with('{') {
+        return UsageOption::Unclear;
+    }
+    match sonic_rs::get(raw, ["include_usage"]) {
+        Ok(v) if v.as_bool() == Some(true) => UsageOption::Asked,
+        _ => UsageOption::NotAsked(span),
+    }
 }
 
 /// `body` is `{}` with optional whitespace around and inside.

@@ -341,7 +341,7 @@ async fn serve(
     req.trace.bytes_in = (head.len + body.len()) as u64;
 
     // route by model
-    let fields = match &gemini {
+    let mut fields = match &gemini {
         Some(call) => extract::gemini_fields(&body, call)?,
         None => extract::routing_fields(&body)?,
     };
@@ -354,6 +354,7 @@ async fn serve(
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
+        fields.metered = true;
     }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall

@@ -8,7 +8,9 @@
 //! decode error: error answers (status ≥ 400) are relayed only when already in the client
 //! dialect's error shape, else replaced (`errors`); non-stream JSON answers are validated
 //! before (or, past one chunk, while) they are relayed (`json`); every SSE event's `data` must
-//! be JSON, an event that is not ends the stream with the dialect's error event.
+//! be JSON, an event that is not ends the stream with the dialect's error event. A Chat
+//! stream whose usage chunk the gateway asked for on the client's behalf has that chunk taken
+//! out (`usage_chunk`), after its usage was read.
 //!
 //! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
@@ -19,12 +21,13 @@
 mod errors;
 pub(crate) use errors::error_answer;
 mod json;
+mod usage_chunk;
 
 use std::time::Duration;
 
 use crate::admit::{Chunk, Permit};
 use crate::error::{Error, Kind};
-use crate::governance::usage::UsageScan;
+use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::outcome::{gone, Outcome};
@@ -71,15 +74,16 @@ pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
 /// Same dialect in and out: relay the answer of `ex` (from `provider`, in `dialect`) to the
 /// client as it arrives (SSE in whole events), through one pool chunk of read buffer charged to
-/// the request's permit. `usage`, when given, sees every body byte (a keyed request's tokens).
+/// the request's permit. A keyed request's `grant`, when given, sees every body byte (its
+/// usage scan) and is finished just before the answer's last bytes go out.
 pub async fn passthrough(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut Exchange<'_>,
-    (provider, dialect): (&str, Dialect),
+    (provider, dialect, strip_usage): (&str, Dialect, bool),
     keep_alive: bool,
     permit: &Permit,
-    usage: Option<&mut UsageScan>,
+    grant: Option<&mut Grant<'_>>,
 ) -> Outcome {
     if ex.head.status >= 400 {
         return errors::error_answer(
@@ -104,7 +108,8 @@ pub async fn passthrough(
         ex,
         provider,
         dialect,
-        usage,
+        grant,
+        strip_usage,
     };
     if vets_json(&up.ex.head) {
         return json::relay_json(conn, up, keep_alive, shard, &mut piece).await;
@@ -120,13 +125,15 @@ fn vets_json(head: &crate::upstream::ResponseHead) -> bool {
         && crate::vet::is_json_type(&head.content_type)
 }
 
-/// The upstream side of a relay: the exchange, who answers, in which dialect, and who reads
-/// the usage it reports.
-struct Upstream<'a, 'c> {
+/// The upstream side of a relay: the exchange, who answers, in which dialect, and whose grant
+/// reads the usage it reports.
+struct Upstream<'a, 'c, 'g> {
     ex: &'a mut Exchange<'c>,
     provider: &'a str,
     dialect: Dialect,
-    usage: Option<&'a mut UsageScan>,
+    grant: Option<&'a mut Grant<'g>>,
+    /// Take the usage-only chunk out of a Chat stream (the client did not ask for it).
+    strip_usage: bool,
 }
 
 /// Forward the response of `up.ex` to the client. SSE is forwarded event by event, whole events
@@ -135,7 +142,7 @@ struct Upstream<'a, 'c> {
 /// dialect's error event and a proper chunked end. A broken non-SSE body is cut by closing.
 async fn relay(
     conn: &mut ClientConn,
-    up: Upstream<'_, '_>,
+    up: Upstream<'_, '_, '_>,
     keep_alive: bool,
     shard: &Shard,
     rb: &mut StreamBuf,
@@ -145,7 +152,8 @@ async fn relay(
         ex,
         provider,
         dialect,
-        mut usage,
+        mut grant,
+        strip_usage,
     } = up;
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
@@ -197,8 +205,8 @@ async fn relay(
                 return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
             }
         };
-        if let Some(u) = usage.as_deref_mut() {
-            u.feed(piece);
+        if let Some(g) = grant.as_deref_mut() {
+            g.usage().feed(piece);
         }
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
@@ -219,7 +227,11 @@ async fn relay(
                     let events = &pending[..good];
                     if good > 0 {
                         terminal = terminal || is_terminal_event(dialect, last_event(events));
-                        write_chunk(&mut out, events);
+                        if strip_usage {
+                            usage_chunk::write_without(&mut out, events);
+                        } else {
+                            write_chunk(&mut out, events);
+                        }
                     }
                     bad = why;
                     pending.drain(..cut);
@@ -259,6 +271,12 @@ async fn relay(
         }
         if !more && framing == Framing::Chunked {
             out.extend_from_slice(LAST_CHUNK);
+        }
+        if !more || terminal {
+            // the answer is complete: its usage counts before the client sees the end
+            if let Some(g) = grant.as_deref_mut() {
+                g.finish();
+            }
         }
         if !out.is_empty() {
             match conn.write_raw(std::mem::take(&mut out), wt).await {

@@ -33,24 +33,23 @@ pub async fn respond(
 ) -> Outcome {
     let by = opened.answered_by();
     let answer_dialect = match opened.mode {
-        Mode::Passthrough => client,
+        Mode::Passthrough { .. } => client,
         Mode::Translate { up, .. } => up,
     };
     if let Some(g) = grant.as_deref_mut() {
         g.on_answer(&mut opened.ex.head, by, answer_dialect);
     }
-    let usage = grant.map(|g| g.usage());
     let provider = opened.provider;
     let ex = &mut opened.ex;
     match opened.mode {
-        Mode::Passthrough => {
-            let up = (provider, client);
-            relay::passthrough(conn, shard, ex, up, keep_alive, permit, usage).await
+        Mode::Passthrough { strip_usage } => {
+            let up = (provider, client, strip_usage);
+            relay::passthrough(conn, shard, ex, up, keep_alive, permit, grant).await
         }
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);
             bridge::translated(
-                conn, shard, ex, provider, up, client, want, keep_alive, permit, usage,
+                conn, shard, ex, provider, up, client, want, keep_alive, permit, grant,
             )
             .await
         }

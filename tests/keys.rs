@@ -294,7 +294,8 @@ fn tpm_reserves_an_estimate_and_reconciles_with_the_reported_usage() {
         };
         assert_eq!(left(&r), 1000 - est1, "{d}");
         let used1 = r.json()["usage"]["total_tokens"].as_u64().unwrap();
-        assert_eq!(used1, est1 + 16, "the mock's usage");
+        // the mock's usage: the prompt text's bytes / 4 ("hello there": 3) + 16
+        assert_eq!(used1, 3 + 16, "the mock's usage");
         // the next request sees the real usage of the first, plus its own estimate
         let b2 = r#"{"model":"gpt-4o-mini","messages":[],"max_tokens":10}"#;
         let r = send(b2);

@@ -417,7 +417,8 @@ fn gemini_text_tools_and_errors() {
         );
         let last = i + 1 == ev.len();
         assert_eq!(v["candidates"][0]["finishReason"].is_string(), last);
-        assert_eq!(v["usageMetadata"].is_object(), last);
+        // every chunk carries usageMetadata (as Gemini's do), with the output so far
+        assert_eq!(v["usageMetadata"]["candidatesTokenCount"], i + 1);
     }
     assert_eq!(out, text::tokens(0, 6));
     assert_eq!(

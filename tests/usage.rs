@@ -1,8 +1,18 @@
 //! Usage, spend and budgets end to end: real sockets on 127.0.0.1 port 0, the project's mock
-//! (standalone, in-process) or a raw fake upstream; the ledger (`Running::spend`) and
-//! `/metrics` must hold exactly the tokens the upstream reported, priced per model.
+//! (standalone as every provider kind, and in-process) or a raw fake upstream; the ledger
+//! (`Running::spend`) and `/metrics` must hold exactly the tokens the upstream reported —
+//! streams included, whether or not the client asked for usage — priced per model; budgets
+//! refuse exactly the request after the one whose spend reached them.
+//!
+//! The mock counts input tokens from the prompt's text (bytes / 4, rounded up), the same in
+//! every dialect, and answers `max_tokens` output tokens: expected counts are known here.
 
 mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 
 use common::*;
 use ringgate::governance::keyring::Digest;
@@ -10,6 +20,7 @@ use ringgate::governance::spend::UsageRow;
 use ringgate::mock::Profile;
 
 const SECRET: &str = "rg-test-usage-5e4d3c2b1a09f8e7d6c5b4a3";
+const TEXT: &str = "hello there, gateway"; // 20 bytes: 5 input tokens at the mock
 
 fn hex(secret: &str) -> String {
     Digest::of(secret.as_bytes())
@@ -21,32 +32,63 @@ fn hex(secret: &str) -> String {
 
 fn post_key(path: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {SECRET}\r\nx-api-key-unused: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
 }
 
-/// The gateway config: the standalone mock as an OpenAI provider (`gpt-4o-mini`, $1/$2 per
-/// 1M tokens) and one key with `key_extra`.
-fn config(key_extra: &str) -> String {
+/// Every provider kind on the standalone mock (and the in-process mock), each model priced,
+/// one key (`key_extra` added to it).
+fn config(driver: &str, key_extra: &str) -> String {
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 shards = 1
 pin = false
+driver = "{driver}"
 
 [[provider]]
 name = "oa"
 kind = "openai"
 base_url = "http://{{mock}}/v1"
 
+[[provider]]
+name = "an"
+kind = "anthropic"
+base_url = "http://{{mock}}"
+
+[[provider]]
+name = "gm"
+kind = "gemini"
+base_url = "http://{{mock}}"
+
+[[provider]]
+name = "inproc"
+kind = "mock"
+
 [[model]]
-name = "gpt-4o-mini"
+name = "gpt"
 provider = "oa"
 price_input_per_mtok = 1.0
 price_output_per_mtok = 2.0
+
+[[model]]
+name = "claude"
+provider = "an"
+price_input_per_mtok = 3.0
+price_output_per_mtok = 15.0
+
+[[model]]
+name = "gem"
+deployments = [{{ provider = "gm", price_output_per_mtok = 5.0 }}]
+price_input_per_mtok = 0.5
+price_output_per_mtok = 99.0
+
+[[model]]
+name = "local"
+provider = "inproc"
 
 [[key]]
 name = "team-a"
@@ -61,7 +103,7 @@ key_sha256 = "{}"
 /// just after its last byte went out: poll).
 fn rows_after(st: &Stack, requests: u64) -> Vec<UsageRow> {
     let mut rows = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..400 {
         rows = st.gateway().spend.snapshot();
         if rows.iter().map(|r| r.requests).sum::<u64>() == requests {
             return rows;
@@ -71,32 +113,417 @@ fn rows_after(st: &Stack, requests: u64) -> Vec<UsageRow> {
     panic!("want {requests} requests in the ledger: {rows:?}");
 }
 
+fn chat(model: &str, max: u32, stream: bool, usage: bool) -> String {
+    let opts = if usage {
+        r#","stream_options":{"include_usage":true}"#
+    } else {
+        ""
+    };
+    format!(
+        r#"{{"model":"{model}","messages":[{{"role":"user","content":"{TEXT}"}}],"max_tokens":{max},"stream":{stream}{opts}}}"#
+    )
+}
+
+fn messages(model: &str, max: u32, stream: bool) -> String {
+    format!(
+        r#"{{"model":"{model}","max_tokens":{max},"stream":{stream},"messages":[{{"role":"user","content":"{TEXT}"}}]}}"#
+    )
+}
+
+fn responses(model: &str, max: u32, stream: bool) -> String {
+    format!(r#"{{"model":"{model}","input":"{TEXT}","max_output_tokens":{max},"stream":{stream}}}"#)
+}
+
+/// Whether a Chat SSE transcript carries a usage chunk, and its (prompt, completion) tokens.
+fn chat_usage_chunk(body: &str) -> Option<(u64, u64)> {
+    body.split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+        .find(|v| v["usage"].is_object())
+        .map(|v| {
+            assert_eq!(v["choices"], serde_json::json!([]), "{v}");
+            (
+                v["usage"]["prompt_tokens"].as_u64().unwrap(),
+                v["usage"]["completion_tokens"].as_u64().unwrap(),
+            )
+        })
+}
+
 #[test]
-fn non_stream_usage_is_recorded_exactly_and_priced() {
-    let mock = start_mock(Profile::Instant, "epoll");
-    let st = Stack::with_config(mock, &config(""));
-    let body = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}],"max_tokens":7}"#;
-    let r = request(st.addr, &post_key("/v1/chat/completions", body));
-    assert_eq!(r.status, 200, "{}", r.text());
-    let u = r.json()["usage"].clone();
-    let (i, o) = (
-        u["prompt_tokens"].as_u64().unwrap(),
-        u["completion_tokens"].as_u64().unwrap(),
+fn every_answer_is_counted_exactly_in_each_dialect_and_path() {
+    for d in DRIVERS {
+        let mock = start_mock(Profile::Instant, d);
+        let st = Stack::with_config(mock, &config(d, ""));
+        let mut s = connect(st.addr);
+        let mut buf = Vec::new();
+        // (path, body, model, output tokens, client sees a Chat usage chunk?)
+        let cases: Vec<(&str, String, &str, u64, Option<bool>)> = vec![
+            // passthrough
+            (
+                "/v1/chat/completions",
+                chat("gpt", 7, false, false),
+                "gpt",
+                7,
+                None,
+            ),
+            (
+                "/v1/chat/completions",
+                chat("gpt", 5, true, false),
+                "gpt",
+                5,
+                Some(false),
+            ),
+            (
+                "/v1/chat/completions",
+                chat("gpt", 4, true, true),
+                "gpt",
+                4,
+                Some(true),
+            ),
+            (
+                "/v1/messages",
+                messages("claude", 6, false),
+                "claude",
+                6,
+                None,
+            ),
+            (
+                "/v1/messages",
+                messages("claude", 3, true),
+                "claude",
+                3,
+                None,
+            ),
+            ("/v1/responses", responses("gpt", 2, false), "gpt", 2, None),
+            ("/v1/responses", responses("gpt", 8, true), "gpt", 8, None),
+            // the in-process mock
+            (
+                "/v1/chat/completions",
+                chat("local", 3, true, false),
+                "local",
+                3,
+                Some(false),
+            ),
+            (
+                "/v1/chat/completions",
+                chat("local", 2, true, true),
+                "local",
+                2,
+                Some(true),
+            ),
+            // translated: to an Anthropic upstream, a Gemini upstream, a Chat upstream
+            (
+                "/v1/chat/completions",
+                chat("claude", 9, false, false),
+                "claude",
+                9,
+                None,
+            ),
+            (
+                "/v1/chat/completions",
+                chat("claude", 5, true, false),
+                "claude",
+                5,
+                Some(false),
+            ),
+            (
+                "/v1/chat/completions",
+                chat("claude", 4, true, true),
+                "claude",
+                4,
+                Some(true),
+            ),
+            (
+                "/v1/chat/completions",
+                chat("gem", 6, false, false),
+                "gem",
+                6,
+                None,
+            ),
+            (
+                "/v1/chat/completions",
+                chat("gem", 7, true, false),
+                "gem",
+                7,
+                Some(false),
+            ),
+            ("/v1/messages", messages("gpt", 5, true), "gpt", 5, None),
+            ("/v1/messages", messages("gem", 3, false), "gem", 3, None),
+            (
+                "/v1/responses",
+                responses("claude", 4, true),
+                "claude",
+                4,
+                None,
+            ),
+        ];
+        let mut want: HashMap<&str, (u64, u64, u64)> = HashMap::new();
+        for (n, (path, body, model, out, chunk)) in cases.iter().enumerate() {
+            let what = format!("{d} case {n}: {path} {body}");
+            s.write_all(&post_key(path, body)).unwrap();
+            let r = read_response(&mut s, &mut buf).unwrap();
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+            match chunk {
+                Some(true) => assert_eq!(chat_usage_chunk(&r.text()), Some((5, *out)), "{what}"),
+                Some(false) => {
+                    assert_eq!(chat_usage_chunk(&r.text()), None, "{what}");
+                    assert!(!r.text().contains("prompt_tokens"), "{what}");
+                    assert!(r.text().ends_with("data: [DONE]\n\n"), "{what}");
+                }
+                None => {}
+            }
+            let w = want.entry(model).or_default();
+            *w = (w.0 + 1, w.1 + 5, w.2 + out);
+            let rows = rows_after(&st, n as u64 + 1);
+            for (m, (req, i, o)) in &want {
+                let row = rows.iter().find(|r| r.model == *m).unwrap();
+                assert_eq!(
+                    (row.requests, row.input_tokens, row.output_tokens),
+                    (*req, *i, *o),
+                    "{what}: {m}"
+                );
+            }
+        }
+        // priced per model; a deployment's price wins over the model's, field by field
+        let rows = st.gateway().spend.snapshot();
+        let price = |m: &str, pin: u64, pout: u64| {
+            let r = rows.iter().find(|r| r.model == m).unwrap();
+            assert_eq!(
+                r.spend_nanos,
+                r.input_tokens * pin + r.output_tokens * pout,
+                "{m}"
+            );
+        };
+        price("gpt", 1000, 2000);
+        price("claude", 3000, 15_000);
+        price("gem", 500, 5000);
+        price("local", 0, 0);
+        let total_in: u64 = rows.iter().map(|r| r.input_tokens).sum();
+        let total_out: u64 = rows.iter().map(|r| r.output_tokens).sum();
+        assert_eq!(
+            metric(st.addr, "ringgate_key_input_tokens_total{"),
+            total_in
+        );
+        assert_eq!(
+            metric(st.addr, "ringgate_key_output_tokens_total{"),
+            total_out
+        );
+        let text = request(st.addr, &get("/metrics")).text();
+        let spend = text
+            .lines()
+            .find(|l| {
+                l.starts_with("ringgate_key_spend_usd_total{") && l.contains("model=\"claude\"")
+            })
+            .unwrap();
+        let claude = rows.iter().find(|r| r.model == "claude").unwrap();
+        let v: f64 = spend.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(
+            (v - claude.spend_usd).abs() < 1e-12,
+            "{spend} vs {claude:?}"
+        );
+    }
+}
+
+/// A fake OpenAI upstream: records each request body and answers a Chat stream that carries
+/// the usage chunk (11 prompt, 7 completion tokens) only when the request asked for it.
+fn usage_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                while let Some(req) = read_request(&mut s) {
+                    let text = String::from_utf8_lossy(&req).into_owned();
+                    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+                    let asked = body.contains(r#""include_usage":true"#);
+                    seen.lock().unwrap().push(body);
+                    if !answer(&mut s, asked) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, bodies)
+}
+
+fn answer(s: &mut TcpStream, usage: bool) -> bool {
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let mut body = chunk(r#"{"role":"assistant","content":"hi"}"#, "null");
+    body.push_str(&chunk("{}", "\"stop\""));
+    if usage {
+        body.push_str("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":7,\"total_tokens\":18}}\n\n");
+    }
+    body.push_str("data: [DONE]\n\n");
+    let out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     );
-    assert_eq!(o, 7);
-    let rows = rows_after(&st, 1);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    let row = &rows[0];
-    assert_eq!(
-        (row.key.as_str(), row.model.as_str()),
-        ("team-a", "gpt-4o-mini")
+    s.write_all(out.as_bytes()).is_ok()
+}
+
+#[test]
+fn the_gateway_asks_for_stream_usage_and_the_client_gets_only_what_it_asked() {
+    for d in DRIVERS {
+        let (up, bodies) = usage_upstream();
+        let cfg = config(d, "").replace("{mock}", &up.to_string());
+        let st = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
+        let mut s = connect(st.addr);
+        let mut buf = Vec::new();
+        // not asked: the upstream is asked, the client gets no usage chunk
+        let body = r#"{"model":"gpt","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+        s.write_all(&post_key("/v1/chat/completions", body))
+            .unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        let sent = bodies.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            sent,
+            r#"{"stream_options":{"include_usage":true},"model":"gpt","stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+            "{d}"
+        );
+        assert_eq!(chat_usage_chunk(&r.text()), None, "{d}: {}", r.text());
+        assert_eq!(r.text().matches("data: ").count(), 3, "{d}: {}", r.text());
+        let rows = rows_after(&st, 1);
+        assert_eq!(
+            (rows[0].input_tokens, rows[0].output_tokens),
+            (11, 7),
+            "{d}"
+        );
+        // other stream_options are kept
+        let body = r#"{"model":"gpt","stream":true,"stream_options":{"include_obfuscation":false},"messages":[]}"#;
+        s.write_all(&post_key("/v1/chat/completions", body))
+            .unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(chat_usage_chunk(&r.text()), None, "{d}");
+        let sent = bodies.lock().unwrap().last().cloned().unwrap();
+        assert!(
+            sent.contains(r#""stream_options":{"include_obfuscation":false,"include_usage":true}"#),
+            "{sent}"
+        );
+        rows_after(&st, 2);
+        // asked: relayed unchanged, the body byte for byte
+        let body = r#"{"model":"gpt","stream":true,"messages":[],"stream_options":{"include_usage":true}}"#;
+        s.write_all(&post_key("/v1/chat/completions", body))
+            .unwrap();
+        let r = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(chat_usage_chunk(&r.text()), Some((11, 7)), "{d}");
+        assert_eq!(bodies.lock().unwrap().last().unwrap(), body);
+        let rows = rows_after(&st, 3);
+        assert_eq!(
+            (rows[0].input_tokens, rows[0].output_tokens),
+            (33, 21),
+            "{d}"
+        );
+        assert_eq!(rows[0].spend_nanos, 33 * 1000 + 21 * 2000);
+        // a non-stream request is sent as it is
+        let body = r#"{"model":"gpt","messages":[]}"#;
+        s.write_all(&post_key("/v1/chat/completions", body))
+            .unwrap();
+        let _ = read_response(&mut s, &mut buf).unwrap();
+        assert_eq!(bodies.lock().unwrap().last().unwrap(), body);
+    }
+}
+
+/// Send `n` requests one after the other, each on a new connection (a refusal on the head
+/// closes its connection: the body was not read); return the statuses and the last response.
+fn send_all(st: &Stack, path: &str, body: &str, n: usize) -> (Vec<u16>, Response) {
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for _ in 0..n {
+        let r = request(st.addr, &post_key(path, body));
+        statuses.push(r.status);
+        last = Some(r);
+    }
+    (statuses, last.unwrap())
+}
+
+#[test]
+fn a_budget_runs_out_at_the_right_request_in_both_dialects() {
+    for d in DRIVERS {
+        // "claude" costs 15 USD per 1M output tokens: 4 output tokens = 60 µUSD per request
+        // (plus 5 input tokens × 3 µUSD = 15 µUSD): 75 µUSD. A 225 µUSD budget is three.
+        for (path, body, kind) in [
+            (
+                "/v1/chat/completions",
+                chat("claude", 4, true, false),
+                "openai",
+            ),
+            ("/v1/messages", messages("claude", 4, false), "anthropic"),
+        ] {
+            let st = Stack::with_config(
+                start_mock(Profile::Instant, d),
+                &config(d, "budget_usd = 0.000225\nbudget_period = \"day\""),
+            );
+            let (statuses, r) = send_all(&st, path, &body, 5);
+            assert_eq!(statuses, [200, 200, 200, 429, 429], "{d} {kind}");
+            let v = r.json();
+            if kind == "openai" {
+                assert_eq!(v["error"]["type"], "insufficient_quota", "{v}");
+                assert_eq!(v["error"]["code"], "insufficient_quota", "{v}");
+            } else {
+                assert_eq!(v["type"], "error", "{v}");
+                assert_eq!(v["error"]["type"], "billing_error", "{v}");
+            }
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("team-a") && msg.contains("budget"), "{msg}");
+            assert_eq!(r.header("x-should-retry"), Some("false"));
+            let secs: u64 = r.header("retry-after").unwrap().parse().unwrap();
+            assert!(
+                (1..=86_400).contains(&secs),
+                "until the next UTC day: {secs}"
+            );
+            let rows = st.gateway().spend.snapshot();
+            assert_eq!((rows[0].requests, rows[0].spend_nanos), (3, 225_000), "{d}");
+            let day = ringgate::governance::spend::Period::Day
+                .start(ringgate::governance::spend::unix_now());
+            assert_eq!(rows[0].period_start, day);
+            assert_eq!(
+                metric(
+                    st.addr,
+                    "ringgate_key_rejections_total{shard=\"0\",key=\"team-a\",reason=\"budget\"}"
+                ),
+                2
+            );
+            // a new period (here: the budget raised at runtime) admits again
+            st.gateway()
+                .spend
+                .get("team-a")
+                .unwrap()
+                .set_budget(Some(300_000), None);
+            let (statuses, _) = send_all(&st, path, &body, 2);
+            assert_eq!(statuses, [200, 429], "{d} {kind}");
+        }
+    }
+}
+
+#[test]
+fn restored_spend_counts_toward_the_budget() {
+    let st = Stack::with_config(
+        start_mock(Profile::Instant, "epoll"),
+        &config("epoll", "budget_usd = 0.0001\nbudget_period = \"month\""),
     );
-    assert_eq!(
-        (row.requests, row.input_tokens, row.output_tokens),
-        (1, i, o)
-    );
-    assert_eq!(row.spend_nanos, i * 1000 + o * 2000);
-    assert_eq!(row.period_start, 0, "no budget_period: total");
-    assert_eq!(metric(st.addr, "ringgate_key_input_tokens_total{"), i);
-    assert_eq!(metric(st.addr, "ringgate_key_output_tokens_total{"), o);
+    let now = ringgate::governance::spend::unix_now();
+    let month = ringgate::governance::spend::Period::Month.start(now);
+    st.gateway().spend.restore(&[UsageRow {
+        key: "team-a".into(),
+        model: "claude".into(),
+        requests: 9,
+        input_tokens: 0,
+        output_tokens: 0,
+        spend_usd: 0.0001,
+        spend_nanos: 100_000,
+        period_start: month,
+    }]);
+    let (statuses, r) = send_all(&st, "/v1/messages", &messages("claude", 1, false), 1);
+    assert_eq!(statuses, [429], "{}", r.text());
 }

@@ -36,6 +36,8 @@ pub struct Grant<'g> {
     requested: Option<(usize, Price)>,
     /// The model (requested or fallback) and price of the deployment that answered.
     answered_by: Option<(usize, Price)>,
+    /// Usage recorded and reservation reconciled (`finish`).
+    finished: bool,
 }
 
 impl<'g> Grant<'g> {
@@ -49,6 +51,7 @@ impl<'g> Grant<'g> {
             answered: None,
             requested: None,
             answered_by: None,
+            finished: false,
         }
     }
 
@@ -137,12 +140,18 @@ impl<'g> Grant<'g> {
     }
 }
 
-impl Drop for Grant<'_> {
-    fn drop(&mut self) {
+impl Grant<'_> {
+    /// The answer is complete (its last bytes are about to go to the client): record its usage
+    /// and reconcile the token reservation now, so that the client's next request already sees
+    /// them (a budget spent by this answer refuses the next one). Once per request; `Drop`
+    /// does it for requests that end otherwise.
+    pub fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
         let Some((_, st)) = self.gov.key(self.key) else {
             return;
         };
-        st.in_flight.set(st.in_flight.get().saturating_sub(1));
         let io = self.usage.io();
         // A successful answer is recorded (tokens: what it reported, 0 when nothing was).
         if self.answered.is_some_and(|s| s < 400) {
@@ -157,14 +166,23 @@ impl Drop for Grant<'_> {
         let reported = io.map(|(i, o)| i + o);
         let now_is = match (reported, self.answered) {
             (Some(t), _) => t,
-            // answered, usage not reported (e.g. a stream without a usage chunk, a
-            // translated answer): the estimate stands
+            // answered, usage not reported (e.g. a stream from an upstream with the
+            // `no_stream_options` quirk): the estimate stands
             (None, Some(s)) if (200..300).contains(&s) => was,
             // no answer, or an error answer: nothing was generated
             _ => 0,
         };
         if now_is != was {
             st.tpm.correct(Instant::now(), generation, was, now_is);
+        }
+    }
+}
+
+impl Drop for Grant<'_> {
+    fn drop(&mut self) {
+        self.finish();
+        if let Some((_, st)) = self.gov.key(self.key) {
+            st.in_flight.set(st.in_flight.get().saturating_sub(1));
         }
     }
 }

@@ -31,11 +31,12 @@ fn push_call_part(out: &mut Vec<u8>, name: &str) {
 }
 
 /// One `GenerateContentResponse` whose parts are written by `parts`; `last` adds
-/// `finishReason` and `usageMetadata`.
+/// `finishReason`. Every response carries `usageMetadata`, as Gemini's stream chunks do, with
+/// the output tokens so far (`so_far`; the last one: the answer's).
 fn push_response(
     out: &mut Vec<u8>,
     req: &MockRequest,
-    last: bool,
+    (last, so_far): (bool, u32),
     parts: impl FnOnce(&mut Vec<u8>),
 ) {
     out.extend_from_slice(b"{\"candidates\":[{\"content\":{\"parts\":[");
@@ -45,8 +46,12 @@ fn push_response(
         out.extend_from_slice(b"\"finishReason\":\"STOP\",");
     }
     out.extend_from_slice(b"\"index\":0}],");
-    if last {
-        let o = req.usage_output_tokens();
+    {
+        let o = if last {
+            req.usage_output_tokens()
+        } else {
+            so_far
+        };
         let _ = write!(
             out,
             "\"usageMetadata\":{{\"promptTokenCount\":{},\"candidatesTokenCount\":{o},\"totalTokenCount\":{}}},",
@@ -67,7 +72,7 @@ pub fn count_tokens_body(body: &[u8]) -> Vec<u8> {
 /// The non-stream response body.
 pub fn response_body(req: &MockRequest) -> Vec<u8> {
     let mut out = Vec::with_capacity(320 + req.output_tokens as usize * 5);
-    push_response(&mut out, req, true, |out| match &req.tool_call {
+    push_response(&mut out, req, (true, 0), |out| match &req.tool_call {
         Some(name) => {
             push_text_part(out, tools::TOOL_TEXT);
             out.push(b',');
@@ -107,7 +112,7 @@ impl pace::Events for GeminiEvents<'_> {
         } else if i > 0 {
             out.extend_from_slice(b",\n");
         }
-        push_response(out, req, last, |out| match &req.tool_call {
+        push_response(out, req, (last, i + 1), |out| match &req.tool_call {
             Some(name) if i > 0 => push_call_part(out, name),
             Some(_) => push_text_part(out, tools::TOOL_TEXT),
             None => push_text_part(out, text::token(i)),

@@ -19,6 +19,7 @@ pub mod fault;
 pub mod gemini;
 pub mod inject;
 pub mod pace;
+pub mod prompt;
 pub mod responses;
 pub mod server;
 pub mod text;
@@ -95,7 +96,7 @@ pub struct MockRequest {
     /// The request's output limit (or `DEFAULT_OUTPUT_TOKENS`): the text answer's length.
     pub output_tokens: u32,
     pub include_usage: bool,
-    /// Rough prompt size (bytes / 4), reported as usage.
+    /// The prompt's text bytes / 4 (see `prompt`), reported as usage.
     pub input_tokens: u32,
     /// `Some(name)`: answer with "Let me check." and one call of tool `name` (see `tools`).
     pub tool_call: Option<String>,
@@ -119,7 +120,7 @@ impl MockRequest {
         crate::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
         // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
         // would fail the whole lookup, so nested knobs are read from their object below.
-        const KEYS: [&str; 11] = [
+        const KEYS: [&str; 14] = [
             "model",
             "stream",
             "max_tokens",
@@ -131,6 +132,9 @@ impl MockRequest {
             "messages",
             "input",
             "contents",
+            "system",
+            "instructions",
+            "systemInstruction",
         ];
         let mut tree = sonic_rs::PointerTree::new();
         for k in KEYS {
@@ -177,12 +181,23 @@ impl MockRequest {
             Some(t) => tools::decide(dialect, t.as_raw_str(), turns.map(|v| v.as_raw_str())),
             None => None,
         };
+        let system = match dialect {
+            Dialect::Chat => None,
+            Dialect::Messages => get(11),
+            Dialect::Responses => get(12),
+            Dialect::Gemini => get(13),
+        };
+        let input_tokens = prompt::input_tokens(
+            dialect,
+            turns.map(|v| v.as_raw_str()),
+            system.map(|v| v.as_raw_str()),
+        );
         Ok(MockRequest {
             model,
             stream,
             output_tokens,
             include_usage,
-            input_tokens: (body.len() / 4).max(1) as u32,
+            input_tokens,
             tool_call,
         })
     }

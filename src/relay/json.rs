@@ -12,7 +12,7 @@ use crate::vet;
 
 pub(super) async fn relay_json(
     conn: &mut ClientConn,
-    up: Upstream<'_, '_>,
+    up: Upstream<'_, '_, '_>,
     keep_alive: bool,
     shard: &Shard,
     rb: &mut StreamBuf,
@@ -21,7 +21,8 @@ pub(super) async fn relay_json(
         ex,
         provider,
         dialect,
-        mut usage,
+        mut grant,
+        ..
     } = up;
     let wt = shard.limits.write_timeout;
     let shape = crate::bridge::shape(dialect);
@@ -54,8 +55,9 @@ pub(super) async fn relay_json(
             let e = invalid(&why);
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
-        if let Some(u) = usage.as_deref_mut() {
-            u.feed(piece);
+        if let Some(g) = grant.as_deref_mut() {
+            g.usage().feed(piece);
+            g.finish();
         }
         let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
         let mut out = conn.head(status, ct, Framing::Length(piece.len()), keep_alive, fwd);
@@ -81,8 +83,11 @@ pub(super) async fn relay_json(
     let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
     let mut out = conn.head(status, ct, framing, keep_alive, fwd);
     loop {
-        if let Some(u) = usage.as_deref_mut() {
-            u.feed(piece);
+        if let Some(g) = grant.as_deref_mut() {
+            g.usage().feed(piece);
+            if !more {
+                g.finish();
+            }
         }
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
