@@ -384,6 +384,8 @@ async fn serve(
     .await;
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece;
+    // the usage a keyed request's answer reported (unkeyed requests are not scanned)
+    req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
     drop(opened);
     drop(permit);
     Ok(outcome)

@@ -163,6 +163,24 @@ impl KeyMetrics {
             "counter",
             "Requests refused by governance, by virtual key name (empty: none named) and reason.",
         );
+        for (name, what) in [
+            ("ringgate_key_input_tokens_total", "Input (prompt) tokens"),
+            (
+                "ringgate_key_output_tokens_total",
+                "Output (completion) tokens",
+            ),
+            (
+                "ringgate_key_spend_usd_total",
+                "Spend in USD at the configured prices",
+            ),
+        ] {
+            crate::metrics::help(
+                out,
+                name,
+                "counter",
+                &format!("{what} of answers to keyed requests, by virtual key name and the model that answered."),
+            );
+        }
         for (k, name) in self.keys.iter().zip(names) {
             if let Ok(list) = k.models.try_borrow() {
                 for m in list.iter() {
