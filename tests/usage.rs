@@ -134,6 +134,12 @@ fn responses(model: &str, max: u32, stream: bool) -> String {
     format!(r#"{{"model":"{model}","input":"{TEXT}","max_output_tokens":{max},"stream":{stream}}}"#)
 }
 
+fn gemini(max: u32) -> String {
+    format!(
+        r#"{{"contents":[{{"role":"user","parts":[{{"text":"{TEXT}"}}]}}],"generationConfig":{{"maxOutputTokens":{max}}}}}"#
+    )
+}
+
 /// Whether a Chat SSE transcript carries a usage chunk, and its (prompt, completion) tokens.
 fn chat_usage_chunk(body: &str) -> Option<(u64, u64)> {
     body.split("\n\n")
@@ -255,6 +261,35 @@ fn every_answer_is_counted_exactly_in_each_dialect_and_path() {
                 responses("claude", 4, true),
                 "claude",
                 4,
+                None,
+            ),
+            // Gemini clients: passthrough (usageMetadata in every chunk) and translated
+            (
+                "/v1beta/models/gem:generateContent",
+                gemini(3),
+                "gem",
+                3,
+                None,
+            ),
+            (
+                "/v1beta/models/gem:streamGenerateContent?alt=sse",
+                gemini(4),
+                "gem",
+                4,
+                None,
+            ),
+            (
+                "/v1beta/models/gpt:streamGenerateContent?alt=sse",
+                gemini(2),
+                "gpt",
+                2,
+                None,
+            ),
+            (
+                "/v1beta/models/claude:generateContent",
+                gemini(5),
+                "claude",
+                5,
                 None,
             ),
         ];
