@@ -19,8 +19,10 @@ use crate::upstream::endpoint::Endpoint;
 use crate::upstream::target;
 
 pub mod keys;
+pub mod limits;
 pub mod routing;
-pub use keys::{AuthMode, KeyConfig, LimitsConfig};
+pub use keys::{AuthMode, KeyConfig};
+pub use limits::LimitsConfig;
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
 
 /// The whole file. Every field has a default; see README "Configuration".
@@ -44,7 +46,7 @@ pub struct Config {
     /// Virtual keys (see README "Keys and limits" and `config::keys`).
     #[serde(default, rename = "key")]
     pub keys: Vec<KeyConfig>,
-    /// Where per-key counters live (`local` only, for now).
+    /// Where per-key counters live: each process, or a shared Redis (`config::limits`).
     #[serde(default)]
     pub limits: LimitsConfig,
     /// First 16 hex digits of the SHA-256 of the text this config was parsed from
@@ -507,6 +509,7 @@ impl Config {
         }
         routing::validate(self, &mut err);
         keys::validate(self, &mut err);
+        limits::validate(self, &mut err);
         errs
     }
 
@@ -519,6 +522,7 @@ impl Config {
             .unwrap_or_else(crate::shard::available_cpus);
         let mut w = self.admission.warnings(shards);
         w.extend(keys::warnings(self, shards));
+        w.extend(limits::warnings(self));
         for p in &self.providers {
             let keys = p.key_refs();
             // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL

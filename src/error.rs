@@ -49,6 +49,8 @@ pub enum Kind {
     /// The virtual key spent its budget for the period (429, OpenAI `insufficient_quota`,
     /// Anthropic `billing_error`).
     BudgetExceeded,
+    /// The shared rate-limit store is unreachable and `on_store_error = "closed"` (503).
+    LimitStoreDown,
     /// Could not connect to the upstream (502).
     UpstreamConnect,
     /// Upstream timed out (504).
@@ -178,7 +180,7 @@ impl Error {
             Kind::HeadTooLarge => 431,
             Kind::NotImplemented => 501,
             Kind::UpstreamConnect | Kind::UpstreamProtocol => 502,
-            Kind::Overloaded => 503,
+            Kind::Overloaded | Kind::LimitStoreDown => 503,
             Kind::RateLimited | Kind::BudgetExceeded => 429,
             Kind::UpstreamTimeout => 504,
             Kind::Internal => 500,
@@ -202,9 +204,11 @@ impl Error {
             Kind::UpstreamConnect | Kind::UpstreamTimeout | Kind::UpstreamProtocol => {
                 Side::Upstream
             }
-            Kind::Overloaded | Kind::RateLimited | Kind::BudgetExceeded | Kind::Internal => {
-                Side::Internal
-            }
+            Kind::Overloaded
+            | Kind::RateLimited
+            | Kind::BudgetExceeded
+            | Kind::LimitStoreDown
+            | Kind::Internal => Side::Internal,
         }
     }
 
@@ -286,6 +290,7 @@ impl Error {
             Kind::Overloaded => "overloaded",
             Kind::RateLimited => "rate_limited",
             Kind::BudgetExceeded => "insufficient_quota",
+            Kind::LimitStoreDown => "limit_store_unavailable",
             Kind::UpstreamConnect => "upstream_connect_error",
             Kind::UpstreamTimeout => "upstream_timeout",
             Kind::UpstreamProtocol => "upstream_protocol_error",

@@ -67,6 +67,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
     governance::exposure::check(&cfg, addr).map_err(invalid)?;
     let keyring = Keyring::build(&cfg).map_err(invalid)?;
+    let store = match keyring.checked {
+        true => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
+        false => None,
+    };
     let (listeners, bound) = shard::bind_listeners(addr, n)?;
     // Upstream host names are looked up now, off the shards (see `upstream::resolve`).
     let endpoints: Vec<_> = cfg
@@ -111,7 +115,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let tls = tls.clone();
             let sd = sd.clone();
             let hub = hub.clone();
-            let governance = Governance::new(keyring.clone(), id, n);
+            let governance = Governance::new(keyring.clone(), id, n)
+                .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
             async move {
                 let s = &cfg.server;
@@ -165,6 +170,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
 
 async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shutdown: Shutdown) {
     monoio::spawn(publish_metrics(shard.clone()));
+    if shard.governance.shares_limits() {
+        let s = shard.clone();
+        monoio::spawn(async move { s.governance.maintain_store().await });
+    }
     let name = format!("shard {}", shard.id);
     let open = || shard.metrics.connections.get();
     shard::accept_until(

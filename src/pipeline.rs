@@ -298,6 +298,10 @@ async fn serve(
     let mut grant = shard
         .governance
         .admit(caller, target.gate(), &mut conn.resp_headers)?;
+    if let Some(g) = grant.as_mut() {
+        // with a shared limits store: its verdict (a branch otherwise)
+        g.confirm(&mut conn.resp_headers).await?;
+    }
     let Target::Api(dialect, op) = target else {
         return Ok(local(conn, shard, target, ask, req.keep).await?);
     };
@@ -354,6 +358,7 @@ async fn serve(
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
+        g.confirm(&mut conn.resp_headers).await?;
         fields.metered = true;
     }
 

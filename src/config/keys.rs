@@ -1,7 +1,7 @@
-//! The governance sections of the config: `[server] auth`, `[[key]]` (virtual keys and their
-//! limits) and `[limits]` (where counters live), with their validation.
+//! The governance sections of the config: `[server] auth` and `[[key]]` (virtual keys and their
+//! limits), with their validation (`[limits]`, where counters live, is `config::limits`).
 //!
-//! Owns: `KeyConfig`, `LimitsConfig`, `AuthMode` and the rules a key entry must follow (one
+//! Owns: `KeyConfig`, `AuthMode` and the rules a key entry must follow (one
 //! secret source, hex digests, positive limits, RFC 3339 expiry with an offset).
 //! Must not: read secrets' values (a key's secret is named by `key_env`, read once when the
 //! gateway starts, see `governance::keyring`), or be consulted on the hot path.
@@ -66,28 +66,6 @@ pub struct KeyConfig {
 
 fn yes() -> bool {
     true
-}
-
-/// `[limits]`: where the per-key counters live.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LimitsConfig {
-    /// `local` (per process, split across shards). `redis` is not available yet.
-    pub store: Spanned<String>,
-    /// For `store = "redis"` (accepted, unused until that store lands).
-    pub redis_url: Option<String>,
-    /// `local` | `closed`: what to do when the shared store is unreachable.
-    pub on_store_error: Spanned<String>,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            store: Spanned::new(0..0, "local".into()),
-            redis_url: None,
-            on_store_error: Spanned::new(0..0, "local".into()),
-        }
-    }
 }
 
 impl KeyConfig {
@@ -158,27 +136,6 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
                 "server.auth = \"keys\" needs at least one [[key]]".into(),
             );
         }
-    }
-    let l = &cfg.limits;
-    match l.store.get_ref().as_str() {
-        "local" => {}
-        "redis" => err(
-            l.store.span(),
-            "limits.store = \"redis\" is not available in this build yet; use \"local\"".into(),
-        ),
-        other => err(
-            l.store.span(),
-            format!("limits.store {other:?}: expected \"local\" or \"redis\""),
-        ),
-    }
-    if !matches!(l.on_store_error.get_ref().as_str(), "local" | "closed") {
-        err(
-            l.on_store_error.span(),
-            format!(
-                "limits.on_store_error {:?}: expected \"local\" or \"closed\"",
-                l.on_store_error.get_ref()
-            ),
-        );
     }
     for (i, k) in cfg.keys.iter().enumerate() {
         validate_key(cfg, i, k, err);
@@ -344,7 +301,8 @@ pub fn warnings(cfg: &Config, shards: usize) -> Vec<String> {
         ] {
             if let Some(v) = v {
                 let v = *v.get_ref();
-                if v < shards as u64 {
+                // with a shared store the limit is not split (except in the local fallback)
+                if v < shards as u64 && !cfg.limits.shared() {
                     w.push(format!(
                         "{who}: {what} = {v} is split across {shards} shards: {} of them admit none (see README \"Keys and limits\")",
                         shards as u64 - v
@@ -395,8 +353,6 @@ mod tests {
         let k = &c.keys[0];
         assert_eq!(k.rpm.as_ref().map(|v| *v.get_ref()), Some(60));
         assert_eq!(c.limits.store.get_ref(), "local");
-        let errs = Config::parse("[limits]\nstore = \"redis\"\n").unwrap_err();
-        assert!(errs[0].message.contains("not available"), "{errs:?}");
         let errs = Config::parse("[server]\nauth = \"keys\"\n").unwrap_err();
         assert!(errs[0].message.contains("at least one [[key]]"), "{errs:?}");
         let errs =

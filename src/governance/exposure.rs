@@ -29,6 +29,9 @@ pub fn check(cfg: &Config, addr: SocketAddr) -> Result<(), String> {
 /// One line for the start-up log: how requests are authenticated.
 pub fn summary(cfg: &Config) -> String {
     match cfg.auth_mode() {
+        AuthMode::Keys if cfg.limits.shared() => {
+            format!("auth keys ({}), {}", cfg.keys.len(), cfg.limits.summary())
+        }
         AuthMode::Keys => format!("auth keys ({})", cfg.keys.len()),
         AuthMode::None => "auth none".into(),
     }

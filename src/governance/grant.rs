@@ -1,11 +1,13 @@
 //! One admitted keyed request: it holds its key's in-flight slot and its token reservation
 //! until it ends, however it ends (`Drop`), and then reconciles the reservation with the usage
 //! the answer reported and records that usage (tokens, spend at the answering deployment's
-//! price) in the key's metrics and ledger.
+//! price) in the key's metrics and ledger. With a shared limits store, what the store must
+//! decide is left `pending` for `confirm` (in `governance::shared`, which also does the store's
+//! side of `Drop`).
 //!
 //! Owns: `Grant` — the model check and TPM reservation after the body is read, the rate-limit
-//! header lines, the reconciliation and the usage record. Must not: do IO or outlive its
-//! request.
+//! header lines, the reconciliation and the usage record. Must not: do IO itself or outlive
+//! its request.
 
 use std::time::Instant;
 
@@ -19,15 +21,38 @@ use crate::provider::Op;
 use crate::route::{Deployment, Route};
 use crate::upstream::ResponseHead;
 
+/// What a shared store has yet to decide for a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pending {
+    Nothing,
+    /// `rpm` and `max_in_flight` (the head stage).
+    Head,
+    /// `want` tokens against `tpm`, for route `route` (after the body).
+    Tokens {
+        want: u64,
+        route: usize,
+    },
+}
+
 #[derive(Debug)]
 pub struct Grant<'g> {
     pub(super) gov: &'g Governance,
     pub(super) key: u32,
+    /// Where this request's `x-ratelimit-*` lines start in the response header lines.
+    pub(super) hdr_at: usize,
     /// Where this request's `x-ratelimit-*-tokens` lines start in the response header lines
     /// (the last lines there until the reservation rewrites them).
     pub(super) tok_at: usize,
+    /// Whether this request counts in its key's in-flight count (given back on drop).
+    pub(super) holds: bool,
+    pub(super) pending: Pending,
     /// (window generation, tokens) reserved against `tpm`.
-    reserved: Option<(u32, u64)>,
+    pub(super) reserved: Option<(u32, u64)>,
+    /// (wall-clock window, tokens) reserved in the shared store.
+    pub(super) shared_tokens: Option<(u64, u64)>,
+    /// Tokens were reserved locally because the shared store failed (the real amount is added
+    /// to the store, now or when it is back).
+    pub(super) tokens_local: bool,
     /// Reads the answer's usage.
     usage: UsageScan,
     /// Status of the upstream answer, once its head arrived.
@@ -41,12 +66,37 @@ pub struct Grant<'g> {
 }
 
 impl<'g> Grant<'g> {
+    /// An admitted request (its in-flight count already taken).
     pub(super) fn new(gov: &'g Governance, key: u32, tok_at: usize) -> Grant<'g> {
         Grant {
             gov,
             key,
+            hdr_at: tok_at,
             tok_at,
+            holds: true,
+            pending: Pending::Nothing,
             reserved: None,
+            shared_tokens: None,
+            tokens_local: false,
+            usage: UsageScan::default(),
+            answered: None,
+            requested: None,
+            answered_by: None,
+        }
+    }
+
+    /// A request whose head-stage limits the shared store decides (`confirm`).
+    pub(super) fn deferred(gov: &'g Governance, key: u32, hdr_at: usize) -> Grant<'g> {
+        Grant {
+            gov,
+            key,
+            hdr_at,
+            tok_at: hdr_at,
+            holds: false,
+            pending: Pending::Head,
+            reserved: None,
+            shared_tokens: None,
+            tokens_local: false,
             usage: UsageScan::default(),
             answered: None,
             requested: None,
@@ -83,33 +133,58 @@ impl<'g> Grant<'g> {
             ));
         }
         if let Some(limit) = st.share.tpm.filter(|_| op != Op::CountTokens) {
-            let now = Instant::now();
             let want = super::estimate::estimate(fields, body_len);
-            match st.tpm.take(now, want, limit) {
-                Ok(generation) => self.reserved = Some((generation, want)),
-                Err(full) => {
-                    gov.token_headers(self.key, now, self.tok_at, headers);
-                    gov.metrics.rejected(Some(self.key), Reason::Tpm);
-                    let secs = super::window::secs_up(full.retry_after);
-                    let what = if want > limit {
-                        format!("this request alone (~{want} tokens) is over")
-                    } else {
-                        "the request would go over".to_string()
-                    };
-                    return Err(Error::new(
-                        Kind::RateLimited,
-                        format!(
-                            "rate limit: {what} the API key {:?}'s {limit} tokens per minute; retry in {secs} s",
-                            &*key.name
-                        ),
-                    )
-                    .retry_after(secs as u32));
-                }
+            if gov.store.is_some() {
+                // the shared store decides (`confirm`), then counts the request
+                self.pending = Pending::Tokens {
+                    want,
+                    route: route.index,
+                };
+                return Ok(());
             }
-            gov.token_headers(self.key, now, self.tok_at, headers);
+            self.reserve_local(want, limit, headers)?;
         }
         gov.metrics.request(self.key, route.index);
         Ok(())
+    }
+
+    /// Reserve `want` tokens against this shard's `limit` (429 when they do not fit).
+    pub(super) fn reserve_local(
+        &mut self,
+        want: u64,
+        limit: u64,
+        headers: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let gov = self.gov;
+        let Some((key, st)) = gov.key(self.key) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        match st.tpm.take(now, want, limit) {
+            Ok(generation) => {
+                self.reserved = Some((generation, want));
+                gov.token_headers(self.key, now, self.tok_at, headers);
+                Ok(())
+            }
+            Err(full) => {
+                gov.token_headers(self.key, now, self.tok_at, headers);
+                gov.metrics.rejected(Some(self.key), Reason::Tpm);
+                let secs = super::window::secs_up(full.retry_after);
+                Err(tpm_refusal(&key.name, want, limit, secs))
+            }
+        }
+    }
+
+    /// Tokens this request used, as far as known when it ends, given `was` reserved.
+    fn used(&self, was: u64) -> u64 {
+        match (self.usage.io().map(|(i, o)| i + o), self.answered) {
+            (Some(t), _) => t,
+            // answered, usage not reported (e.g. a stream from an upstream with the
+            // `no_stream_options` quirk): the estimate stands
+            (None, Some(s)) if (200..300).contains(&s) => was,
+            // no answer, or an error answer: nothing was generated
+            _ => 0,
+        }
     }
 
     /// The upstream answer's head arrived from `by` (the answering model and deployment;
@@ -160,20 +235,16 @@ impl Grant<'_> {
                     .record(self.key, route, io.unwrap_or((0, 0)), price);
             }
         }
-        let Some((generation, was)) = self.reserved else {
-            return;
-        };
-        let reported = io.map(|(i, o)| i + o);
-        let now_is = match (reported, self.answered) {
-            (Some(t), _) => t,
-            // answered, usage not reported (e.g. a stream from an upstream with the
-            // `no_stream_options` quirk): the estimate stands
-            (None, Some(s)) if (200..300).contains(&s) => was,
-            // no answer, or an error answer: nothing was generated
-            _ => 0,
-        };
-        if now_is != was {
-            st.tpm.correct(Instant::now(), generation, was, now_is);
+        if let Some((generation, was)) = self.reserved {
+            let now_is = self.used(was);
+            if now_is != was {
+                st.tpm.correct(Instant::now(), generation, was, now_is);
+            }
+        }
+        if let Some((window, was)) = self.shared_tokens {
+            self.reconcile_shared(Some(window), was, self.used(was));
+        } else if let (true, Some((_, was))) = (self.tokens_local, self.reserved) {
+            self.reconcile_shared(None, 0, self.used(was));
         }
     }
 }
@@ -182,9 +253,28 @@ impl Drop for Grant<'_> {
     fn drop(&mut self) {
         self.finish();
         if let Some((_, st)) = self.gov.key(self.key) {
-            st.in_flight.set(st.in_flight.get().saturating_sub(1));
+            if self.holds {
+                st.in_flight.set(st.in_flight.get().saturating_sub(1));
+                self.release_shared();
+            }
         }
     }
+}
+
+/// The 429 for tokens that do not fit `limit`.
+pub(super) fn tpm_refusal(name: &str, want: u64, limit: u64, secs: u64) -> Error {
+    let what = if want > limit {
+        format!("this request alone (~{want} tokens) is over")
+    } else {
+        "the request would go over".to_string()
+    };
+    Error::new(
+        Kind::RateLimited,
+        format!(
+            "rate limit: {what} the API key {name:?}'s {limit} tokens per minute; retry in {secs} s"
+        ),
+    )
+    .retry_after(secs.min(u64::from(u32::MAX)) as u32)
 }
 
 /// Remove `x-ratelimit-*` lines from raw CRLF header lines.

@@ -16,9 +16,14 @@
 //!   that shard's share only, and a limit smaller than the shard count leaves some shards at 0
 //!   (`ringgate check` warns). With one shard it is exact. Routing each key to one shard would be
 //!   exact but needs moving connections between threads per request; shared atomics would make
-//!   every keyed request a cross-core cache-line transfer. A fleet-wide store (Redis) is the
-//!   later answer for both.
-//! - **Windows** (`window`): fixed 60 s windows anchored at their first charge. RPM and
+//!   every keyed request a cross-core cache-line transfer.
+//! - **Limits shared** (`[limits] store = "redis"`, `store` and `shared`): the full limits are
+//!   counted in Redis/Valkey, one count for every shard of every process using it; `admit`
+//!   and `Grant::check_model` leave the decision to `Grant::confirm`, which asks the store
+//!   (one round trip on the head for `rpm`/`max_in_flight`, one after the body for `tpm`). When
+//!   the store fails, the per-shard counters above decide (or 503, `on_store_error = "closed"`).
+//! - **Windows** (`window`): fixed 60 s windows anchored at their first charge (shared store:
+//!   wall-clock minutes, see `store::script`). RPM and
 //!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
 //!   cap) when the body is read, and the `Grant` reconciles it when the request ends with the
 //!   usage the answer reported (`usage`: scanned from relayed bodies and streams, or handed
@@ -38,9 +43,9 @@
 //! SHA-256 of the presented key and one hash-map probe per request, plus two `Instant::now()`
 //! when the key has limits (see `benches/micro.rs`, group `governance`).
 //!
-//! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: do IO, share state
-//! across shards (except the `SpendBook`, through its atomics), or see a secret after
-//! `identify` returns.
+//! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: share state across
+//! shards (except the `SpendBook`, through its atomics, and the shared limits `store`), do IO
+//! other than through its `store`, or see a secret after `identify` returns.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -52,7 +57,9 @@ pub mod exposure;
 mod grant;
 pub mod keyring;
 mod metrics;
+mod shared;
 pub mod spend;
+pub mod store;
 pub mod usage;
 pub mod window;
 
@@ -66,6 +73,7 @@ use crate::http::RequestHead;
 use crate::route::RouteTable;
 use credential::Presented;
 use metrics::KeyMetrics;
+use shared::Outage;
 use spend::{unix_now, KeyLedger, Period, Tally};
 use window::{secs_up, Window};
 
@@ -114,6 +122,8 @@ pub(crate) struct KeyState {
     pub ledger: Option<Arc<KeyLedger>>,
     /// This shard's ledger rows of the key, by route (a key uses few models).
     pub tallies: RefCell<Vec<(u32, Tally)>>,
+    /// Admitted here while the shared store was failing (added to it when it is back).
+    pub outage: Outage,
 }
 
 /// One shard's governance: its copy of the keyring and its counters.
@@ -126,6 +136,8 @@ pub struct Governance {
     shard: usize,
     /// Model (route) names by route index, for ledger rows (set with the `SpendBook`).
     models: Vec<Box<str>>,
+    /// The shared store (`[limits] store = "redis"`); `None`: per-shard counters only.
+    pub(crate) store: Option<store::Store>,
 }
 
 /// Shard `shard`'s part of `limit` split over `shards` (the parts sum to `limit`).
@@ -161,6 +173,7 @@ impl Governance {
             metrics,
             shard,
             models: Vec::new(),
+            store: None,
         }
     }
 
@@ -205,6 +218,12 @@ impl Governance {
             }
         };
         tallies[at].1.add(input, output, nanos, unix_now());
+    }
+
+    /// Keep the counters in a shared store (when keys are checked).
+    pub fn with_store(mut self, store: Option<store::Store>) -> Governance {
+        self.store = store.filter(|_| self.ring.checked);
+        self
     }
 
     /// Whether requests need a key.
@@ -285,6 +304,24 @@ impl Governance {
             st.in_flight.set(st.in_flight.get() + 1);
             return Ok(Some(Grant::new(self, i, hdr_at)));
         }
+        if self.store.is_some() {
+            return Ok(Some(self.admit_shared(i, hdr_at)));
+        }
+        let tok_at = self.admit_local(i, hdr_at, headers)?;
+        Ok(Some(Grant::new(self, i, tok_at)))
+    }
+
+    /// Key `i`'s in-flight and request-rate shares on this shard (429), counted on success;
+    /// returns where the `-tokens` header lines start.
+    pub(crate) fn admit_local(
+        &self,
+        i: u32,
+        hdr_at: usize,
+        headers: &mut Vec<u8>,
+    ) -> Result<usize, Error> {
+        let Some((key, st)) = self.key(i) else {
+            return Ok(headers.len());
+        };
         let now = Instant::now();
         let mut refuse = |reason: Reason, what: String, secs: u64| {
             self.rate_headers(i, now, hdr_at, headers);
@@ -318,8 +355,7 @@ impl Governance {
             }
         }
         st.in_flight.set(st.in_flight.get() + 1);
-        let tok_at = self.rate_headers(i, now, hdr_at, headers);
-        Ok(Some(Grant::new(self, i, tok_at)))
+        Ok(self.rate_headers(i, now, hdr_at, headers))
     }
 
     /// 429 `insufficient_quota` when key `i` spent its budget for the current period, with
@@ -390,6 +426,9 @@ impl Governance {
         }
         let names: Vec<&str> = self.ring.keys.iter().map(|k| &*k.name).collect();
         self.metrics.render(&names, routes, shard, out);
+        if let Some(s) = &self.store {
+            s.render(out);
+        }
     }
 
     /// Requests key `key` made for route `route` on this shard (tests, benches).
@@ -407,10 +446,15 @@ impl Governance {
 /// written by hand: `fmt` costs several times more, on every keyed response).
 fn window_lines(out: &mut Vec<u8>, what: &str, limit: u64, w: &Window, now: Instant) {
     let left = limit.saturating_sub(w.used(now));
+    limit_lines(out, what, limit, left, secs_up(w.reset_in(now)));
+}
+
+/// `x-ratelimit-{limit,remaining,reset}-{what}` lines.
+fn limit_lines(out: &mut Vec<u8>, what: &str, limit: u64, left: u64, reset_secs: u64) {
     for (name, v, unit) in [
         ("limit", limit, ""),
         ("remaining", left, ""),
-        ("reset", secs_up(w.reset_in(now)), "s"),
+        ("reset", reset_secs, "s"),
     ] {
         out.extend_from_slice(b"x-ratelimit-");
         out.extend_from_slice(name.as_bytes());

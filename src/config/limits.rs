@@ -1,0 +1,393 @@
+//! `[limits]`: where the per-key counters (`rpm`, `tpm`, `max_in_flight`) live — in each
+//! process (`store = "local"`, split across shards) or in a Redis/Valkey shared by a fleet
+//! (`store = "redis"`) — and what happens when that store cannot be reached.
+//!
+//! Owns: `LimitsConfig`, its validation, and `RedisUrl` (parsing `redis://[user][:pass]@host
+//! [:port][/db]`; its `Display` never shows the password). Must not: connect anywhere, read
+//! the password env var's value (only `governance::store` does, once at start), or be consulted
+//! on the hot path.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::Config;
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// `local` (per process, split across shards) | `redis` (one count for every process that
+    /// shares the store).
+    pub store: Spanned<String>,
+    /// For `store = "redis"`: `redis://[user][:password]@host[:port][/db]`. Default
+    /// `redis://127.0.0.1:6379/0`.
+    pub redis_url: Option<Spanned<String>>,
+    /// `local` | `closed`: what to do when the shared store is unreachable or too slow.
+    pub on_store_error: Spanned<String>,
+    /// How long a request waits for the store's answer before it counts as a store error.
+    pub redis_timeout_ms: Spanned<u64>,
+    /// Prefix of every key ringgate writes (several fleets can share one Redis).
+    pub redis_prefix: Spanned<String>,
+    /// In-flight slots of a process that stops renewing its lease (crashed, cut off) are freed
+    /// this long after its last renewal.
+    pub redis_lease_ms: Spanned<u64>,
+    /// An env var holding the Redis password (instead of, or overriding, one in `redis_url`).
+    pub redis_password_env: Option<Spanned<String>>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            store: Spanned::new(0..0, "local".into()),
+            redis_url: None,
+            on_store_error: Spanned::new(0..0, "local".into()),
+            redis_timeout_ms: Spanned::new(0..0, 50),
+            redis_prefix: Spanned::new(0..0, "ringgate:".into()),
+            redis_lease_ms: Spanned::new(0..0, 30_000),
+            redis_password_env: None,
+        }
+    }
+}
+
+/// The default `redis_url`.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+
+impl LimitsConfig {
+    /// Whether counters live in Redis.
+    pub fn shared(&self) -> bool {
+        self.store.get_ref() == "redis"
+    }
+
+    /// `on_store_error = "closed"`.
+    pub fn closed(&self) -> bool {
+        self.on_store_error.get_ref() == "closed"
+    }
+
+    /// The parsed `redis_url` (the default when absent).
+    pub fn url(&self) -> Result<RedisUrl, String> {
+        RedisUrl::parse(
+            self.redis_url
+                .as_ref()
+                .map_or(DEFAULT_REDIS_URL, |u| u.get_ref()),
+        )
+    }
+
+    /// One phrase for the start-up log (no password).
+    pub fn summary(&self) -> String {
+        if !self.shared() {
+            return "limits local".into();
+        }
+        match self.url() {
+            Ok(u) => format!(
+                "limits redis {u} (on_store_error {})",
+                self.on_store_error.get_ref()
+            ),
+            Err(_) => "limits redis (bad url)".into(),
+        }
+    }
+}
+
+/// A parsed `redis://` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    pub db: u32,
+    /// For Redis 6 ACLs (`AUTH user pass`); `None`: `AUTH pass`.
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RedisUrl({self})")
+    }
+}
+
+/// `redis://host:port/db`, with `user:***@` / `:***@` when credentials are set: fit to log.
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("redis://")?;
+        match (&self.username, &self.password) {
+            (Some(u), Some(_)) => write!(f, "{u}:***@")?,
+            (Some(u), None) => write!(f, "{u}@")?,
+            (None, Some(_)) => f.write_str(":***@")?,
+            (None, None) => {}
+        }
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}/{}", self.host, self.port, self.db)
+        } else {
+            write!(f, "{}:{}/{}", self.host, self.port, self.db)
+        }
+    }
+}
+
+impl RedisUrl {
+    /// Parse `redis://[user][:password]@host[:port][/db]` (`valkey://` too). Userinfo may be
+    /// percent-encoded. Error messages never repeat the URL (it may hold a password).
+    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+        let rest = if let Some(r) = url.strip_prefix("redis://") {
+            r
+        } else if let Some(r) = url.strip_prefix("valkey://") {
+            r
+        } else if url.starts_with("rediss://") || url.starts_with("valkeys://") {
+            return Err("TLS to Redis (rediss://) is not supported; use redis:// on a trusted network or a local TLS tunnel".into());
+        } else {
+            return Err("must start with redis:// (e.g. redis://127.0.0.1:6379/0)".into());
+        };
+        if rest.contains(['?', '#']) {
+            return Err("query strings and fragments are not supported".into());
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        let (mut username, mut password) = (None, None);
+        if let Some(ui) = userinfo {
+            let (u, p) = match ui.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (ui, None),
+            };
+            if !u.is_empty() {
+                username = Some(percent_decode(u).ok_or("bad percent-encoding in the user name")?);
+            }
+            if let Some(p) = p.filter(|p| !p.is_empty()) {
+                password = Some(percent_decode(p).ok_or("bad percent-encoding in the password")?);
+            }
+            if username.is_some() && password.is_none() {
+                // `redis://secret@host` is a common way to give a bare password
+                password = username.take();
+            }
+        }
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or("unclosed [ in the host")?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or("expected :port after ]")?),
+            };
+            if h.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err("not an IPv6 address inside [ ]".into());
+            }
+            (h, port)
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err("no host".into());
+        }
+        if !host.contains(':')
+            && !host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        {
+            return Err("the host may hold letters, digits, '-', '.' and '_' only".into());
+        }
+        let port = match port {
+            None => 6379,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("the port must be a number from 1 to 65535")?,
+        };
+        let db = match path {
+            "" => 0,
+            p => p
+                .parse::<u32>()
+                .map_err(|_| "the path must be a database number (e.g. /0)")?,
+        };
+        Ok(RedisUrl {
+            host: host.to_string(),
+            port,
+            db,
+            username,
+            password,
+        })
+    }
+}
+
+/// `%XX` sequences decoded (UTF-8 required).
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let hi = (hex[0] as char).to_digit(16)?;
+            let lo = (hex[1] as char).to_digit(16)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+type Sink<'e> = dyn FnMut(Range<usize>, String) + 'e;
+
+pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
+    let l = &cfg.limits;
+    if !matches!(l.store.get_ref().as_str(), "local" | "redis") {
+        err(
+            l.store.span(),
+            format!(
+                "limits.store {:?}: expected \"local\" or \"redis\"",
+                l.store.get_ref()
+            ),
+        );
+    }
+    if !matches!(l.on_store_error.get_ref().as_str(), "local" | "closed") {
+        err(
+            l.on_store_error.span(),
+            format!(
+                "limits.on_store_error {:?}: expected \"local\" or \"closed\"",
+                l.on_store_error.get_ref()
+            ),
+        );
+    }
+    if let Some(u) = &l.redis_url {
+        if let Err(why) = RedisUrl::parse(u.get_ref()) {
+            err(u.span(), format!("limits.redis_url: {why}"));
+        }
+    }
+    let t = *l.redis_timeout_ms.get_ref();
+    if !(1..=10_000).contains(&t) {
+        err(
+            l.redis_timeout_ms.span(),
+            "limits.redis_timeout_ms must be from 1 to 10000".into(),
+        );
+    }
+    let lease = *l.redis_lease_ms.get_ref();
+    if !(300..=3_600_000).contains(&lease) {
+        err(
+            l.redis_lease_ms.span(),
+            "limits.redis_lease_ms must be from 300 to 3600000".into(),
+        );
+    }
+    let p = l.redis_prefix.get_ref();
+    if p.len() > 64 || p.bytes().any(|b| !b.is_ascii_graphic()) {
+        err(
+            l.redis_prefix.span(),
+            "limits.redis_prefix: at most 64 printable characters, no spaces".into(),
+        );
+    }
+    if let Some(e) = &l.redis_password_env {
+        if !super::routing::is_env_name(e.get_ref()) {
+            err(
+                e.span(),
+                "limits.redis_password_env must be an env var NAME like REDIS_PASSWORD".into(),
+            );
+        }
+    }
+}
+
+/// Non-fatal findings: a Redis store configured with no limits to share, a password env var
+/// that is not set.
+pub(super) fn warnings(cfg: &Config) -> Vec<String> {
+    let l = &cfg.limits;
+    let mut w = Vec::new();
+    if !l.shared() {
+        return w;
+    }
+    if let Some(e) = &l.redis_password_env {
+        if std::env::var_os(e.get_ref()).is_none() {
+            w.push(format!(
+                "limits.redis_password_env: {} is not set",
+                e.get_ref()
+            ));
+        }
+    }
+    let limited = cfg
+        .keys
+        .iter()
+        .any(|k| k.rpm.is_some() || k.tpm.is_some() || k.max_in_flight.is_some());
+    if !limited {
+        w.push("limits.store = \"redis\" but no [[key]] has rpm, tpm or max_in_flight".into());
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_never_show_the_password() {
+        let u = RedisUrl::parse("redis://:s3cr%40t@10.0.0.5:6380/2").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.db),
+            ("10.0.0.5", 6380, 2),
+            "{u:?}"
+        );
+        assert_eq!(u.password.as_deref(), Some("s3cr@t"));
+        assert_eq!(u.username, None);
+        assert_eq!(u.to_string(), "redis://:***@10.0.0.5:6380/2");
+        assert!(!format!("{u:?}").contains("s3cr"));
+        let u = RedisUrl::parse("redis://app:pw@cache.internal").unwrap();
+        assert_eq!(u.to_string(), "redis://app:***@cache.internal:6379/0");
+        assert_eq!(u.username.as_deref(), Some("app"));
+        let u = RedisUrl::parse("redis://justapassword@[::1]:7000/").unwrap();
+        assert_eq!(u.password.as_deref(), Some("justapassword"));
+        assert_eq!(u.to_string(), "redis://:***@[::1]:7000/0");
+        let u = RedisUrl::parse(DEFAULT_REDIS_URL).unwrap();
+        assert_eq!(u.to_string(), DEFAULT_REDIS_URL);
+        assert_eq!(
+            RedisUrl::parse("valkey://h").unwrap().to_string(),
+            "redis://h:6379/0"
+        );
+        for bad in [
+            "http://h",
+            "rediss://:pw@h",
+            "redis://:pw@",
+            "redis://:pw@h:0",
+            "redis://:pw@h:99999",
+            "redis://:pw@h/x",
+            "redis://:pw@h/0?timeout=1",
+            "redis://:p%zz@h",
+            "redis://:pw@h st",
+            "redis://:pw@[::1",
+        ] {
+            let e = RedisUrl::parse(bad).unwrap_err();
+            assert!(!e.contains("pw"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_contract_parses_and_bad_fields_are_refused_with_lines() {
+        let c = Config::parse(
+            "[limits]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/0\"\non_store_error = \"local\"\n",
+        )
+        .unwrap();
+        assert!(c.limits.shared() && !c.limits.closed());
+        assert_eq!(*c.limits.redis_timeout_ms.get_ref(), 50);
+        assert_eq!(
+            c.limits.summary(),
+            "limits redis redis://127.0.0.1:6379/0 (on_store_error local)"
+        );
+        let errs = Config::parse(
+            "[limits]\nstore = \"memcached\"\nredis_url = \"redis://:hunter2@h/x\"\non_store_error = \"open\"\nredis_timeout_ms = 0\nredis_lease_ms = 5\nredis_password_env = \"hunter2!\"\n",
+        )
+        .unwrap_err();
+        let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
+        assert_eq!(
+            lines,
+            [Some(2), Some(4), Some(3), Some(5), Some(6), Some(7)],
+            "{errs:?}"
+        );
+        assert!(errs.iter().all(|e| !e.message.contains("hunter2@")));
+    }
+}

@@ -1,0 +1,347 @@
+//! Limits decided by the shared store (`[limits] store = "redis"`): the full `rpm`, `tpm` and
+//! `max_in_flight` of each key, counted once for every shard of every process using the store
+//! — no per-shard split.
+//!
+//! - **Head** (`confirm` after `admit`): one script run checks the key's in-flight count and
+//!   counts the request in the current wall-clock window (`store::script`). Only then does the
+//!   request count in this shard's own in-flight count.
+//! - **Tokens** (`confirm` after `check_model`): reserves the estimate in the window; when the
+//!   request ends the difference to the real usage is sent without waiting (`reconcile_shared`;
+//!   if the window has turned meanwhile, the real amount counts in the new one, as locally).
+//! - **In flight**: each shard's count per key is a field of the key's hash in the store; it
+//!   mirrors the shard's own `in_flight` (+1 by the admitting script, -1 sent when a request
+//!   ends, and set whole on every reconnect: `resync`). A crashed or cut-off process stops
+//!   renewing its lease (`redis_lease_ms`), and the next admission of the key drops its field:
+//!   its slots are freed after at most one lease, never leaked.
+//! - **Store errors** (`Fault`): `on_store_error = "local"` decides with this shard's share of the
+//!   limits (the per-shard counters are charged even while the store decides, so a fallback
+//!   mid-window starts from what this shard really admitted); what it admits is noted
+//!   (`Outage`) and, when the store is back and the window is still the same, added to it.
+//!   `"closed"` refuses with 503.
+//! - Rate-limit headers show the shared counts and the full limits; when the local counters
+//!   decide, this shard's share (as without a store).
+//!
+//! Owns: `Grant::confirm`, the store's side of a grant's end, `Outage`, `resync`. Must not:
+//! talk RESP or manage the connection (`store`).
+
+use std::cell::Cell;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::grant::{tpm_refusal, Pending};
+use super::metrics::Reason;
+use super::store::pipeline::Fault;
+use super::store::resp::Reply;
+use super::store::script::{self, Op, Verdict};
+use super::store::Store;
+use super::{limit_lines, secs_up, Governance, Grant};
+use crate::error::{Error, Kind};
+
+/// Requests and tokens one shard admitted on its own in a window while the store failed.
+#[derive(Debug, Default)]
+pub struct Outage {
+    window: Cell<u64>,
+    requests: Cell<u64>,
+    tokens: Cell<u64>,
+}
+
+impl Outage {
+    fn note(&self, window: u64, requests: u64, tokens: u64) {
+        if self.window.get() != window {
+            self.window.set(window);
+            self.requests.set(0);
+            self.tokens.set(0);
+        }
+        self.requests.set(self.requests.get() + requests);
+        self.tokens.set(self.tokens.get().saturating_add(tokens));
+    }
+
+    /// What was noted for `window` (nothing for an older one), cleared.
+    fn take(&self, window: u64) -> (u64, u64) {
+        let noted = (self.requests.replace(0), self.tokens.replace(0));
+        if self.window.get() == window {
+            noted
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The answer when the store fails and `on_store_error = "closed"`.
+fn unavailable() -> Error {
+    Error::new(
+        Kind::LimitStoreDown,
+        "the rate-limit store is unavailable, and this gateway refuses limited requests without it; retry later",
+    )
+    .retry_after(1)
+}
+
+impl Governance {
+    /// The head stage of a key with limits when a shared store is configured.
+    pub(super) fn admit_shared(&self, i: u32, hdr_at: usize) -> Grant<'_> {
+        match self.key(i) {
+            Some((key, st)) if key.rpm.is_none() && key.max_in_flight.is_none() => {
+                // only `tpm`: nothing to decide before the body
+                st.in_flight.set(st.in_flight.get() + 1);
+                Grant::new(self, i, hdr_at)
+            }
+            _ => Grant::deferred(self, i, hdr_at),
+        }
+    }
+
+    /// Whether a shared store is configured.
+    pub fn shares_limits(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Keep the shared store's connection (forever; nothing without a store).
+    pub async fn maintain_store(&self) {
+        if let Some(store) = &self.store {
+            store.maintain(&|| self.resync(store)).await;
+        }
+    }
+
+    /// Right after (re)connecting, before the store is marked up: set this shard's in-flight
+    /// count of every key with `max_in_flight`, and add what it admitted locally during the
+    /// outage to the current window. Returns a note for the log.
+    fn resync(&self, store: &Store) -> String {
+        let (w, _) = script::window(unix_ms());
+        let prefix = store.prefix();
+        let (mut requests, mut tokens) = (0, 0);
+        for (key, st) in self.ring.keys.iter().zip(&self.state) {
+            if key.max_in_flight.is_some() {
+                let hash = script::in_flight_key(prefix, &key.name);
+                store.send(Op::Sync {
+                    hash: &hash,
+                    n: st.in_flight.get(),
+                });
+            }
+            let (r, t) = st.outage.take(w);
+            if r > 0 && key.rpm.is_some() {
+                let k = script::window_key(prefix, "rpm", &key.name, w);
+                store.send(Op::Add {
+                    key: &k,
+                    amount: r as i64,
+                });
+                requests += r;
+            }
+            if t > 0 && key.tpm.is_some() {
+                let k = script::window_key(prefix, "tpm", &key.name, w);
+                store.send(Op::Add {
+                    key: &k,
+                    amount: t.min(i64::MAX as u64) as i64,
+                });
+                tokens += t;
+            }
+        }
+        if requests + tokens > 0 {
+            format!("; caught up {requests} requests and {tokens} tokens admitted locally in this window")
+        } else {
+            String::new()
+        }
+    }
+}
+
+impl Grant<'_> {
+    /// Let the shared store decide what `admit` (head: `rpm`, `max_in_flight`) or
+    /// `check_model` (`tpm`) left to it; nothing otherwise (a branch). Call after each.
+    pub async fn confirm(&mut self, headers: &mut Vec<u8>) -> Result<(), Error> {
+        match std::mem::replace(&mut self.pending, Pending::Nothing) {
+            Pending::Nothing => Ok(()),
+            Pending::Head => self.confirm_head(headers).await,
+            Pending::Tokens { want, route } => self.confirm_tokens(want, route, headers).await,
+        }
+    }
+
+    async fn confirm_head(&mut self, headers: &mut Vec<u8>) -> Result<(), Error> {
+        let gov = self.gov;
+        let (Some(store), Some((key, st))) = (&gov.store, gov.key(self.key)) else {
+            return Ok(());
+        };
+        let (w, left_ms) = script::window(unix_ms());
+        let prefix = store.prefix();
+        let rpm_key = script::window_key(prefix, "rpm", &key.name, w);
+        let tpm_key = script::window_key(prefix, "tpm", &key.name, w);
+        let hash = script::in_flight_key(prefix, &key.name);
+        let op = Op::Admit {
+            rpm_key: &rpm_key,
+            tpm_key: &tpm_key,
+            hash: &hash,
+            rpm: key.rpm.unwrap_or(0),
+            max_in_flight: key.max_in_flight.unwrap_or(0),
+            tpm: key.tpm.unwrap_or(0),
+        };
+        let v = match verdict(store, op, Verdict::admit).await {
+            Ok(v) => v,
+            Err(_) => {
+                if store.closed() {
+                    store.fell_back(true);
+                    return Err(unavailable());
+                }
+                store.fell_back(false);
+                self.tok_at = gov.admit_local(self.key, self.hdr_at, headers)?;
+                self.holds = true;
+                st.outage.note(w, 1, 0);
+                return Ok(());
+            }
+        };
+        let reset = secs_up(std::time::Duration::from_millis(left_ms));
+        headers.truncate(self.hdr_at);
+        if let Some(l) = key.rpm {
+            limit_lines(headers, "requests", l, l.saturating_sub(v.requests), reset);
+        }
+        self.tok_at = headers.len();
+        if let Some(l) = key.tpm {
+            limit_lines(headers, "tokens", l, l.saturating_sub(v.tokens), reset);
+        }
+        let (reason, what, secs) = match v.code {
+            0 => {
+                st.in_flight.set(st.in_flight.get() + 1);
+                self.holds = true;
+                // this shard's own window too: a fallback mid-window starts from it
+                if key.rpm.is_some() {
+                    st.rpm.charge(Instant::now(), 1);
+                }
+                return Ok(());
+            }
+            1 => (
+                Reason::Rpm,
+                format!("{} requests per minute is the limit", key.rpm.unwrap_or(0)),
+                reset,
+            ),
+            _ => (
+                Reason::InFlight,
+                format!(
+                    "{} requests in flight is the limit",
+                    key.max_in_flight.unwrap_or(0)
+                ),
+                1,
+            ),
+        };
+        gov.metrics.rejected(Some(self.key), reason);
+        Err(Error::new(
+            Kind::RateLimited,
+            format!(
+                "rate limit: {what} of the API key {:?}; retry in {secs} s",
+                &*key.name
+            ),
+        )
+        .retry_after(secs.min(u64::from(u32::MAX)) as u32))
+    }
+
+    async fn confirm_tokens(
+        &mut self,
+        want: u64,
+        route: usize,
+        headers: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let gov = self.gov;
+        let (Some(store), Some((key, st))) = (&gov.store, gov.key(self.key)) else {
+            return Ok(());
+        };
+        let Some(limit) = key.tpm else {
+            return Ok(());
+        };
+        let (w, left_ms) = script::window(unix_ms());
+        let tpm_key = script::window_key(store.prefix(), "tpm", &key.name, w);
+        let op = Op::Tokens {
+            key: &tpm_key,
+            limit,
+            want,
+        };
+        let v = match verdict(store, op, Verdict::tokens).await {
+            Ok(v) => v,
+            Err(_) => {
+                if store.closed() {
+                    store.fell_back(true);
+                    return Err(unavailable());
+                }
+                store.fell_back(false);
+                self.reserve_local(want, st.share.tpm.unwrap_or(0), headers)?;
+                self.tokens_local = true;
+                gov.metrics.request(self.key, route);
+                return Ok(());
+            }
+        };
+        let reset = secs_up(std::time::Duration::from_millis(left_ms));
+        headers.truncate(self.tok_at);
+        limit_lines(
+            headers,
+            "tokens",
+            limit,
+            limit.saturating_sub(v.tokens),
+            reset,
+        );
+        if v.code != 0 {
+            gov.metrics.rejected(Some(self.key), Reason::Tpm);
+            return Err(tpm_refusal(&key.name, want, limit, reset));
+        }
+        self.shared_tokens = Some((w, want));
+        // this shard's own window too (reconciled on drop like a local reservation)
+        self.reserved = st
+            .tpm
+            .take(Instant::now(), want, u64::MAX)
+            .ok()
+            .map(|g| (g, want));
+        gov.metrics.request(self.key, route);
+        Ok(())
+    }
+
+    /// The request ended: its in-flight slot in the store (when the store counts it).
+    pub(super) fn release_shared(&self) {
+        let gov = self.gov;
+        let (Some(store), Some((key, _))) = (&gov.store, gov.key(self.key)) else {
+            return;
+        };
+        if key.max_in_flight.is_some() {
+            let hash = script::in_flight_key(store.prefix(), &key.name);
+            // not connected: the next connection's resync sets the count
+            store.send(Op::Release { hash: &hash });
+        }
+    }
+
+    /// The request ended having used `now_is` tokens: correct the store's window `window`
+    /// (reserved `was` there), or — when the tokens were reserved locally (`window` None) —
+    /// add them to the store's current window (or note them for when it is back).
+    pub(super) fn reconcile_shared(&self, window: Option<u64>, was: u64, now_is: u64) {
+        let gov = self.gov;
+        let (Some(store), Some((key, st))) = (&gov.store, gov.key(self.key)) else {
+            return;
+        };
+        if now_is == was {
+            return;
+        }
+        let (cur, _) = script::window(unix_ms());
+        let amount = match window {
+            Some(w) if w == cur => now_is as i64 - was as i64,
+            // the window turned meanwhile (or the tokens were never in the store): the real
+            // amount counts in the current one
+            _ => now_is as i64,
+        };
+        if amount == 0 {
+            return;
+        }
+        let k = script::window_key(store.prefix(), "tpm", &key.name, cur);
+        if !store.send(Op::Add { key: &k, amount }) && amount > 0 {
+            st.outage.note(cur, 0, amount as u64);
+        }
+    }
+}
+
+/// Run `op` and read its reply with `read` (a reply that does not read is a store error).
+async fn verdict(
+    store: &Store,
+    op: Op<'_>,
+    read: fn(&Reply) -> Option<Verdict>,
+) -> Result<Verdict, Fault> {
+    let reply = store.eval(op).await?;
+    read(&reply).ok_or_else(|| {
+        store.reply_error(b"unexpected reply from the limits script");
+        Fault::Reply
+    })
+}

@@ -1,0 +1,279 @@
+//! The limits script (`limits.lua`) and the calls into it: key names, arguments, and what the
+//! replies mean. Every counter change is one atomic script run; a caller first tries
+//! `EVALSHA` (the script's SHA-1, computed here and loaded with `SCRIPT LOAD` on connect) and,
+//! on a `NOSCRIPT` reply, the same call as `EVAL` with the source.
+//!
+//! Windows are fixed 60 s windows aligned to wall-clock minutes: window `w` is
+//! `unix_ms / 60_000`, and it is part of the key name, so every process that shares the store
+//! counts into the same key without asking anyone (their clocks must agree, as NTP makes them;
+//! a skew of s seconds moves up to s seconds of requests into the neighbouring window). A
+//! window key expires two windows after its last write.
+//!
+//! Owns: `Op`, `SHA1`, key naming, `Verdict`. Must not: do IO.
+
+use super::resp::{self, Arg, Reply};
+
+/// The script's source.
+pub const SOURCE: &str = include_str!("limits.lua");
+
+/// Length of a window.
+pub const WINDOW_MS: u64 = 60_000;
+/// Lifetime of a window key after its last write.
+pub const WINDOW_TTL_MS: u64 = 2 * WINDOW_MS;
+/// Lifetime of a key's in-flight hash after its last change (only cleans up keys nobody uses
+/// any more: counts of dead instances are dropped by their expired lease, not by this).
+pub const IN_FLIGHT_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// Hex SHA-1 of `SOURCE` (what `EVALSHA` names it by).
+pub fn sha1() -> [u8; 40] {
+    let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, SOURCE.as_bytes());
+    let mut out = [0u8; 40];
+    for (i, b) in d.as_ref().iter().enumerate() {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out[2 * i] = HEX[usize::from(b >> 4)];
+        out[2 * i + 1] = HEX[usize::from(b & 15)];
+    }
+    out
+}
+
+/// The wall-clock window of `unix_ms`, and the milliseconds left in it.
+pub fn window(unix_ms: u64) -> (u64, u64) {
+    (unix_ms / WINDOW_MS, WINDOW_MS - unix_ms % WINDOW_MS)
+}
+
+/// `<prefix>rpm:<name>:<w>` / `<prefix>tpm:<name>:<w>`.
+pub fn window_key(prefix: &str, what: &str, name: &str, w: u64) -> Vec<u8> {
+    format!("{prefix}{what}:{name}:{w}").into_bytes()
+}
+
+/// `<prefix>inflight:<name>`.
+pub fn in_flight_key(prefix: &str, name: &str) -> Vec<u8> {
+    format!("{prefix}inflight:{name}").into_bytes()
+}
+
+/// `<prefix>live:` (+ instance: the lease key).
+pub fn live_prefix(prefix: &str) -> String {
+    format!("{prefix}live:")
+}
+
+/// One call into the script.
+#[derive(Debug, Clone, Copy)]
+pub enum Op<'a> {
+    /// Head of a request: the key's in-flight and request-rate limits (0: none); reads the
+    /// token window too (for the headers).
+    Admit {
+        rpm_key: &'a [u8],
+        tpm_key: &'a [u8],
+        hash: &'a [u8],
+        rpm: u64,
+        max_in_flight: u64,
+        tpm: u64,
+    },
+    /// Reserve `want` tokens against `limit`.
+    Tokens {
+        key: &'a [u8],
+        limit: u64,
+        want: u64,
+    },
+    /// Add to a window (negative: give back).
+    Add { key: &'a [u8], amount: i64 },
+    /// One of this instance's requests in flight ended.
+    Release { hash: &'a [u8] },
+    /// This instance has `n` requests in flight (after a reconnect).
+    Sync { hash: &'a [u8], n: u64 },
+}
+
+/// How the script is named in a call.
+#[derive(Debug, Clone, Copy)]
+pub enum By<'a> {
+    Sha(&'a [u8; 40]),
+    Source,
+}
+
+/// What the instance and lease look like in calls.
+pub struct Ident<'a> {
+    pub instance: &'a str,
+    pub live_prefix: &'a str,
+}
+
+impl Op<'_> {
+    /// Append the `EVALSHA`/`EVAL` command for this call.
+    pub fn encode(&self, out: &mut Vec<u8>, by: By<'_>, id: &Ident<'_>) {
+        let head = match by {
+            By::Sha(sha) => [Arg::S("EVALSHA"), Arg::B(sha)],
+            By::Source => [Arg::S("EVAL"), Arg::S(SOURCE)],
+        };
+        let ttl = Arg::U(WINDOW_TTL_MS);
+        let hash_ttl = Arg::U(IN_FLIGHT_TTL_MS);
+        match *self {
+            Op::Admit {
+                rpm_key,
+                tpm_key,
+                hash,
+                rpm,
+                max_in_flight,
+                tpm,
+            } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(3),
+                    Arg::B(rpm_key),
+                    Arg::B(tpm_key),
+                    Arg::B(hash),
+                    Arg::S("admit"),
+                    ttl,
+                    Arg::U(rpm),
+                    Arg::U(max_in_flight),
+                    Arg::U(tpm),
+                    Arg::S(id.instance),
+                    Arg::S(id.live_prefix),
+                    hash_ttl,
+                ],
+            ),
+            Op::Tokens { key, limit, want } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(1),
+                    Arg::B(key),
+                    Arg::S("tokens"),
+                    ttl,
+                    Arg::U(limit),
+                    Arg::U(want),
+                ],
+            ),
+            Op::Add { key, amount } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(1),
+                    Arg::B(key),
+                    Arg::S("add"),
+                    ttl,
+                    Arg::I(amount),
+                ],
+            ),
+            Op::Release { hash } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(1),
+                    Arg::B(hash),
+                    Arg::S("release"),
+                    ttl,
+                    Arg::S(id.instance),
+                    hash_ttl,
+                ],
+            ),
+            Op::Sync { hash, n } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(1),
+                    Arg::B(hash),
+                    Arg::S("sync"),
+                    ttl,
+                    Arg::S(id.instance),
+                    Arg::U(n),
+                    hash_ttl,
+                ],
+            ),
+        }
+    }
+}
+
+/// The script's answer to `Admit` or `Tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// 0: admitted / reserved; 1: over the rate (`rpm`, or `tpm` for `Tokens`); 2: over
+    /// `max_in_flight`.
+    pub code: i64,
+    /// Requests counted in the window (after this one, when admitted).
+    pub requests: u64,
+    /// Tokens counted in the window (after the reservation, when reserved).
+    pub tokens: u64,
+}
+
+impl Verdict {
+    /// From an `Admit` reply (`{code, requests, tokens}`).
+    pub fn admit(r: &Reply) -> Option<Verdict> {
+        match r.ints()?.as_slice() {
+            &[code, req, tok] if (0..=2).contains(&code) => Some(Verdict {
+                code,
+                requests: u64::try_from(req).ok()?,
+                tokens: u64::try_from(tok).ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// From a `Tokens` reply (`{code, tokens}`).
+    pub fn tokens(r: &Reply) -> Option<Verdict> {
+        match r.ints()?.as_slice() {
+            &[code, tok] if (0..=1).contains(&code) => Some(Verdict {
+                code,
+                requests: 0,
+                tokens: u64::try_from(tok).ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_wall_clock_minutes() {
+        assert_eq!(window(0), (0, 60_000));
+        assert_eq!(window(1_700_000_039_999), (28_333_333, 1));
+        assert_eq!(window(1_700_000_040_000), (28_333_334, 60_000));
+        assert_eq!(
+            window_key("rg:", "rpm", "team-a", 7),
+            b"rg:rpm:team-a:7".to_vec()
+        );
+        assert_eq!(sha1().len(), 40);
+        assert!(sha1().iter().all(u8::is_ascii_hexdigit));
+    }
+
+    #[test]
+    fn calls_encode_as_evalsha_or_eval() {
+        let id = Ident {
+            instance: "i-0",
+            live_prefix: "rg:live:",
+        };
+        let sha = sha1();
+        let mut out = Vec::new();
+        Op::Add {
+            key: b"k",
+            amount: -5,
+        }
+        .encode(&mut out, By::Sha(&sha), &id);
+        let want = format!(
+            "*7\r\n$7\r\nEVALSHA\r\n$40\r\n{}\r\n$1\r\n1\r\n$1\r\nk\r\n$3\r\nadd\r\n$6\r\n120000\r\n$2\r\n-5\r\n",
+            std::str::from_utf8(&sha).unwrap()
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        let mut out = Vec::new();
+        Op::Release { hash: b"h" }.encode(&mut out, By::Source, &id);
+        assert!(out.starts_with(b"*8\r\n$4\r\nEVAL\r\n"));
+        let r = Reply::Array(Some(vec![Reply::Int(1), Reply::Int(20), Reply::Int(0)]));
+        assert_eq!(
+            Verdict::admit(&r),
+            Some(Verdict {
+                code: 1,
+                requests: 20,
+                tokens: 0
+            })
+        );
+        assert_eq!(Verdict::tokens(&r), None);
+        assert_eq!(Verdict::admit(&Reply::Int(1)), None);
+    }
+}
