@@ -306,6 +306,8 @@ impl Store {
                 }
             }
         };
+        // open before either side runs (`select!` may poll `life` first)
+        self.pipe.start();
         let fault = monoio::select! {
             f = self.pipe.serve(stream) => f,
             f = life => f,

@@ -177,11 +177,17 @@ impl Pipeline {
         self.broke.notify();
     }
 
-    /// Serve `stream` until it fails; returns why.
-    pub async fn serve(&self, stream: TcpStream) -> Fault {
+    /// A new connection: commands may be queued from now on (`serve` sends them).
+    pub fn start(&self) {
         self.failed.set(None);
         self.broke.set.set(false);
+        self.out.borrow_mut().clear();
+        self.waiting.borrow_mut().clear();
         self.open.set(true);
+    }
+
+    /// Serve `stream` (after `start`) until it fails; returns why.
+    pub async fn serve(&self, stream: TcpStream) -> Fault {
         let (mut rd, mut wr) = stream.into_split();
         let writing = async {
             let mut spare = Vec::new();
