@@ -435,10 +435,23 @@ impl Store {
     /// `ringgate_limit_store_*` for this shard.
     pub fn render(&self, out: &mut String) {
         let shard = self.shard;
+        let help = crate::metrics::help;
+        help(
+            out,
+            "ringgate_limit_store_up",
+            "gauge",
+            "1 when the shard's connection to the shared limits store is up.",
+        );
         let _ = writeln!(
             out,
             "ringgate_limit_store_up{{shard=\"{shard}\"}} {}",
             u8::from(self.up.get())
+        );
+        help(
+            out,
+            "ringgate_limit_store_errors_total",
+            "counter",
+            "Shared limits store errors by kind (connect, timeout, io, reply).",
         );
         for (i, f) in COUNTED.iter().enumerate() {
             let _ = writeln!(
@@ -453,6 +466,12 @@ impl Store {
                     }
             );
         }
+        help(
+            out,
+            "ringgate_limit_store_fallbacks_total",
+            "counter",
+            "Requests whose limits were decided without the shared store (local) or refused (closed).",
+        );
         for (i, mode) in ["local", "closed"].iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -460,6 +479,12 @@ impl Store {
                 self.fallbacks[i].get()
             );
         }
+        help(
+            out,
+            "ringgate_limit_store_connects_total",
+            "counter",
+            "Connections made to the shared limits store.",
+        );
         let _ = writeln!(
             out,
             "ringgate_limit_store_connects_total{{shard=\"{shard}\"}} {}",
