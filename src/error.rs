@@ -264,7 +264,10 @@ impl Error {
             Kind::MethodNotAllowed | Kind::NotImplemented => "UNIMPLEMENTED",
             Kind::ClientTimeout | Kind::UpstreamTimeout => "DEADLINE_EXCEEDED",
             Kind::RateLimited | Kind::BudgetExceeded => "RESOURCE_EXHAUSTED",
-            Kind::Overloaded | Kind::UpstreamConnect | Kind::UpstreamProtocol => "UNAVAILABLE",
+            Kind::Overloaded
+            | Kind::LimitStoreDown
+            | Kind::UpstreamConnect
+            | Kind::UpstreamProtocol => "UNAVAILABLE",
             Kind::Internal => "INTERNAL",
             Kind::BadRequest | Kind::InvalidBody | Kind::HeadTooLarge | Kind::BodyTooLarge => {
                 "INVALID_ARGUMENT"
