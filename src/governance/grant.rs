@@ -82,6 +82,7 @@ impl<'g> Grant<'g> {
             answered: None,
             requested: None,
             answered_by: None,
+            finished: false,
         }
     }
 
