@@ -671,3 +671,50 @@ fn a_store_that_does_not_answer_costs_one_deadline_then_local_limits_decide() {
     );
     assert!(a.log().contains("no reply within 80 ms"), "{}", a.log());
 }
+
+#[test]
+fn a_budget_spent_through_one_gateway_is_spent_for_the_fleet() {
+    let redis = Redis::start(None);
+    let limits = shared(&redis, "local", "");
+    // 1,000 USD per 1M tokens: a request of ~100 tokens costs ~0.1 USD, over the 0.05 budget
+    let cfg = config(
+        1,
+        "epoll",
+        &limits,
+        "instant",
+        "budget_usd = 0.05\nbudget_period = \"day\"",
+    )
+    .replace(
+        "provider = \"mock\"\n",
+        "provider = \"mock\"\nprice_input_per_mtok = 1000.0\nprice_output_per_mtok = 1000.0\n",
+    );
+    let a = Gateway::start(&cfg);
+    let b = Gateway::start(&cfg.replace("epoll", "io_uring"));
+    a.wait_metric("ringgate_limit_store_up", 1);
+    b.wait_metric("ringgate_limit_store_up", 1);
+    let body =
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":100}"#;
+    let r = request(a.addr, &chat(SECRET, body));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A recorded the cost in the store (sent without waiting: poll)
+    let now = unix_ms() / 1000;
+    let key = format!("ringgate:spend:team-a:day:{}", now - now % 86_400);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = redis.cmd(0, &["GET", &key]);
+        if v.parse::<u64>().is_ok_and(|n| n >= 50_000_000) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{key} = {v}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ttl: i64 = redis.cmd(0, &["PTTL", &key]).parse().unwrap();
+    assert!(ttl > 86_400_000, "a day's counter lives two days: {ttl}");
+    // B has spent nothing itself, but the key has: refused like A would
+    for gw in [&b, &a] {
+        let r = request(gw.addr, &chat(SECRET, body));
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], "insufficient_quota");
+        assert_eq!(r.header("x-should-retry"), Some("false"));
+    }
+}

@@ -202,6 +202,9 @@ impl Governance {
         };
         let nanos = price.cost_nanos(input, output);
         self.metrics.usage(key, route, (input, output), nanos);
+        if nanos > 0 && self.store.is_some() {
+            self.spend_shared(key, nanos);
+        }
         let Some(ledger) = &st.ledger else {
             return;
         };
@@ -300,12 +303,13 @@ impl Governance {
             self.budget_left(i, &key.name, l, headers)?;
         }
         let hdr_at = headers.len();
+        let budgeted = || st.ledger.as_deref().is_some_and(|l| l.has_budget());
+        if self.store.is_some() && (key.limited() || budgeted()) {
+            return Ok(Some(self.admit_shared(i, hdr_at)));
+        }
         if !key.limited() {
             st.in_flight.set(st.in_flight.get() + 1);
             return Ok(Some(Grant::new(self, i, hdr_at)));
-        }
-        if self.store.is_some() {
-            return Ok(Some(self.admit_shared(i, hdr_at)));
         }
         let tok_at = self.admit_local(i, hdr_at, headers)?;
         Ok(Some(Grant::new(self, i, tok_at)))
@@ -373,10 +377,24 @@ impl Governance {
         let Some((budget, spent)) = l.over_budget(now) else {
             return Ok(());
         };
+        Err(self.budget_refusal(i, name, (budget, spent), l.period(), now, headers))
+    }
+
+    /// The 429 `insufficient_quota` for key `i` that spent `spent` of `budget` nano-USD in its
+    /// `period` (here or, with a shared store, in the whole fleet).
+    #[cold]
+    pub(crate) fn budget_refusal(
+        &self,
+        i: u32,
+        name: &str,
+        (budget, spent): (u64, u64),
+        period: Period,
+        now: i64,
+        headers: &mut Vec<u8>,
+    ) -> Error {
         self.metrics.rejected(Some(i), Reason::Budget);
         headers.extend_from_slice(b"x-should-retry: false\r\n");
         let usd = |n: u64| n as f64 / spend::NANOS_PER_USD as f64;
-        let period = l.period();
         let when = match period {
             Period::Total => "in total".to_string(),
             p => format!("this {} (UTC)", p.as_str()),
@@ -389,10 +407,10 @@ impl Governance {
                 usd(budget)
             ),
         );
-        Err(match period.next_start(now) {
+        match period.next_start(now) {
             Some(t) => e.retry_after((t - now).clamp(1, i64::from(u32::MAX)) as u32),
             None => e,
-        })
+        }
     }
 
     /// Write key `i`'s `x-ratelimit-*` lines at `at` in `headers` (the lines after `at` are

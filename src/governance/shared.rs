@@ -18,6 +18,12 @@
 //!   mid-window starts from what this shard really admitted); what it admits is noted
 //!   (`Outage`) and, when the store is back and the window is still the same, added to it.
 //!   `"closed"` refuses with 503.
+//! - **Budgets**: every recorded cost of a key with a budget is added to the key's spend
+//!   counter of its period in the store (without waiting); the head's script refuses a key
+//!   whose fleet-wide spend reached its budget (429 `insufficient_quota`, as locally). The
+//!   process's own ledger (`SpendBook`) is checked first and stays what the state store and the
+//!   admin API read; when the store fails, it alone decides, and the costs recorded meanwhile
+//!   are added to the store when it is back (same period).
 //! - Rate-limit headers show the shared counts and the full limits; when the local counters
 //!   decide, this shard's share (as without a store).
 //!
@@ -33,18 +39,37 @@ use super::store::pipeline::Fault;
 use super::store::resp::Reply;
 use super::store::script::{self, Op, Verdict};
 use super::store::Store;
-use super::{limit_lines, secs_up, Governance, Grant};
+use super::{limit_lines, secs_up, spend, Governance, Grant};
 use crate::error::{Error, Kind};
 
-/// Requests and tokens one shard admitted on its own in a window while the store failed.
+/// Requests and tokens one shard admitted on its own in a window while the store failed, and
+/// the spend it recorded in a budget period meanwhile.
 #[derive(Debug, Default)]
 pub struct Outage {
     window: Cell<u64>,
     requests: Cell<u64>,
     tokens: Cell<u64>,
+    /// (budget period start, nano-USD)
+    spend: Cell<(i64, u64)>,
 }
 
 impl Outage {
+    fn note_spend(&self, start: i64, nanos: u64) {
+        let (p, n) = self.spend.get();
+        let n = if p == start { n } else { 0 };
+        self.spend.set((start, n.saturating_add(nanos)));
+    }
+
+    /// The spend noted for the period starting at `start`, cleared.
+    fn take_spend(&self, start: i64) -> u64 {
+        let (p, n) = self.spend.replace((0, 0));
+        if p == start {
+            n
+        } else {
+            0
+        }
+    }
+
     fn note(&self, window: u64, requests: u64, tokens: u64) {
         if self.window.get() != window {
             self.window.set(window);
@@ -82,10 +107,14 @@ fn unavailable() -> Error {
 }
 
 impl Governance {
-    /// The head stage of a key with limits when a shared store is configured.
+    /// The head stage of a key with limits (or a budget) when a shared store is configured.
     pub(super) fn admit_shared(&self, i: u32, hdr_at: usize) -> Grant<'_> {
         match self.key(i) {
-            Some((key, st)) if key.rpm.is_none() && key.max_in_flight.is_none() => {
+            Some((key, st))
+                if key.rpm.is_none()
+                    && key.max_in_flight.is_none()
+                    && !st.ledger.as_deref().is_some_and(|l| l.has_budget()) =>
+            {
                 // only `tpm`: nothing to decide before the body
                 st.in_flight.set(st.in_flight.get() + 1);
                 Grant::new(self, i, hdr_at)
@@ -97,6 +126,28 @@ impl Governance {
     /// Whether a shared store is configured.
     pub fn shares_limits(&self) -> bool {
         self.store.is_some()
+    }
+
+    /// A recorded cost of key `key`: into its budget period's spend in the store (or noted
+    /// for when the store is back).
+    pub(super) fn spend_shared(&self, key: u32, nanos: u64) {
+        let (Some(store), Some((k, st))) = (&self.store, self.key(key)) else {
+            return;
+        };
+        let Some(budget) = st.ledger.as_deref().and_then(|l| l.budget()) else {
+            return;
+        };
+        let period = budget.period.as_str();
+        let start = budget.period.start(spend::unix_now());
+        let sk = script::spend_key(store.prefix(), &k.name, period, start);
+        let sent = store.send(Op::Add {
+            key: &sk,
+            amount: nanos.min(i64::MAX as u64) as i64,
+            ttl_ms: script::spend_ttl_ms(period),
+        });
+        if !sent {
+            st.outage.note_spend(start, nanos);
+        }
     }
 
     /// Keep the shared store's connection (forever; nothing without a store).
@@ -112,8 +163,21 @@ impl Governance {
     fn resync(&self, store: &Store) -> String {
         let (w, _) = script::window(unix_ms());
         let prefix = store.prefix();
-        let (mut requests, mut tokens) = (0, 0);
+        let (mut requests, mut tokens, mut nanos) = (0, 0, 0);
         for (key, st) in self.ring.keys.iter().zip(&self.state) {
+            if let Some(b) = st.ledger.as_deref().and_then(|l| l.budget()) {
+                let start = b.period.start(spend::unix_now());
+                let n = st.outage.take_spend(start);
+                if n > 0 {
+                    let sk = script::spend_key(prefix, &key.name, b.period.as_str(), start);
+                    store.send(Op::Add {
+                        key: &sk,
+                        amount: n.min(i64::MAX as u64) as i64,
+                        ttl_ms: script::spend_ttl_ms(b.period.as_str()),
+                    });
+                    nanos += n;
+                }
+            }
             if key.max_in_flight.is_some() {
                 let hash = script::in_flight_key(prefix, &key.name);
                 store.send(Op::Sync {
@@ -127,6 +191,7 @@ impl Governance {
                 store.send(Op::Add {
                     key: &k,
                     amount: r as i64,
+                    ttl_ms: script::WINDOW_TTL_MS,
                 });
                 requests += r;
             }
@@ -135,12 +200,16 @@ impl Governance {
                 store.send(Op::Add {
                     key: &k,
                     amount: t.min(i64::MAX as u64) as i64,
+                    ttl_ms: script::WINDOW_TTL_MS,
                 });
                 tokens += t;
             }
         }
-        if requests + tokens > 0 {
-            format!("; caught up {requests} requests and {tokens} tokens admitted locally in this window")
+        if requests + tokens + nanos > 0 {
+            format!(
+                "; caught up {requests} requests and {tokens} tokens admitted locally in this window, {:.6} USD spent",
+                nanos as f64 / spend::NANOS_PER_USD as f64
+            )
         } else {
             String::new()
         }
@@ -168,13 +237,20 @@ impl Grant<'_> {
         let rpm_key = script::window_key(prefix, "rpm", &key.name, w);
         let tpm_key = script::window_key(prefix, "tpm", &key.name, w);
         let hash = script::in_flight_key(prefix, &key.name);
+        let now_s = spend::unix_now();
+        let budget = st.ledger.as_deref().and_then(|l| l.budget());
+        let spend_key = budget.map_or_else(Vec::new, |b| {
+            script::spend_key(prefix, &key.name, b.period.as_str(), b.period.start(now_s))
+        });
         let op = Op::Admit {
             rpm_key: &rpm_key,
             tpm_key: &tpm_key,
             hash: &hash,
+            spend_key: &spend_key,
             rpm: key.rpm.unwrap_or(0),
             max_in_flight: key.max_in_flight.unwrap_or(0),
             tpm: key.tpm.unwrap_or(0),
+            budget: budget.map_or(0, |b| b.nanos.max(1)),
         };
         let v = match verdict(store, op, Verdict::admit).await {
             Ok(v) => v,
@@ -192,6 +268,10 @@ impl Grant<'_> {
         };
         let reset = secs_up(std::time::Duration::from_millis(left_ms));
         headers.truncate(self.hdr_at);
+        if let (3, Some(b)) = (v.code, budget) {
+            let why = (b.nanos, v.spent);
+            return Err(gov.budget_refusal(self.key, &key.name, why, b.period, now_s, headers));
+        }
         if let Some(l) = key.rpm {
             limit_lines(headers, "requests", l, l.saturating_sub(v.requests), reset);
         }
@@ -327,7 +407,12 @@ impl Grant<'_> {
             return;
         }
         let k = script::window_key(store.prefix(), "tpm", &key.name, cur);
-        if !store.send(Op::Add { key: &k, amount }) && amount > 0 {
+        let op = Op::Add {
+            key: &k,
+            amount,
+            ttl_ms: script::WINDOW_TTL_MS,
+        };
+        if !store.send(op) && amount > 0 {
             st.outage.note(cur, 0, amount as u64);
         }
     }

@@ -5,12 +5,13 @@
 --   <p>rpm:<k>:<w>   requests counted in window w (expires 2 windows after its last write)
 --   <p>tpm:<k>:<w>   tokens counted in window w
 --   <p>inflight:<k>  hash: instance -> requests that instance has in flight
+--   <p>spend:<k>:<period>:<start>  nano-USD spent in a budget period (day, month, total)
 --   <p>live:<i>      set by instance i, expires after the lease unless renewed
 -- An instance (one shard of one process) whose live key has expired has stopped renewing its
 -- lease (crashed or cut off): its in-flight count is dropped by the next admission of that key.
 
 local op = ARGV[1]
-local ttl = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[2]) -- 0: the key never expires
 
 local function count(k)
   return tonumber(redis.call('GET', k) or '0')
@@ -22,7 +23,9 @@ local function add(k, n)
     redis.call('SET', k, 0)
     v = 0
   end
-  redis.call('PEXPIRE', k, ttl)
+  if ttl > 0 then
+    redis.call('PEXPIRE', k, ttl)
+  end
   return v
 end
 
@@ -40,20 +43,29 @@ local function in_flight(h, live)
 end
 
 if op == 'admit' then
-  -- KEYS: rpm window, tpm window, in-flight hash.
+  -- KEYS: rpm window, tpm window, in-flight hash, spend of the budget period.
   -- ARGV[3] rpm (0: none), [4] max in flight (0: none), [5] tpm (0: none), [6] instance,
-  -- [7] live-key prefix, [8] lifetime of the in-flight hash in ms.
-  -- Returns {verdict (0 admitted, 1 over rpm, 2 over max in flight), requests, tokens}.
+  -- [7] live-key prefix, [8] lifetime of the in-flight hash in ms, [9] budget in nano-USD
+  -- (0: none).
+  -- Returns {verdict (0 admitted, 1 over rpm, 2 over max in flight, 3 budget spent),
+  -- requests, tokens, spent}.
   local rpm, max, tpm = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local r, t = 0, 0
+  local budget = tonumber(ARGV[9])
+  local r, t, s = 0, 0, 0
   if rpm > 0 then r = count(KEYS[1]) end
   if tpm > 0 then t = count(KEYS[2]) end
+  if budget > 0 then
+    s = count(KEYS[4])
+    if s >= budget then
+      return {3, r, t, s}
+    end
+  end
   if max > 0 and in_flight(KEYS[3], ARGV[7]) >= max then
-    return {2, r, t}
+    return {2, r, t, s}
   end
   if rpm > 0 then
     if r + 1 > rpm then
-      return {1, r, t}
+      return {1, r, t, s}
     end
     r = add(KEYS[1], 1)
   end
@@ -61,7 +73,7 @@ if op == 'admit' then
     redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
     redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[8]))
   end
-  return {0, r, t}
+  return {0, r, t, s}
 elseif op == 'tokens' then
   -- KEYS: tpm window. ARGV[3] tpm, [4] tokens wanted. Returns {verdict (0 reserved, 1 over),
   -- tokens counted}.
@@ -72,7 +84,7 @@ elseif op == 'tokens' then
   end
   return {0, add(KEYS[1], want)}
 elseif op == 'add' then
-  -- KEYS: a window. ARGV[3] amount (negative: give back; never below 0).
+  -- KEYS: a window or a spend counter. ARGV[3] amount (negative: give back; never below 0).
   return add(KEYS[1], tonumber(ARGV[3]))
 elseif op == 'release' then
   -- KEYS: in-flight hash. ARGV[3] instance, [4] lifetime of the hash in ms.

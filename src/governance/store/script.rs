@@ -46,6 +46,21 @@ pub fn window_key(prefix: &str, what: &str, name: &str, w: u64) -> Vec<u8> {
     format!("{prefix}{what}:{name}:{w}").into_bytes()
 }
 
+/// `<prefix>spend:<name>:<period>:<period start>` (nano-USD spent in a budget period).
+pub fn spend_key(prefix: &str, name: &str, period: &str, start: i64) -> Vec<u8> {
+    format!("{prefix}spend:{name}:{period}:{start}").into_bytes()
+}
+
+/// Lifetime of a spend counter of `period` after its last write (0: forever).
+pub fn spend_ttl_ms(period: &str) -> u64 {
+    const DAY_MS: u64 = 86_400_000;
+    match period {
+        "day" => 2 * DAY_MS,
+        "month" => 62 * DAY_MS,
+        _ => 0,
+    }
+}
+
 /// `<prefix>inflight:<name>`.
 pub fn in_flight_key(prefix: &str, name: &str) -> Vec<u8> {
     format!("{prefix}inflight:{name}").into_bytes()
@@ -59,15 +74,17 @@ pub fn live_prefix(prefix: &str) -> String {
 /// One call into the script.
 #[derive(Debug, Clone, Copy)]
 pub enum Op<'a> {
-    /// Head of a request: the key's in-flight and request-rate limits (0: none); reads the
-    /// token window too (for the headers).
+    /// Head of a request: the key's budget, in-flight and request-rate limits (0: none);
+    /// reads the token window too (for the headers).
     Admit {
         rpm_key: &'a [u8],
         tpm_key: &'a [u8],
         hash: &'a [u8],
+        spend_key: &'a [u8],
         rpm: u64,
         max_in_flight: u64,
         tpm: u64,
+        budget: u64,
     },
     /// Reserve `want` tokens against `limit`.
     Tokens {
@@ -75,8 +92,12 @@ pub enum Op<'a> {
         limit: u64,
         want: u64,
     },
-    /// Add to a window (negative: give back).
-    Add { key: &'a [u8], amount: i64 },
+    /// Add to a window or spend counter (negative: give back) that lives `ttl_ms` after.
+    Add {
+        key: &'a [u8],
+        amount: i64,
+        ttl_ms: u64,
+    },
     /// One of this instance's requests in flight ended.
     Release { hash: &'a [u8] },
     /// This instance has `n` requests in flight (after a reconnect).
@@ -110,18 +131,21 @@ impl Op<'_> {
                 rpm_key,
                 tpm_key,
                 hash,
+                spend_key,
                 rpm,
                 max_in_flight,
                 tpm,
+                budget,
             } => resp::command(
                 out,
                 &[
                     head[0],
                     head[1],
-                    Arg::U(3),
+                    Arg::U(4),
                     Arg::B(rpm_key),
                     Arg::B(tpm_key),
                     Arg::B(hash),
+                    Arg::B(spend_key),
                     Arg::S("admit"),
                     ttl,
                     Arg::U(rpm),
@@ -130,6 +154,7 @@ impl Op<'_> {
                     Arg::S(id.instance),
                     Arg::S(id.live_prefix),
                     hash_ttl,
+                    Arg::U(budget),
                 ],
             ),
             Op::Tokens { key, limit, want } => resp::command(
@@ -145,7 +170,11 @@ impl Op<'_> {
                     Arg::U(want),
                 ],
             ),
-            Op::Add { key, amount } => resp::command(
+            Op::Add {
+                key,
+                amount,
+                ttl_ms,
+            } => resp::command(
                 out,
                 &[
                     head[0],
@@ -153,7 +182,7 @@ impl Op<'_> {
                     Arg::U(1),
                     Arg::B(key),
                     Arg::S("add"),
-                    ttl,
+                    Arg::U(ttl_ms),
                     Arg::I(amount),
                 ],
             ),
@@ -192,22 +221,25 @@ impl Op<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
     /// 0: admitted / reserved; 1: over the rate (`rpm`, or `tpm` for `Tokens`); 2: over
-    /// `max_in_flight`.
+    /// `max_in_flight`; 3: the budget is spent.
     pub code: i64,
     /// Requests counted in the window (after this one, when admitted).
     pub requests: u64,
     /// Tokens counted in the window (after the reservation, when reserved).
     pub tokens: u64,
+    /// Nano-USD spent in the key's budget period (`Admit` with a budget).
+    pub spent: u64,
 }
 
 impl Verdict {
-    /// From an `Admit` reply (`{code, requests, tokens}`).
+    /// From an `Admit` reply (`{code, requests, tokens, spent}`).
     pub fn admit(r: &Reply) -> Option<Verdict> {
         match r.ints()?.as_slice() {
-            &[code, req, tok] if (0..=2).contains(&code) => Some(Verdict {
+            &[code, req, tok, spent] if (0..=3).contains(&code) => Some(Verdict {
                 code,
                 requests: u64::try_from(req).ok()?,
                 tokens: u64::try_from(tok).ok()?,
+                spent: u64::try_from(spent).ok()?,
             }),
             _ => None,
         }
@@ -220,6 +252,7 @@ impl Verdict {
                 code,
                 requests: 0,
                 tokens: u64::try_from(tok).ok()?,
+                spent: 0,
             }),
             _ => None,
         }
@@ -254,6 +287,7 @@ mod tests {
         Op::Add {
             key: b"k",
             amount: -5,
+            ttl_ms: WINDOW_TTL_MS,
         }
         .encode(&mut out, By::Sha(&sha), &id);
         let want = format!(
@@ -264,13 +298,19 @@ mod tests {
         let mut out = Vec::new();
         Op::Release { hash: b"h" }.encode(&mut out, By::Source, &id);
         assert!(out.starts_with(b"*8\r\n$4\r\nEVAL\r\n"));
-        let r = Reply::Array(Some(vec![Reply::Int(1), Reply::Int(20), Reply::Int(0)]));
+        let r = Reply::Array(Some(vec![
+            Reply::Int(1),
+            Reply::Int(20),
+            Reply::Int(0),
+            Reply::Int(7),
+        ]));
         assert_eq!(
             Verdict::admit(&r),
             Some(Verdict {
                 code: 1,
                 requests: 20,
-                tokens: 0
+                tokens: 0,
+                spent: 7
             })
         );
         assert_eq!(Verdict::tokens(&r), None);
