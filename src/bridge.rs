@@ -67,7 +67,7 @@ pub async fn translated(
             match ex.next(&mut raw).await {
                 Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
                     let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
-                    let e = report(shard, pname, &e);
+                    let e = report(shard, &conn.request_id, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
                 Ok(true) => {
@@ -78,7 +78,7 @@ pub async fn translated(
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    let e = report(shard, pname, &e);
+                    let e = report(shard, &conn.request_id, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
             }
@@ -113,7 +113,7 @@ pub async fn translated(
                     Kind::UpstreamProtocol,
                     format!("could not translate the upstream answer: {}", e.message),
                 );
-                let e = report(shard, pname, &e);
+                let e = report(shard, &conn.request_id, pname, &e);
                 Outcome::error(conn, &e, shape, keep_alive, wt).await
             }
         };
@@ -196,7 +196,7 @@ async fn stream(
         let more = match next {
             Ok(m) => m,
             Err(e) => {
-                let e = report(shard, provider, &e);
+                let e = report(shard, &conn.request_id, provider, &e);
                 // The error event ends the stream: no terminal events claiming a normal end
                 // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
@@ -232,7 +232,12 @@ async fn stream(
             failed = Some("upstream stream event too large".to_string());
         }
         if let Some(msg) = failed.take() {
-            let e = report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
+            let e = report(
+                shard,
+                &conn.request_id,
+                provider,
+                &Error::new(Kind::UpstreamProtocol, msg),
+            );
             tr.error(&e.message, &mut events);
             failed = Some(e.message);
         }

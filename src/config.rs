@@ -20,9 +20,11 @@ use crate::upstream::target;
 
 pub mod keys;
 pub mod limits;
+pub mod log;
 pub mod routing;
 pub use keys::{AuthMode, KeyConfig};
 pub use limits::LimitsConfig;
+pub use log::{AccessLog, LogConfig};
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
 
 /// The whole file. Every field has a default; see README "Configuration".
@@ -49,6 +51,9 @@ pub struct Config {
     /// Where per-key counters live: each process, or a shared Redis (`config::limits`).
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `[log]`: the access log (see `config::log`).
+    #[serde(default)]
+    pub log: LogConfig,
     /// First 16 hex digits of the SHA-256 of the text this config was parsed from
     /// (`ringgate_config_info`).
     #[serde(skip)]
@@ -265,7 +270,8 @@ impl Config {
                 message: e.message().trim().to_string(),
             }]
         })?;
-        let errors = cfg.validate(text);
+        let mut errors = cfg.validate(text);
+        errors.extend(cfg.log.validate(text));
         if errors.is_empty() {
             let mut cfg = cfg;
             cfg.hash = text_hash(text);
@@ -326,6 +332,7 @@ impl Config {
             models: Vec::new(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
+            log: LogConfig::default(),
             hash: String::new(),
         }
     }

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::accesslog::{AccessLog, ShardLog};
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::forward::ForwardState;
 use crate::governance::{self, Governance, Keyring, SpendBook};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
+use crate::http::request_id::{self, IdGen};
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
 use crate::route::RouteTable;
@@ -32,6 +34,8 @@ pub struct Running {
     /// The process-wide usage and spend ledger (per key × model), shared by every shard.
     pub spend: Arc<SpendBook>,
     handles: Vec<JoinHandle<()>>,
+    /// The access-log writer (ends after the shards, once it wrote their last lines).
+    log_writer: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -44,6 +48,9 @@ impl Running {
     pub fn wait(self) {
         for h in self.handles {
             let _ = h.join();
+        }
+        if let Some(w) = self.log_writer {
+            let _ = w.join();
         }
     }
 }
@@ -103,6 +110,11 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
+    let tag = request_id::process_tag();
+    let (access_log, log_writer) = match AccessLog::start(&cfg.log.access())? {
+        Some((log, writer)) => (Some(log), Some(writer)),
+        None => (None, None),
+    };
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -118,6 +130,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let governance = Governance::new(keyring.clone(), id, n)
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
+            let access_log = ShardLog::new(access_log.clone());
             async move {
                 let s = &cfg.server;
                 let routes = RouteTable::build(&cfg);
@@ -153,6 +166,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     read_bufs: ReadBufs::new(Duration::from_millis(s.idle_release_ms)),
                     edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts),
                     drain_time: Duration::from_millis(s.drain_timeout_ms),
+                    request_ids: IdGen::new(id, tag),
+                    access_log,
                 });
                 drop(cfg);
                 accept_loop(std_listener, shard, sd).await;
@@ -165,6 +180,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         shutdown,
         spend,
         handles,
+        log_writer,
     })
 }
 
@@ -173,6 +189,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     if shard.governance.shares_limits() {
         let s = shard.clone();
         monoio::spawn(async move { s.governance.maintain_store().await });
+    }
+    if shard.access_log.on() {
+        monoio::spawn(flush_access_log(shard.clone()));
     }
     let name = format!("shard {}", shard.id);
     let open = || shard.metrics.connections.get();
@@ -211,6 +230,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         },
     )
     .await;
+    // Drained: the last access-log lines go to the writer, and this shard's end of its queue
+    // closes.
+    shard.access_log.finish();
 }
 
 /// Connections over `max_connections` per shard whose first request is read (to answer
@@ -227,5 +249,14 @@ async fn publish_metrics(shard: Rc<Shard>) {
         crate::scrape::render_shard(&shard, &mut text);
         shard.hub.publish(shard.id, text);
         monoio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Hand this shard's access-log lines to the writer every `FLUSH_EVERY` (full buffers go at
+/// once, see `accesslog`).
+async fn flush_access_log(shard: Rc<Shard>) {
+    loop {
+        monoio::time::sleep(crate::accesslog::FLUSH_EVERY).await;
+        shard.access_log.flush();
     }
 }

@@ -15,8 +15,8 @@
 //! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
 //!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
 //! - `mock`: the upstream simulator
-//! - `trace`, `record`: what one request did (timings, route, tokens, bytes) and where it goes
-//!   when the request ends (metrics)
+//! - `trace`, `record`, `accesslog`: what one request did (timings, route, tokens, bytes) and
+//!   where it goes when the request ends (metrics, the access log)
 //! - `metrics`, `scrape`: per-shard counters and histograms, the Prometheus text of `/metrics`
 //! - `config`, `error`, `log`, `sock` (non-consuming socket peeks)
 
@@ -27,6 +27,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod accesslog;
 pub mod admit;
 pub mod bridge;
 pub mod config;

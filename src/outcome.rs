@@ -24,22 +24,9 @@ impl Outcome {
         keep_alive: bool,
         wt: Duration,
     ) -> Outcome {
-        let keep = match &e.request_id {
-            // Upstream failures carry their id as a header too, for support tickets.
-            Some(id) => {
-                let keep = keep_alive && !e.closes_connection();
-                let mut extra = format!("x-request-id: {id}\r\n");
-                if let Some(s) = e.retry_after_secs() {
-                    extra.push_str(&format!("retry-after: {s}\r\n"));
-                }
-                let body = e.body(shape);
-                let ct = b"application/json";
-                conn.respond(e.status(), ct, extra.as_bytes(), &body, keep, wt)
-                    .await
-                    && keep
-            }
-            None => conn.respond_error(e, shape, keep_alive, wt).await,
-        };
+        // The request's id is on every response head (`ClientConn::start_request`); an
+        // upstream failure's generic message names it too.
+        let keep = conn.respond_error(e, shape, keep_alive, wt).await;
         Outcome {
             status: e.status(),
             keep_alive: keep,

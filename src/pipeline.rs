@@ -69,11 +69,13 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
 }
 
 /// Count a request answered outside `handle` (a head that did not parse, a probe over the cap).
-fn count(shard: &Shard, endpoint: Endpoint, status: u16) {
-    let now = Instant::now();
-    let mut t = Trace::new(now);
+/// Count (and log) a request answered outside `handle`, which started at `start`: a head that
+/// did not parse, a probe over the connection cap.
+fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, status: u16) {
+    let mut t = Trace::new(start);
     t.endpoint = endpoint;
-    shard.metrics.requests.observe(&t, status, None, now);
+    let id = conn.request_id;
+    crate::record::request_ended(shard, &t, status, id.as_str(), conn.bytes_out);
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -89,13 +91,17 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             Ok(Some(h)) => h,
             Ok(None) => break,
             Err(e) => {
-                count(&shard, Endpoint::Other, e.status());
+                let start = Instant::now();
+                conn.start_request(shard.request_ids.next());
                 conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
                     .await;
+                count(&shard, &conn, start, Endpoint::Other, e.status());
                 break;
             }
         };
         bump(&shard.metrics.in_flight);
+        let sent_id = head.header(&conn.buf, &head.x_request_id);
+        conn.start_request(shard.request_ids.assign(sent_id));
         // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
         // an idle connection's task stays small.
         let keep = Box::pin(handle(&mut conn, head, &shard)).await;
@@ -128,6 +134,8 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
     };
     match next {
         Ok(Some(head)) => {
+            let sent_id = head.header(&conn.buf, &head.x_request_id);
+            conn.start_request(shard.request_ids.assign(sent_id));
             let target = classify(head.method, head.path(&conn.buf));
             let edge = shard.edge.check(&head, &conn.buf);
             match (target, edge) {
@@ -137,9 +145,10 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
                     } else {
                         b"{\"status\":\"ready\"}"
                     };
-                    count(&shard, endpoint_of(Some(t)), 200);
+                    let start = Instant::now();
                     conn.respond(200, b"application/json", b"", body, false, wt)
                         .await;
+                    count(&shard, &conn, start, endpoint_of(Some(t)), 200);
                 }
                 _ => refuse_connection(conn, shard.clone()).await,
             }
@@ -153,8 +162,10 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             refuse_connection(conn, shard.clone()).await;
         }
         Err(e) => {
-            count(&shard, Endpoint::Other, e.status());
+            let start = Instant::now();
+            conn.start_request(shard.request_ids.next());
             conn.respond_error(&e, ErrorShape::OpenAi, false, wt).await;
+            count(&shard, &conn, start, Endpoint::Other, e.status());
         }
     }
     shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
@@ -166,6 +177,9 @@ const OVER_CAP_WAIT: std::time::Duration = std::time::Duration::from_millis(1000
 /// Over `max_connections`: answer 503 + Retry-After without reading the request, then close.
 pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     bump(&shard.metrics.connections_refused);
+    if conn.request_id.is_empty() {
+        conn.start_request(shard.request_ids.next());
+    }
     let e = Error::new(Kind::Overloaded, "too many open connections; retry later");
     conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
         .await;
@@ -220,7 +234,14 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
         }
         Err(Fail::ClientGone) => gone(shard, 499),
     };
-    crate::record::request_ended(shard, &req.trace, outcome.status);
+    let id = conn.request_id;
+    crate::record::request_ended(
+        shard,
+        &req.trace,
+        outcome.status,
+        id.as_str(),
+        conn.bytes_out,
+    );
     outcome.keep_alive
 }
 
@@ -263,6 +284,7 @@ async fn serve(
     let verdict = shard.edge.check(&head, &conn.buf);
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
     let caller = shard.governance.identify(&head, &conn.buf);
+    req.trace.key = caller.key();
     let mut preflight = None;
     if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
         let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
@@ -355,6 +377,9 @@ async fn serve(
         .ok_or_else(|| unknown_model(&fields.model))?;
     req.trace.route = Some(route.index as u32);
     req.trace.stream = fields.stream;
+    if shard.access_log.on() {
+        req.trace.model = Some(fields.model.as_str().into());
+    }
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
@@ -372,6 +397,7 @@ async fn serve(
     .await;
     req.trace.upstream = open_start.elapsed();
     req.trace.served = tried.served;
+    req.trace.attempts = tried.attempts;
     tried.write_headers(&mut conn.resp_headers);
     let mut opened = opened?;
 

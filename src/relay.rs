@@ -196,7 +196,7 @@ async fn relay(
         let more = match next {
             Ok(m) => m,
             Err(e) => {
-                let e = report(shard, provider, &e);
+                let e = report(shard, &conn.request_id, provider, &e);
                 if !head_sent {
                     // Nothing reached the client yet: a clean error response.
                     conn.out = out;
@@ -259,7 +259,12 @@ async fn relay(
                     None
                 };
                 if let Some(msg) = problem {
-                    let e = report(shard, provider, &Error::new(Kind::UpstreamProtocol, msg));
+                    let e = report(
+                        shard,
+                        &conn.request_id,
+                        provider,
+                        &Error::new(Kind::UpstreamProtocol, msg),
+                    );
                     return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
                 }
                 if let Err(r) = permit.charge_capacity(&pending, &mut charged) {

@@ -1,6 +1,6 @@
 //! Upstream failure reports: every upstream-side failure is counted, logged (rate-limited, with
-//! a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
-//! reason — never keys or bodies) and handed back generic for the client (hosts, addresses and
+//! the request's id — the `x-request-id` its client gets, see `http::request_id` — the
+//! provider's name, the error code and the full reason — never keys or bodies) and handed back generic for the client (hosts, addresses and
 //! resolver output stay in the log). The one exception to "never bodies": an upstream error
 //! body the client cannot be given (an HTML page, text, JSON without a message) is logged as a
 //! short escaped excerpt (`report_error_body`) — it is a proxy's or provider's page, not
@@ -13,6 +13,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, Kind, Side};
+use crate::http::request_id::RequestId;
 use crate::metrics::bump;
 use crate::shard::Shard;
 
@@ -24,16 +25,16 @@ pub fn shutting_down() -> Error {
     )
 }
 
-/// An error on its way to the client. Upstream-side failures are counted, logged (rate-limited:
-/// a fresh request id `rg-<shard>-<n>`, the provider's name, the error code and the full
+/// An error on its way to the client of request `id`. Upstream-side failures are counted,
+/// logged (rate-limited: the request id, the provider's name, the error code and the full
 /// reason — never keys or bodies), and come back generic with the id (see
 /// [`Error::for_client`]): hosts, addresses and resolver output stay in the log.
-pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
+pub fn report(shard: &Shard, id: &RequestId, provider: &str, e: &Error) -> Error {
     if e.side() != Side::Upstream {
         return e.clone();
     }
     bump(&shard.metrics.upstream_errors);
-    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
+    let id = id.as_str();
     if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
         crate::log::info(format_args!(
             "upstream failure {id}: provider {provider}: {}: {}{}",
@@ -42,20 +43,22 @@ pub fn report(shard: &Shard, provider: &str, e: &Error) -> Error {
             not_logged(dropped)
         ));
     }
-    e.for_client(&id)
+    e.for_client(id)
 }
 
-/// An upstream error answer (HTTP `status`) whose body cannot go to the client (`why`): logged
-/// rate-limited with a fresh request id and a short escaped excerpt of `body`; returns the id
-/// for the client's generic error. Not counted again: `forward` counted the 5xx head.
+/// An upstream error answer (HTTP `status`) whose body cannot go to the client (`why`) of
+/// request `id`: logged rate-limited with the id and a short escaped excerpt of `body`;
+/// returns the id for the client's generic error. Not counted again: `forward` counted the
+/// 5xx head.
 pub fn report_error_body(
     shard: &Shard,
+    id: &RequestId,
     provider: &str,
     status: u16,
     why: &str,
     body: &[u8],
 ) -> String {
-    let id = format!("rg-{}-{}", shard.id, shard.upstream.next_failure());
+    let id = id.as_str();
     if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
         crate::log::info(format_args!(
             "upstream failure {id}: provider {provider}: answered HTTP {status} with {why} ({} bytes: \"{}\"){}",
@@ -64,7 +67,7 @@ pub fn report_error_body(
             not_logged(dropped)
         ));
     }
-    id
+    id.to_string()
 }
 
 /// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
@@ -87,11 +90,12 @@ fn not_logged(dropped: u64) -> String {
 
 /// An upstream that answered with a 5xx head: counted and logged like a failure (the answer
 /// itself still goes to the client, or to the next attempt).
-pub fn report_status(shard: &Shard, provider: &str, status: u16) {
+pub fn report_status(shard: &Shard, id: &RequestId, provider: &str, status: u16) {
     bump(&shard.metrics.upstream_errors);
     if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
         crate::log::info(format_args!(
-            "upstream failure: provider {provider}: answered HTTP {status}{}",
+            "upstream failure {}: provider {provider}: answered HTTP {status}{}",
+            id.as_str(),
             not_logged(dropped)
         ));
     }

@@ -5,8 +5,9 @@
 //! the metrics (`metrics::requests`) and the access log (`accesslog`).
 //!
 //! Owns: `Trace`, `Endpoint` (the `endpoint` label and access-log field).
-//! Must not: allocate, or hold anything borrowed from the connection or the route table
-//! (indices only), so it can live in the pipeline's per-request state.
+//! Must not: allocate (but for the requested model's name while the access log is on), or hold
+//! anything borrowed from the connection or the route table (indices only), so it can live in
+//! the pipeline's per-request state.
 
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,12 @@ pub struct Trace {
     pub tokens: Option<(u64, u64)>,
     /// Request bytes received (head and body).
     pub bytes_in: u64,
+    /// The caller's virtual key (index), when it named a valid one.
+    pub key: Option<u32>,
+    /// Upstream attempts made.
+    pub attempts: u32,
+    /// The model the client asked for: kept only while the access log is on.
+    pub model: Option<Box<str>>,
 }
 
 impl Trace {
@@ -95,6 +102,9 @@ impl Trace {
             first_piece: None,
             tokens: None,
             bytes_in: 0,
+            key: None,
+            attempts: 0,
+            model: None,
         }
     }
 

@@ -35,9 +35,15 @@ fn non_stream_passthrough_and_model_rewrite() {
         );
         assert_eq!(v["model"], "gpt-4o-mini");
         assert_eq!(
-            r.header("x-request-id"),
+            r.header("x-upstream-request-id"),
             Some("mock"),
-            "upstream request id is forwarded"
+            "upstream request id is forwarded under its own name"
+        );
+        assert!(
+            r.header("x-request-id")
+                .is_some_and(|id| id.starts_with("rg-0-")),
+            "the gateway's request id: {:?}",
+            r.header("x-request-id")
         );
         // alias → upstream_model: the mock echoes the model it received
         let r = request(

@@ -187,7 +187,11 @@ fn passthrough_errors_in_the_client_dialect_are_relayed_byte_for_byte() {
             assert_eq!(r.status, 400, "{what}");
             assert_eq!(r.text(), want, "{what}: the upstream's body as is");
             assert_eq!(r.header("retry-after"), Some("3"), "{what}");
-            assert_eq!(r.header("x-request-id"), Some("req_up_9"), "{what}");
+            assert_eq!(
+                r.header("x-upstream-request-id"),
+                Some("req_up_9"),
+                "{what}"
+            );
             assert_eq!(
                 r.header("x-ratelimit-remaining-requests"),
                 Some("0"),

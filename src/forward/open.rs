@@ -156,7 +156,7 @@ pub async fn open<'s>(
             Ok(mut ex) => {
                 let status = ex.head.status;
                 if status >= 500 {
-                    report_status(shard, provider, status);
+                    report_status(shard, &conn.request_id, provider, status);
                 }
                 let Some(reason) = Reason::from_status(status) else {
                     attempts.succeeded(&cand, now);
@@ -190,7 +190,7 @@ pub async fn open<'s>(
             Err(NoHead::ClientGone) => return Err(NoHead::ClientGone),
             Err(NoHead::Failed(e)) => {
                 let reason = reason_of(&e);
-                let e = report(shard, provider, &e);
+                let e = report(shard, &conn.request_id, provider, &e);
                 step = match reason {
                     // Not an upstream failure (a config problem, the drain): no retry.
                     None => Step::Stop(Stop::NotRetryable(Reason::Other)),

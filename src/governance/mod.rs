@@ -92,6 +92,16 @@ pub enum Caller {
     Ambiguous,
 }
 
+impl Caller {
+    /// The key index when the caller presented a valid key.
+    pub fn key(self) -> Option<u32> {
+        match self {
+            Caller::Key(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
 /// What a request's target asks of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
@@ -232,6 +242,11 @@ impl Governance {
     /// Whether requests need a key.
     pub fn checked(&self) -> bool {
         self.ring.checked
+    }
+
+    /// Key `i`'s name (access log).
+    pub fn key_name(&self, i: u32) -> Option<&str> {
+        self.key(i).map(|(k, _)| &*k.name)
     }
 
     pub(crate) fn key(&self, i: u32) -> Option<(&Key, &KeyState)> {

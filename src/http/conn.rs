@@ -16,6 +16,7 @@ use monoio::net::TcpStream;
 
 use super::head::{self, RequestHead};
 use super::io::{read_more, write_all_timeout};
+use super::request_id::RequestId;
 use super::response::{write_head_parts, Framing};
 use crate::error::{Error, ErrorShape, Kind};
 
@@ -103,6 +104,10 @@ pub struct ClientConn {
     /// CORS headers of an allowed cross-origin request, `x-ringgate-provider` /
     /// `x-ringgate-attempts` of a proxied one. Cleared between requests.
     pub resp_headers: Vec<u8>,
+    /// The current request's id (sent as `x-request-id` on its responses, see `request_id`).
+    pub request_id: RequestId,
+    /// Bytes written to the client since the current request started.
+    pub bytes_out: u64,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -122,6 +127,8 @@ impl ClientConn {
             buf: Vec::new(),
             out: Vec::new(),
             resp_headers: Vec::new(),
+            request_id: RequestId::default(),
+            bytes_out: 0,
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
@@ -208,6 +215,13 @@ impl ClientConn {
         self.resp_headers = Vec::new();
     }
 
+    /// A request starts: it is known as `id`, and every response head of it says so.
+    pub fn start_request(&mut self, id: RequestId) {
+        self.request_id = id;
+        self.bytes_out = 0;
+        id.header_line(&mut self.resp_headers);
+    }
+
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).
     pub fn consume(&mut self, n: usize) {
         self.buf.drain(..n.min(self.buf.len()));
@@ -254,6 +268,7 @@ impl ClientConn {
             extra_headers,
         );
         out.extend_from_slice(body);
+        self.bytes_out += out.len() as u64;
         match write_all_timeout(&mut self.stream, out, write_timeout).await {
             Ok(back) => {
                 self.out = back;
@@ -310,6 +325,7 @@ impl ClientConn {
 
     /// Write raw bytes (already framed). Returns the buffer for reuse, or None if the client is gone.
     pub async fn write_raw(&mut self, data: Vec<u8>, timeout: Duration) -> Option<Vec<u8>> {
+        self.bytes_out += data.len() as u64;
         write_all_timeout(&mut self.stream, data, timeout)
             .await
             .ok()

@@ -6,7 +6,8 @@
 //! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends)
 //! and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
 //! for `edge` to judge, and where the API-key headers each SDK sends are (`Authorization`,
-//! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance` — ranges only, no copy.
+//! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance`, and `x-request-id` — ranges
+//! only, no copy.
 //! Must not: read from sockets or look at the body.
 
 use std::ops::Range;
@@ -61,6 +62,8 @@ pub struct RequestHead {
     pub ac_request_method: bool,
     /// `Access-Control-Request-Headers` value (echoed by an allowed preflight).
     pub ac_request_headers: Option<Range<usize>>,
+    /// `x-request-id` value (kept as the request's id when acceptable, see `request_id`).
+    pub x_request_id: Option<Range<usize>>,
 }
 
 impl RequestHead {
@@ -164,6 +167,7 @@ pub fn parse(
     let mut origin = None;
     let mut ac_request_method = false;
     let mut ac_request_headers = None;
+    let mut x_request_id = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -202,6 +206,7 @@ pub fn parse(
                     }
                 }
             }
+            12 if is(b"x-request-id") => x_request_id = Some(range_of(buf, value)),
             13 if is(b"authorization") => first(&mut authorization, value),
             14 if is(b"content-length") => {
                 if content_length.is_some() {
@@ -281,6 +286,7 @@ pub fn parse(
         origin,
         ac_request_method,
         ac_request_headers,
+        x_request_id,
     }))
 }
 

@@ -11,6 +11,7 @@ pub mod conn;
 pub mod edge;
 pub mod head;
 pub mod io;
+pub mod request_id;
 pub mod response;
 
 pub use head::{BodyFraming, Method, RequestHead};

@@ -75,13 +75,13 @@ pub(crate) async fn error_answer(
             }
             ErrorBody::Generic => {
                 let why = "an error body not in the client's dialect";
-                report_error_body(shard, provider, status, why, &raw)
+                report_error_body(shard, &conn.request_id, provider, status, why, &raw)
             }
         },
         // The status arrived but its body did not (cut, stalled, too large): still an answer
         // with that status.
         Err(e) if e.side() == Side::Upstream => {
-            let e = report(shard, provider, &e);
+            let e = report(shard, &conn.request_id, provider, &e);
             e.request_id.as_deref().unwrap_or_default().to_string()
         }
         // The drain's end, or no memory for the body.
@@ -102,7 +102,6 @@ pub(crate) async fn error_answer(
          (request id {generic_id})"
     );
     let body = crate::translate::error_body(dialect, status, &msg);
-    extra.extend_from_slice(format!("x-request-id: {generic_id}\r\n").as_bytes());
     let ok = conn
         .respond(status, JSON, &extra, &body, keep_alive, wt)
         .await;

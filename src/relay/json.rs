@@ -41,14 +41,15 @@ pub(super) async fn relay_json(
         match next {
             Ok(m) => more = m,
             Err(e) => {
-                let e = report(shard, provider, &e);
+                let e = report(shard, &conn.request_id, provider, &e);
                 return Outcome::error(conn, &e, shape, keep_alive, wt).await;
             }
         }
     }
+    let rid = conn.request_id;
     let invalid = |why: &str| {
         let e = Error::new(Kind::UpstreamProtocol, format!("upstream answer: {why}"));
-        report(shard, provider, &e)
+        report(shard, &rid, provider, &e)
     };
     if !more || ex.is_done() {
         if let Err(why) = vet::json(piece) {
@@ -120,7 +121,7 @@ pub(super) async fn relay_json(
                     .and_then(|()| if last { scan.finish() } else { Ok(()) })
                     .map_err(&invalid)
             }
-            Err(e) => Err(report(shard, provider, &e)),
+            Err(e) => Err(report(shard, &conn.request_id, provider, &e)),
         };
         if checked.is_err() {
             // The head went out: the body can only be cut short (the client sees it unfinished).

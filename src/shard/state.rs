@@ -6,11 +6,13 @@
 
 use std::time::Duration;
 
+use crate::accesslog::ShardLog;
 use crate::admit::Admission;
 use crate::forward::ForwardState;
 use crate::governance::Governance;
 use crate::http::conn::{Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
+use crate::http::request_id::IdGen;
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::route::RouteTable;
 use crate::shutdown::LocalSignal;
@@ -45,4 +47,8 @@ pub struct Shard {
     pub edge: EdgePolicy,
     /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
     pub drain_time: Duration,
+    /// Request ids (`x-request-id`) for requests that bring none.
+    pub request_ids: IdGen,
+    /// This shard's access-log buffer (off: nothing).
+    pub access_log: ShardLog,
 }

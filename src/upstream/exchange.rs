@@ -36,8 +36,6 @@ pub struct Client {
     pub pool: Pool,
     /// Requests retried on a fresh connection after a reused one failed before any byte.
     pub retries: std::cell::Cell<u64>,
-    /// Upstream failures reported so far; numbers their request ids (`rg-<shard>-<n>`).
-    failures: std::cell::Cell<u64>,
     /// Limits upstream-failure log lines (per shard).
     pub failure_log: crate::log::RateLimited,
     tls: Option<TlsConnector>,
@@ -72,7 +70,8 @@ pub struct ResponseHead {
     pub framing: RespFraming,
     pub keep_alive: bool,
     pub content_type: Vec<u8>,
-    /// Raw header lines worth passing to the client (request ids, rate-limit info, retry-after).
+    /// Raw header lines worth passing to the client (the upstream's request id as
+    /// `x-upstream-request-id`, rate-limit info, retry-after).
     pub forward: Vec<u8>,
 }
 
@@ -112,7 +111,6 @@ impl Client {
     pub fn new(cfg: &UpstreamConfig, tls: Option<TlsConnector>) -> Client {
         Client {
             retries: std::cell::Cell::new(0),
-            failures: std::cell::Cell::new(0),
             failure_log: crate::log::RateLimited::new(FAILURE_LOG_LINES),
             pool: Pool::new(
                 cfg.max_idle_per_host,
@@ -124,13 +122,6 @@ impl Client {
             gap_timeout: Duration::from_millis(cfg.stream_gap_timeout_ms),
             total_timeout: Duration::from_millis(cfg.total_timeout_ms),
         }
-    }
-
-    /// The number of the next reported upstream failure (from 1).
-    pub fn next_failure(&self) -> u64 {
-        let n = self.failures.get() + 1;
-        self.failures.set(n);
-        n
     }
 
     /// Send `req` and wait for the response head.
@@ -573,6 +564,13 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
         } else if name.eq_ignore_ascii_case(b"content-type") {
             content_type = h.value.to_vec();
         } else if forwardable(name) {
+            // The upstream's own request id goes to the client under another name: the
+            // client's `x-request-id` is the gateway's (see `http::request_id`).
+            let name: &[u8] = if name.eq_ignore_ascii_case(b"x-request-id") {
+                b"x-upstream-request-id"
+            } else {
+                name
+            };
             forward.extend_from_slice(name);
             forward.extend_from_slice(b": ");
             forward.extend_from_slice(h.value);
@@ -623,7 +621,7 @@ mod tests {
             (h.status, h.framing, h.keep_alive),
             (200, RespFraming::Length(5), true)
         );
-        assert_eq!(h.forward, b"X-Request-Id: r1\r\n");
+        assert_eq!(h.forward, b"x-upstream-request-id: r1\r\n");
         assert_eq!(&raw[n..], b"hello");
         let (h, _) = parse_response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n")
             .unwrap()
