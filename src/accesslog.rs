@@ -42,8 +42,12 @@ pub struct AccessLog {
 }
 
 impl AccessLog {
-    /// Open `target` and start the writer thread. `Ok(None)` when the log is off.
-    pub fn start(target: &Target) -> io::Result<Option<(AccessLog, JoinHandle<()>)>> {
+    /// Open `target` and start the writer thread; dropped lines are counted in `dropped`.
+    /// `Ok(None)` when the log is off.
+    pub fn start(
+        target: &Target,
+        dropped: Arc<AtomicU64>,
+    ) -> io::Result<Option<(AccessLog, JoinHandle<()>)>> {
         let out: Box<dyn Write + Send> = match target {
             Target::Off => return Ok(None),
             Target::Stdout => Box::new(io::stdout()),
@@ -60,16 +64,16 @@ impl AccessLog {
                 Box::new(f)
             }
         };
-        AccessLog::start_with(out, QUEUE_BATCHES).map(Some)
+        AccessLog::start_with(out, QUEUE_BATCHES, dropped).map(Some)
     }
 
     /// The writer thread over `out` with a queue of `batches` buffers.
     pub fn start_with(
         out: Box<dyn Write + Send>,
         batches: usize,
+        dropped: Arc<AtomicU64>,
     ) -> io::Result<(AccessLog, JoinHandle<()>)> {
         let (tx, rx) = sync_channel::<Batch>(batches);
-        let dropped = Arc::new(AtomicU64::new(0));
         let d = dropped.clone();
         let h = std::thread::Builder::new()
             .name("ringgate-access-log".into())
@@ -122,13 +126,6 @@ impl ShardLog {
     #[inline]
     pub fn on(&self) -> bool {
         self.inner.is_some()
-    }
-
-    /// Lines dropped so far, process-wide (0 when off).
-    pub fn dropped(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, |i| i.dropped.load(Ordering::Relaxed))
     }
 
     /// Append `e`'s line; hand the buffer over when it is full.
@@ -427,7 +424,8 @@ mod tests {
             go: Mutex::new(go_rx),
             got: got.clone(),
         };
-        let (log, writer) = AccessLog::start_with(Box::new(gate), 1).unwrap();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (log, writer) = AccessLog::start_with(Box::new(gate), 1, dropped).unwrap();
         let shard = ShardLog::new(Some(log.clone()));
         // Each flush hands over one line: the writer takes the first and stalls in it, the
         // queue holds one more, every later one is dropped and counted.

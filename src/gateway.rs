@@ -111,7 +111,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let shutdown = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
     let tag = request_id::process_tag();
-    let (access_log, log_writer) = match AccessLog::start(&cfg.log.access())? {
+    let dropped = hub.process.access_log_dropped.clone();
+    let (access_log, log_writer) = match AccessLog::start(&cfg.log.access(), dropped)? {
         Some((log, writer)) => (Some(log), Some(writer)),
         None => (None, None),
     };

@@ -19,14 +19,6 @@ pub fn render(shard: &Shard) -> String {
     render_shard(shard, &mut own);
     let mut global = String::with_capacity(512);
     shard.hub.process.render(&mut global);
-    help(
-        &mut global,
-        "ringgate_access_log_dropped_total",
-        "counter",
-        "Access-log lines dropped because the writer fell behind (queue full) or failed.",
-    );
-    let dropped = shard.access_log.dropped();
-    let _ = writeln!(global, "ringgate_access_log_dropped_total {dropped}");
     shard.hub.scrape(Some(shard.id), &own, &global)
 }
 

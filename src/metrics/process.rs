@@ -1,12 +1,12 @@
-//! Process-wide metrics that belong to no shard: the running config's hash (an info metric)
-//! and config reloads by result. Shared by every shard through `MetricsHub` (an `Arc`); touched
+//! Process-wide metrics that belong to no shard: the running config's hash (an info metric),
+//! config reloads by result, access-log lines dropped. Shared by every shard through `MetricsHub` (an `Arc`); touched
 //! only at start-up, on a reload and on a scrape — never on the request path.
 //!
 //! Owns: `ProcessMetrics`. Must not: count per-request events (those are per shard).
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{escape, help};
 
@@ -15,6 +15,8 @@ pub struct ProcessMetrics {
     config_hash: Mutex<String>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// Access-log lines dropped (shared with the access log, which counts them).
+    pub access_log_dropped: Arc<AtomicU64>,
 }
 
 impl ProcessMetrics {
@@ -67,5 +69,13 @@ impl ProcessMetrics {
                 "ringgate_config_reloads_total{{result=\"{result}\"}} {n}"
             );
         }
+        help(
+            out,
+            "ringgate_access_log_dropped_total",
+            "counter",
+            "Access-log lines dropped because the writer fell behind (queue full) or failed.",
+        );
+        let dropped = self.access_log_dropped.load(Ordering::Relaxed);
+        let _ = writeln!(out, "ringgate_access_log_dropped_total {dropped}");
     }
 }
