@@ -109,6 +109,15 @@ pub struct ServerConfig {
     /// `[[key]]` entries exist, else `none` — which a non-loopback listener refuses unless it
     /// is written here explicitly.
     pub auth: Option<Spanned<String>>,
+    /// Optional TLS listener (`host:port`) next to `listen`; needs `tls_cert` and `tls_key`.
+    pub tls_listen: Option<Spanned<String>>,
+    /// PEM certificate chain (leaf first) for `tls_listen`; relative to the config file's
+    /// directory.
+    pub tls_cert: Option<Spanned<String>>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) for `tls_cert`; relative like `tls_cert`.
+    pub tls_key: Option<Spanned<String>>,
+    /// A TLS client must finish its handshake within this. Default 10 s.
+    pub tls_handshake_timeout_ms: u64,
     /// Directory for persistent state (keys made at runtime, the spend ledger). Accepted;
     /// nothing is stored there yet.
     pub state_dir: Option<String>,
@@ -132,6 +141,10 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             drain_timeout_ms: 30_000,
             auth: None,
+            tls_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_handshake_timeout_ms: 10_000,
             state_dir: None,
         }
     }
@@ -288,7 +301,24 @@ impl Config {
                 message: format!("cannot read {path}: {e}"),
             }]
         })?;
-        Config::parse(&text)
+        let mut cfg = Config::parse(&text)?;
+        cfg.resolve_paths(std::path::Path::new(path).parent());
+        Ok(cfg)
+    }
+
+    /// Relative `tls_cert` / `tls_key` paths name files next to the config file.
+    fn resolve_paths(&mut self, dir: Option<&std::path::Path>) {
+        let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+            return;
+        };
+        for p in [&mut self.server.tls_cert, &mut self.server.tls_key]
+            .into_iter()
+            .flatten()
+        {
+            if std::path::Path::new(p.get_ref()).is_relative() {
+                *p.get_mut() = dir.join(p.get_ref()).to_string_lossy().into_owned();
+            }
+        }
     }
 
     /// The built-in default: loopback, a model `mock` served in-process, and OpenAI/Anthropic
@@ -345,6 +375,17 @@ impl Config {
             .map_err(|e| format!("listen {:?}: {e}", self.server.listen.get_ref()))
     }
 
+    /// `server.tls_listen` parsed, when set.
+    pub fn tls_listen_addr(&self) -> Result<Option<SocketAddr>, String> {
+        let Some(l) = &self.server.tls_listen else {
+            return Ok(None);
+        };
+        l.get_ref()
+            .parse::<SocketAddr>()
+            .map(Some)
+            .map_err(|e| format!("tls_listen {:?}: {e}", l.get_ref()))
+    }
+
     /// Whether API requests need a virtual key (`server.auth`, else keys when any exist).
     pub fn auth_mode(&self) -> AuthMode {
         keys::auth_mode(self)
@@ -367,6 +408,29 @@ impl Config {
         }
         if let Err(e) = self.listen_addr() {
             err(self.server.listen.span(), e);
+        }
+        if let Err(e) = self.tls_listen_addr() {
+            err(
+                self.server.tls_listen.as_ref().map_or(0..0, |l| l.span()),
+                e,
+            );
+        }
+        let s = &self.server;
+        if let Some(l) = &s.tls_listen {
+            if s.tls_cert.is_none() || s.tls_key.is_none() {
+                err(
+                    l.span(),
+                    "server.tls_listen needs tls_cert and tls_key (PEM files)".into(),
+                );
+            }
+            if l.get_ref() == s.listen.get_ref() && !l.get_ref().ends_with(":0") {
+                err(l.span(), "server.tls_listen must differ from listen".into());
+            }
+        } else if let Some(f) = s.tls_cert.as_ref().or(s.tls_key.as_ref()) {
+            err(f.span(), "server.tls_cert / tls_key are set but tls_listen is not (e.g. tls_listen = \"127.0.0.1:8443\")".into());
+        }
+        if s.tls_handshake_timeout_ms == 0 {
+            err(0..0, "server.tls_handshake_timeout_ms must be > 0".into());
         }
         if self.server.shards == Some(0) || self.server.shards.is_some_and(|s| s > 1024) {
             err(0..0, "server.shards must be between 1 and 1024".into());

@@ -29,6 +29,10 @@ use crate::upstream::Client;
 /// A started gateway.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The TLS listener's address (`server.tls_listen`), when there is one.
+    pub tls_addr: Option<SocketAddr>,
+    /// The certificate the TLS listener serves (a reload swaps it: `TlsCerts::reload`).
+    pub tls_certs: Option<Arc<crate::tls::TlsCerts>>,
     pub shards: usize,
     pub shutdown: Shutdown,
     /// The process-wide usage and spend ledger (per key × model), shared by every shard.
@@ -79,6 +83,12 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         false => None,
     };
     let (listeners, bound) = shard::bind_listeners(addr, n)?;
+    let tls_listeners = crate::tls::bind(&cfg, n)?;
+    let tls_loopback = tls_listeners.as_ref().map(|t| t.addr.ip().is_loopback());
+    let (tls_addr, tls_certs) = match &tls_listeners {
+        Some(t) => (Some(t.addr), Some(t.certs.clone())),
+        None => (None, None),
+    };
     // Upstream host names are looked up now, off the shards (see `upstream::resolve`).
     let endpoints: Vec<_> = cfg
         .providers
@@ -128,6 +138,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let tls = tls.clone();
             let sd = sd.clone();
             let hub = hub.clone();
+            let tls_listeners = tls_listeners.clone();
             let governance = Governance::new(keyring.clone(), id, n)
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
@@ -165,18 +176,25 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     max_connections: s.max_connections.div_ceil(n).max(1) as u64,
                     over_cap: std::cell::Cell::new(0),
                     read_bufs: ReadBufs::new(Duration::from_millis(s.idle_release_ms)),
-                    edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts),
+                    edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts)
+                        .with_tls_listener(tls_loopback.unwrap_or(loopback)),
+                    tls: Default::default(),
                     drain_time: Duration::from_millis(s.drain_timeout_ms),
                     request_ids: IdGen::new(id, tag),
                     access_log,
                 });
                 drop(cfg);
+                if let Some(t) = &tls_listeners {
+                    t.start_shard(id, &shard, &sd);
+                }
                 accept_loop(std_listener, shard, sd).await;
             }
         },
     )?;
     Ok(Running {
         addr: bound,
+        tls_addr,
+        tls_certs,
         shards: n,
         shutdown,
         spend,

@@ -2,7 +2,8 @@
 //!
 //! Module map by pipeline stage (see `pipeline` for the request path, top to bottom):
 //! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
-//! - `http`: HTTP/1.1 heads, bodies, responses, client connections
+//! - `http`: HTTP/1.1 heads, bodies, responses, client connections (plain or TLS streams)
+//! - `tls`: the optional TLS client listener (certificates, handshake, per-shard accept loop)
 //! - `extract`, `nesting`: model/stream lookup (and the body checks before routing), the JSON
 //!   depth bound; `gemini_call`: model and stream from a Gemini-dialect request path
 //! - `route`, `provider`: model → deployments + policy, the closed provider enum; `models`: the
@@ -59,6 +60,7 @@ pub mod scrape;
 pub mod shard;
 pub mod shutdown;
 pub mod sock;
+pub mod tls;
 pub mod trace;
 pub mod translate;
 pub mod upstream;

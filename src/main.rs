@@ -174,8 +174,12 @@ fn serve(opts: &Opts) -> ExitCode {
     ]);
     match ringgate::gateway::start(cfg) {
         Ok(running) => {
+            let tls = running
+                .tls_addr
+                .map(|a| format!(" and https://{a}"))
+                .unwrap_or_default();
             ringgate::log::info(format_args!(
-                "listening on http://{} with {} shard(s), models [{}], {auth}, started in {:?}",
+                "listening on http://{}{tls} with {} shard(s), models [{}], {auth}, started in {:?}",
                 running.addr,
                 running.shards,
                 models.join(", "),
@@ -224,6 +228,18 @@ fn check(opts: &Opts) -> ExitCode {
             // What `serve` would refuse at start (the listen address is in the file).
             if let Ok(addr) = cfg.listen_addr() {
                 if let Err(e) = ringgate::governance::exposure::check(&cfg, addr) {
+                    eprintln!("{path}: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            // The TLS certificate and key `serve` would load.
+            if let (Some(_), Some(c), Some(k)) = (
+                &cfg.server.tls_listen,
+                &cfg.server.tls_cert,
+                &cfg.server.tls_key,
+            ) {
+                let (c, k) = (c.get_ref(), k.get_ref());
+                if let Err(e) = ringgate::tls::server_config(c.as_ref(), k.as_ref()) {
                     eprintln!("{path}: {e}");
                     return ExitCode::from(1);
                 }

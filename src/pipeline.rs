@@ -137,7 +137,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             let sent_id = head.header(&conn.buf, &head.x_request_id);
             conn.start_request(shard.request_ids.assign(sent_id));
             let target = classify(head.method, head.path(&conn.buf));
-            let edge = shard.edge.check(&head, &conn.buf);
+            let edge = shard.edge.check_on(&head, &conn.buf, conn.stream.is_tls());
             match (target, edge) {
                 (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
                     let body: &[u8] = if t == Target::Healthz {
@@ -281,7 +281,7 @@ async fn serve(
         req.shape = a.shape.errors();
     }
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
-    let verdict = shard.edge.check(&head, &conn.buf);
+    let verdict = shard.edge.check_on(&head, &conn.buf, conn.stream.is_tls());
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
     let caller = shard.governance.identify(&head, &conn.buf);
     req.trace.key = caller.key();

@@ -4,7 +4,7 @@
 //! second.
 //!
 //! Owns: what a shard's rendering contains (request series, connection gauges, upstream pool,
-//! routing, keys, admission) and `render`. Must not: run on the request path of API calls
+//! routing, keys, TLS, admission) and `render`. Must not: run on the request path of API calls
 //! (a scrape costs a rendering and a merge, on the shard that serves it; the other shards are
 //! not involved).
 
@@ -53,6 +53,8 @@ pub fn render_shard(shard: &Shard, out: &mut String) {
     shard.forward.render(&shard.routes, id, out);
     // virtual keys: requests by key and model, rejections by reason
     shard.governance.render(&shard.routes, id, out);
+    // TLS listener: handshakes, failures by reason
+    shard.tls.render(out);
     // admission: budget, permits, queue, chunk pool, rejections
     crate::admit::stats::render_prometheus(&[(id, shard.admission.stats())], out);
 }

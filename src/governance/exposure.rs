@@ -9,21 +9,33 @@ use std::net::SocketAddr;
 
 use crate::config::{AuthMode, Config};
 
-/// `Err(message)` when `cfg` must not serve on `addr`.
+/// `Err(message)` when `cfg` must not serve on `addr` (the plain listener) or on its
+/// `server.tls_listen` address.
 pub fn check(cfg: &Config, addr: SocketAddr) -> Result<(), String> {
     let explicit_none = cfg
         .server
         .auth
         .as_ref()
         .is_some_and(|a| a.get_ref() == "none");
-    if addr.ip().is_loopback() || cfg.auth_mode() == AuthMode::Keys || explicit_none {
+    if cfg.auth_mode() == AuthMode::Keys || explicit_none {
         return Ok(());
     }
-    Err(format!(
+    let tls = cfg.tls_listen_addr().ok().flatten();
+    match std::iter::once(addr)
+        .chain(tls)
+        .find(|a| !a.ip().is_loopback())
+    {
+        None => Ok(()),
+        Some(addr) => Err(refusal(addr)),
+    }
+}
+
+fn refusal(addr: SocketAddr) -> String {
+    format!(
         "refusing to listen on {addr} without keys: anyone who can reach it could spend the provider keys. \
          Add [[key]] entries (see README \"Keys and limits\"), listen on a loopback address, \
          or set auth = \"none\" in [server] to serve without keys on purpose"
-    ))
+    )
 }
 
 /// One line for the start-up log: how requests are authenticated.
@@ -61,6 +73,18 @@ mod tests {
         ))
         .unwrap();
         assert!(check(&keyed, any).is_ok());
+        // The TLS listener counts too.
+        let tls_any = Config::parse(
+            "[server]\ntls_listen = \"0.0.0.0:8443\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+        )
+        .unwrap();
+        let e = check(&tls_any, lo).unwrap_err();
+        assert!(e.contains("0.0.0.0:8443"), "{e}");
+        let tls_lo = Config::parse(
+            "[server]\ntls_listen = \"127.0.0.1:8443\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+        )
+        .unwrap();
+        assert!(check(&tls_lo, lo).is_ok());
         assert_eq!(summary(&keyed), "auth keys (1)");
     }
 }

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use monoio::io::{CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
 
+use super::stream::ClientStream;
+
 use super::head::{self, RequestHead};
 use super::io::{read_more, write_all_timeout};
 use super::request_id::RequestId;
@@ -96,7 +98,8 @@ impl ReadBufs {
 }
 
 pub struct ClientConn {
-    pub stream: TcpStream,
+    /// Plain TCP, or TLS after the TLS listener's handshake (`http::stream`).
+    pub stream: ClientStream,
     pub buf: Vec<u8>,
     /// Reusable output buffer.
     pub out: Vec<u8>,
@@ -120,8 +123,11 @@ impl ClientConn {
     }
 
     /// A connection taking its read buffer from the shard's `bufs` when bytes arrive.
-    pub fn pooled(stream: TcpStream, bufs: &ReadBufs) -> ClientConn {
-        let _ = stream.set_nodelay(true);
+    pub fn pooled(stream: impl Into<ClientStream>, bufs: &ReadBufs) -> ClientConn {
+        let stream = stream.into();
+        if let ClientStream::Plain(s) = &stream {
+            let _ = s.set_nodelay(true);
+        }
         ClientConn {
             stream,
             buf: Vec::new(),
@@ -169,10 +175,17 @@ impl ClientConn {
     /// `release_after` without a byte the read is cancelled (a cancelled read hands back its
     /// buffer and any bytes that raced the cancel), the buffers go back, and the connection
     /// waits for readability holding none; bytes then take a buffer from the free list.
+    ///
+    /// A TLS connection reads with its buffer until the deadline: its TLS layer may already
+    /// hold the next request's bytes, and a cancelled TLS read would break the stream.
     async fn first_bytes(&mut self, deadline: Instant) -> std::io::Result<usize> {
         if self.buf.capacity() < READ_BUF {
             self.buf = self.bufs.take();
         }
+        let stream = match &mut self.stream {
+            ClientStream::Plain(s) => s,
+            tls @ ClientStream::Tls(_) => return read_more(tls, &mut self.buf, deadline).await,
+        };
         let now = Instant::now();
         let linger = self
             .bufs
@@ -181,7 +194,7 @@ impl ClientConn {
             .min(deadline.saturating_duration_since(now));
         let owned = std::mem::take(&mut self.buf);
         let (res, owned) = {
-            let read = self.stream.cancelable_read(owned, self.canceller.handle());
+            let read = stream.cancelable_read(owned, self.canceller.handle());
             let mut read = std::pin::pin!(read);
             monoio::select! {
                 r = &mut read => r,
@@ -196,23 +209,19 @@ impl ClientConn {
             Err(e) if e.raw_os_error() == Some(ECANCELED) => {}
             other => return other,
         }
-        // idle: hold no buffer while waiting
-        self.release_buffers();
+        // idle: hold no buffer while waiting (the read buffer back to the shard's list, the
+        // output buffers freed)
+        self.bufs.give(std::mem::take(&mut self.buf));
+        self.out = Vec::new();
+        self.resp_headers = Vec::new();
         let left = deadline.saturating_duration_since(Instant::now());
-        match monoio::time::timeout(left, self.stream.readable(false)).await {
+        match monoio::time::timeout(left, stream.readable(false)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         }
         self.buf = self.bufs.take();
-        read_more(&mut self.stream, &mut self.buf, deadline).await
-    }
-
-    /// Give the read buffer back to the shard's list and free the output buffers.
-    fn release_buffers(&mut self) {
-        self.bufs.give(std::mem::take(&mut self.buf));
-        self.out = Vec::new();
-        self.resp_headers = Vec::new();
+        read_more(stream, &mut self.buf, deadline).await
     }
 
     /// A request starts: it is known as `id`, and every response head of it says so.
@@ -309,18 +318,7 @@ impl ClientConn {
     /// future (the answer arrived first) loses no pipelined request. For watching a client
     /// while its answer is pending upstream.
     pub async fn wait_closed(&self) {
-        use crate::sock::{peek, Peeked};
-        use std::os::fd::AsRawFd;
-        loop {
-            if self.stream.readable(false).await.is_err() {
-                return;
-            }
-            match peek(self.stream.as_raw_fd()) {
-                Peeked::Closed => return,
-                Peeked::Quiet => continue,
-                Peeked::Data => std::future::pending::<()>().await,
-            }
-        }
+        self.stream.wait_closed().await
     }
 
     /// Write raw bytes (already framed). Returns the buffer for reuse, or None if the client is gone.

@@ -28,6 +28,8 @@ pub struct EdgePolicy {
     any_origin: bool,
     /// The listener is a loopback address: `Host` must be a loopback name or address.
     loopback_only: bool,
+    /// The same for the TLS listener (`server.tls_listen`), judged on its own address.
+    tls_loopback_only: bool,
     /// `server.allowed_hosts`: more names (without port) accepted on a loopback listener.
     extra_hosts: Vec<Box<[u8]>>,
 }
@@ -45,13 +47,30 @@ impl EdgePolicy {
                 .collect(),
             any_origin: origins.iter().any(|o| o == "*"),
             loopback_only: loopback_listener,
+            tls_loopback_only: loopback_listener,
             extra_hosts: extra_hosts.iter().map(|h| h.as_bytes().into()).collect(),
         }
     }
 
+    /// Whether the TLS listener is a loopback address (default: as the plain one).
+    pub fn with_tls_listener(mut self, loopback: bool) -> Self {
+        self.tls_loopback_only = loopback;
+        self
+    }
+
     /// Decide on a parsed head. An error is a 403 to send before anything else happens.
     pub fn check(&self, head: &RequestHead, buf: &[u8]) -> Result<Verdict, Error> {
-        if self.loopback_only {
+        self.check_on(head, buf, false)
+    }
+
+    /// As [`EdgePolicy::check`], for a head that came through the TLS listener when `tls`.
+    pub fn check_on(&self, head: &RequestHead, buf: &[u8], tls: bool) -> Result<Verdict, Error> {
+        let loopback_only = if tls {
+            self.tls_loopback_only
+        } else {
+            self.loopback_only
+        };
+        if loopback_only {
             if let Some(host) = head.header(buf, &head.host) {
                 if !is_loopback_host(host) && !self.extra_host(host) {
                     return Err(Error::new(

@@ -1,7 +1,7 @@
 //! HTTP/1.1 wire handling, split like hyper's `proto/h1`: `head` parses request heads,
 //! `chunked` decodes chunked bodies, `response` writes response heads and chunk frames, `io`
 //! moves bytes between owned buffers and monoio streams, `edge` holds the browser-facing
-//! `Origin`/`Host` checks.
+//! `Origin`/`Host` checks, `stream` is the plain-or-TLS client socket under a connection.
 //!
 //! Owns: framing rules (RFC 9112) and limits. Must not: know about models, providers or JSON.
 
@@ -13,5 +13,6 @@ pub mod head;
 pub mod io;
 pub mod request_id;
 pub mod response;
+pub mod stream;
 
 pub use head::{BodyFraming, Method, RequestHead};

@@ -202,7 +202,10 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
                 continue;
             }
         };
-        let s = &mut conn.stream;
+        // The mock listens on plain TCP only.
+        let crate::http::stream::ClientStream::Plain(s) = &mut conn.stream else {
+            return;
+        };
         let after = match fault {
             None => After::Normal,
             Some(f) => monoio::select! {

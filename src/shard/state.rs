@@ -45,6 +45,8 @@ pub struct Shard {
     pub read_bufs: ReadBufs,
     /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
     pub edge: EdgePolicy,
+    /// TLS listener counters (handshakes, failures by reason).
+    pub tls: crate::tls::TlsStats,
     /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
     pub drain_time: Duration,
     /// Request ids (`x-request-id`) for requests that bring none.

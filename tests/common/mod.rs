@@ -121,7 +121,8 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 /// Read one response from `s` (Content-Length, chunked, or close-delimited).
-pub fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Response> {
+/// (Any byte stream: a TcpStream, or a TLS stream over one.)
+pub fn read_response<S: Read>(s: &mut S, buf: &mut Vec<u8>) -> Option<Response> {
     let mut tmp = [0u8; 65536];
     let (status, headers, head_len) = loop {
         let mut hs = [httparse::EMPTY_HEADER; 64];
