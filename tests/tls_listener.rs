@@ -174,9 +174,7 @@ fn plain_http_to_the_tls_port_is_refused_cleanly_and_tls_keeps_serving() {
         assert_eq!(r.status, 200, "{driver}");
         let m = request(gw.addr, &get("/metrics")).text();
         assert!(
-            m.contains(
-                "ringgate_tls_handshake_failures_total{reason=\"plain_http\"} 1"
-            ),
+            m.contains("ringgate_tls_handshake_failures_total{reason=\"plain_http\"} 1"),
             "{m}"
         );
         gw.stop();

@@ -57,7 +57,11 @@ impl TlsStats {
             "counter",
             "TLS handshakes completed on the TLS client listener.",
         );
-        let _ = writeln!(out, "ringgate_tls_handshakes_total {}", self.handshakes.get());
+        let _ = writeln!(
+            out,
+            "ringgate_tls_handshakes_total {}",
+            self.handshakes.get()
+        );
         crate::metrics::help(
             out,
             "ringgate_tls_handshake_failures_total",
