@@ -33,6 +33,7 @@ pub mod admit;
 pub mod bridge;
 pub mod config;
 pub mod date;
+pub mod doctor;
 pub mod error;
 pub mod extract;
 pub mod forward;

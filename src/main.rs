@@ -1,4 +1,4 @@
-//! The `ringgate` binary: `serve` (default), `check`, `mock`.
+//! The `ringgate` binary: `serve` (default), `check`, `doctor`, `mock`.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -17,6 +17,9 @@ ringgate — a thread-per-core LLM gateway
 USAGE:
   ringgate [serve] [--config FILE] [--listen ADDR]   run the gateway (no config: built-in default)
   ringgate check --config FILE                       validate a config file
+  ringgate doctor [--config FILE]                    is this box ready? kernel, io_uring, limits,
+                                                     memory, CPUs, sysctls, config, providers
+                                                     (exit 1 when something must be fixed)
   ringgate mock [--listen ADDR] [--profile instant|seed|paced] [--shards N]
                 [--fault FAULT]... [--fault-rate R] [--fault-model M] [--fault-path P] [--seed S]
                                                      run the upstream simulator; --fault (repeat
@@ -37,7 +40,9 @@ fn main() -> ExitCode {
     no_transparent_huge_pages();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.first().map(String::as_str) {
-        Some("serve") | Some("check") | Some("mock") => (args[0].as_str(), &args[1..]),
+        Some("serve") | Some("check") | Some("mock") | Some("doctor") => {
+            (args[0].as_str(), &args[1..])
+        }
         Some("--help") | Some("-h") | Some("help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
     };
     match cmd {
         "check" => check(&opts),
+        "doctor" => doctor(&opts),
         "mock" => mock(&opts),
         _ => serve(&opts),
     }
@@ -261,6 +267,16 @@ fn check(opts: &Opts) -> ExitCode {
             eprintln!("{path}: {} problem(s) found", errs.len());
             ExitCode::from(1)
         }
+    }
+}
+
+fn doctor(opts: &Opts) -> ExitCode {
+    let report = ringgate::doctor::run(opts.config.as_deref());
+    print!("{}", report.render());
+    if report.problems() > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

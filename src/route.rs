@@ -295,7 +295,8 @@ fn api_key(env: &str) -> Option<String> {
     }
 }
 
-fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
+/// The header lines that carry `key` to a provider of `kind` (and Anthropic's version line).
+pub fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
     let mut h = Vec::new();
     if kind == ProviderKind::Anthropic {
         h.extend_from_slice(b"anthropic-version: 2023-06-01\r\n");

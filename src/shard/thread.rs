@@ -173,6 +173,40 @@ where
     }
 }
 
+/// The driver [`run_on_best_driver`] would give a shard here, and why each better one was not
+/// available (for `ringgate doctor`): builds each runtime the same way, then drops it.
+pub fn probe_driver(choice: DriverChoice) -> (&'static str, Vec<String>) {
+    let mut why = Vec::new();
+    if choice != DriverChoice::Epoll {
+        let mut flagged = io_uring::IoUring::builder();
+        flagged.setup_coop_taskrun().setup_single_issuer();
+        match RuntimeBuilder::<IoUringDriver>::new()
+            .with_entries(RING_ENTRIES)
+            .uring_builder(flagged)
+            .enable_timer()
+            .build()
+        {
+            Ok(_) => return ("io_uring (coop_taskrun, single_issuer)", why),
+            Err(e) => why.push(format!("io_uring with task-run flags: {e}")),
+        }
+        match RuntimeBuilder::<IoUringDriver>::new()
+            .with_entries(RING_ENTRIES)
+            .enable_timer()
+            .build()
+        {
+            Ok(_) => return ("io_uring", why),
+            Err(e) => why.push(format!("io_uring: {e}")),
+        }
+    }
+    match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
+        Ok(_) => ("epoll", why),
+        Err(e) => {
+            why.push(format!("epoll: {e}"));
+            ("none", why)
+        }
+    }
+}
+
 /// How a shard stops: `started` fires when the listener closes (idle keep-alive connections
 /// end); in-flight requests get `time` to finish; then `expired` fires (streams still running
 /// end properly — error event, chunked end) and they get a short grace to write that end.
