@@ -152,6 +152,49 @@ fn sdk_style_client_over_tls_with_a_test_ca_while_plain_serves() {
 }
 
 #[test]
+fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs() {
+    let (first, second) = (test_pki(), test_pki());
+    let (cfg1, cfg2) = (client_config(&first), client_config(&second));
+    let mock = start_mock(Profile::Instant, "epoll");
+    let gw = gateway_in(&first, "epoll", mock.addr, "");
+    let tls_addr = gw.tls_addr.unwrap();
+    let mut open = tls_connect(&cfg1, tls_addr);
+    // what a reload does: build a new configuration from the files, swap it in
+    let certs = gw.tls_certs.clone().unwrap();
+    let new =
+        ringgate::tls::server_config(&second.join("cert.pem"), &second.join("key.pem")).unwrap();
+    certs.replace(new);
+    let mut fresh = tls_connect(&cfg2, tls_addr);
+    for s in [&mut open, &mut fresh] {
+        s.write_all(&post("/v1/chat/completions", CHAT)).unwrap();
+        let r = read_response(s, &mut Vec::new()).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    // a client trusting only the first CA is refused now
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(cfg1.clone(), name).unwrap();
+    let mut old = rustls::StreamOwned::new(conn, connect(tls_addr));
+    let mut err = None;
+    while old.conn.is_handshaking() {
+        if let Err(e) = old.conn.complete_io(&mut old.sock) {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(err.is_some(), "the old certificate is no longer served");
+    // and TlsCerts::reload re-reads the files it was loaded from (the first pair here)
+    certs.reload().unwrap();
+    let mut again = tls_connect(&cfg1, tls_addr);
+    again.write_all(&get("/healthz")).unwrap();
+    assert_eq!(
+        read_response(&mut again, &mut Vec::new()).unwrap().status,
+        200
+    );
+    gw.stop();
+    mock.stop();
+}
+
+#[test]
 fn plain_http_to_the_tls_port_is_refused_cleanly_and_tls_keeps_serving() {
     let dir = test_pki();
     let cfg = client_config(&dir);
