@@ -1,7 +1,9 @@
 //! The mock's Anthropic Messages dialect (`POST /v1/messages`, `/v1/messages/count_tokens`):
 //! the non-stream `message` object and the SSE stream `message_start`, `content_block_start`,
-//! `ping`, `content_block_delta` (`text_delta` / `input_json_delta`), `content_block_stop`,
-//! `message_delta`, `message_stop`.
+//! `ping`, `content_block_delta` (`text_delta` / `input_json_delta`; with `thinking` enabled a
+//! `thinking` block first: `thinking_delta`s and a `signature_delta`), `content_block_stop`,
+//! `message_delta`, `message_stop`. A forced tool call (`tool_choice` `any` / `tool`) comes
+//! without the text before it, as Anthropic answers one.
 //!
 //! Owns: the exact bytes of those answers. Must not: parse HTTP, decide timing (`pace`) or when
 //! to call a tool (`tools`).
@@ -48,14 +50,21 @@ fn push_tool_use(out: &mut Vec<u8>, name: &str, input: &str) {
 pub fn message_body(req: &MockRequest) -> Vec<u8> {
     let mut out = Vec::with_capacity(320 + req.output_tokens as usize * 5);
     push_message_open(&mut out, req);
-    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+    if req.reasoning {
+        out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
+        push_json_str(&mut out, &text::reasoning());
+        let _ = write!(out, ",\"signature\":\"{}\"}},", text::SIGNATURE);
+    }
     match &req.tool_call {
+        Some(name) if req.forced_tool => push_tool_use(&mut out, name, tools::TOOL_ARGS),
         Some(name) => {
+            out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
             push_json_str(&mut out, tools::TOOL_TEXT);
             out.extend_from_slice(b"},");
             push_tool_use(&mut out, name, tools::TOOL_ARGS);
         }
         None => {
+            out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
             push_json_str(&mut out, &text::tokens(0, req.output_tokens));
             out.push(b'}');
         }
@@ -80,13 +89,48 @@ struct MessagesEvents<'a> {
     req: &'a MockRequest,
 }
 
-fn text_delta(out: &mut Vec<u8>, s: &str) {
+fn text_delta(out: &mut Vec<u8>, index: u32, s: &str) {
     pace::named_event(out, "content_block_delta");
-    out.extend_from_slice(
-        b"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":",
+    let _ = write!(
+        out,
+        "{{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":"
     );
     push_json_str(out, s);
     out.extend_from_slice(b"}}\n\n");
+}
+
+/// The first content block's index: 1 after a thinking block.
+fn base(req: &MockRequest) -> u32 {
+    u32::from(req.reasoning)
+}
+
+/// A forced tool call (`tool_choice` `any` / `tool`) has no text before it.
+fn preamble(req: &MockRequest) -> bool {
+    !(req.tool_call.is_some() && req.forced_tool)
+}
+
+/// The tool_use block's index.
+fn tool_block(req: &MockRequest) -> u32 {
+    base(req) + u32::from(preamble(req))
+}
+
+/// The thinking block of a reasoning answer: start, `thinking_delta`s, `signature_delta`, stop.
+fn thinking_block(out: &mut Vec<u8>) {
+    pace::named_event(out, "content_block_start");
+    out.extend_from_slice(b"{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n");
+    for r in text::REASONING {
+        pace::named_event(out, "content_block_delta");
+        out.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":");
+        push_json_str(out, r);
+        out.extend_from_slice(b"}}\n\n");
+    }
+    pace::named_event(out, "content_block_delta");
+    let _ = write!(
+        out,
+        "{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"signature_delta\",\"signature\":\"{}\"}}}}\n\n",
+        text::SIGNATURE
+    );
+    block_stop(out, 0);
 }
 
 fn block_stop(out: &mut Vec<u8>, index: u32) {
@@ -107,44 +151,70 @@ impl pace::Events for MessagesEvents<'_> {
             "],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{},\"output_tokens\":1}}}}}}\n\n",
             self.req.input_tokens
         );
-        pace::named_event(out, "content_block_start");
-        out.extend_from_slice(b"{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        if self.req.reasoning {
+            thinking_block(out);
+        }
+        if preamble(self.req) {
+            pace::named_event(out, "content_block_start");
+            let _ = write!(
+                out,
+                "{{\"type\":\"content_block_start\",\"index\":{},\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n",
+                base(self.req)
+            );
+        }
         pace::named_event(out, "ping");
         out.extend_from_slice(b"{\"type\":\"ping\"}\n\n");
     }
 
     fn units(&self) -> u32 {
         match self.req.tool_call {
-            Some(_) => 1 + tools::fragment_count(),
+            Some(_) => u32::from(preamble(self.req)) + tools::fragment_count(),
             None => self.req.output_tokens,
         }
     }
 
     fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
+        let (b, tb) = (base(self.req), tool_block(self.req));
         let Some(name) = &self.req.tool_call else {
-            return text_delta(out, text::token(i));
+            return text_delta(out, b, text::token(i));
         };
-        if i == 0 {
-            return text_delta(out, tools::TOOL_TEXT);
-        }
-        if i == 1 {
-            block_stop(out, 0);
+        let fragment = if preamble(self.req) {
+            if i == 0 {
+                return text_delta(out, b, tools::TOOL_TEXT);
+            }
+            i - 1
+        } else {
+            i
+        };
+        if fragment == 0 {
+            if preamble(self.req) {
+                block_stop(out, b);
+            }
             pace::named_event(out, "content_block_start");
-            out.extend_from_slice(
-                b"{\"type\":\"content_block_start\",\"index\":1,\"content_block\":",
+            let _ = write!(
+                out,
+                "{{\"type\":\"content_block_start\",\"index\":{tb},\"content_block\":"
             );
             push_tool_use(out, name, "{}");
             out.extend_from_slice(b"}\n\n");
         }
         pace::named_event(out, "content_block_delta");
-        out.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
-        push_json_str(out, tools::fragment(i - 1));
+        let _ = write!(
+            out,
+            "{{\"type\":\"content_block_delta\",\"index\":{tb},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":"
+        );
+        push_json_str(out, tools::fragment(fragment));
         out.extend_from_slice(b"}}\n\n");
     }
 
     fn tail(&mut self, out: &mut Vec<u8>) {
         let req = self.req;
-        block_stop(out, u32::from(req.tool_call.is_some()));
+        let last = if req.tool_call.is_some() {
+            tool_block(req)
+        } else {
+            base(req)
+        };
+        block_stop(out, last);
         pace::named_event(out, "message_delta");
         let _ = write!(
             out,

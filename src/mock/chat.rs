@@ -1,5 +1,6 @@
 //! The mock's OpenAI Chat Completions dialect: non-stream JSON and paced SSE streams with
-//! optional usage and tool calls, written straight to any monoio stream.
+//! optional usage, tool calls and reasoning (`reasoning_content`, as vLLM and DeepSeek send
+//! it), written straight to any monoio stream.
 //!
 //! Owns: the exact bytes the mock answers for `/v1/chat/completions`. Must not: parse HTTP or
 //! decide timing (`pace` does) or when to call a tool (`tools` does).
@@ -28,6 +29,10 @@ pub fn completion_body(req: &MockRequest) -> Vec<u8> {
         b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
     );
     push_json_str(&mut out, &content);
+    if req.reasoning {
+        out.extend_from_slice(b",\"reasoning_content\":");
+        push_json_str(&mut out, &text::reasoning());
+    }
     let finish = match &req.tool_call {
         Some(name) => {
             out.extend_from_slice(b",\"tool_calls\":[{\"id\":\"");
@@ -97,6 +102,14 @@ impl pace::Events for ChatEvents<'_> {
         delta_prefix(out, self.req);
         out.extend_from_slice(b"\"role\":\"assistant\",\"content\":\"\",\"refusal\":null");
         out.extend_from_slice(DELTA_END);
+        if self.req.reasoning {
+            for r in text::REASONING {
+                delta_prefix(out, self.req);
+                out.extend_from_slice(b"\"reasoning_content\":");
+                push_json_str(out, r);
+                out.extend_from_slice(DELTA_END);
+            }
+        }
     }
 
     fn units(&self) -> u32 {
@@ -183,6 +196,8 @@ mod tests {
             include_usage: usage,
             input_tokens: 5,
             tool_call: None,
+            reasoning: false,
+            forced_tool: false,
         }
     }
 

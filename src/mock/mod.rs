@@ -2,7 +2,7 @@
 //! embedded default config (as an in-process provider).
 //!
 //! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
-//! plus a user turn triggers a tool call), and the dispatch to the per-dialect response writers
+//! plus a user turn triggers a tool call, `reasoning_effort` / `thinking` add reasoning), and the dispatch to the per-dialect response writers
 //! (`chat`, `responses`, `anthropic`, `gemini`, `embeddings`), which share `pace` (timing and
 //! framing) and `tools` (the tool-call decision). The standalone server (`server`) also injects
 //! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
@@ -100,6 +100,13 @@ pub struct MockRequest {
     pub input_tokens: u32,
     /// `Some(name)`: answer with "Let me check." and one call of tool `name` (see `tools`).
     pub tool_call: Option<String>,
+    /// The request asks for reasoning (Chat `reasoning_effort` other than `none`, Anthropic
+    /// `thinking` enabled): Chat answers carry `reasoning_content`, Anthropic answers a
+    /// `thinking` block first (`text::REASONING`, signed `text::SIGNATURE`).
+    pub reasoning: bool,
+    /// Anthropic `tool_choice` `any` / `tool`: the tool call comes without text before it
+    /// (a named tool is the one called).
+    pub forced_tool: bool,
 }
 
 impl MockRequest {
@@ -120,7 +127,7 @@ impl MockRequest {
         crate::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
         // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
         // would fail the whole lookup, so nested knobs are read from their object below.
-        const KEYS: [&str; 14] = [
+        const KEYS: [&str; 17] = [
             "model",
             "stream",
             "max_tokens",
@@ -135,6 +142,9 @@ impl MockRequest {
             "system",
             "instructions",
             "systemInstruction",
+            "reasoning_effort",
+            "thinking",
+            "tool_choice",
         ];
         let mut tree = sonic_rs::PointerTree::new();
         for k in KEYS {
@@ -177,7 +187,7 @@ impl MockRequest {
             Dialect::Responses => get(9),
             Dialect::Gemini => get(10),
         };
-        let tool_call = match get(7) {
+        let mut tool_call = match get(7) {
             Some(t) => tools::decide(dialect, t.as_raw_str(), turns.map(|v| v.as_raw_str())),
             None => None,
         };
@@ -192,6 +202,30 @@ impl MockRequest {
             turns.map(|v| v.as_raw_str()),
             system.map(|v| v.as_raw_str()),
         );
+        let choice = get(16).filter(|_| dialect == Dialect::Messages);
+        let forced_tool = match choice.and_then(|c| nested(c, "type")) {
+            Some(t) if t.as_str() == Some("tool") => {
+                let named = choice.and_then(|c| nested(c, "name"));
+                if let (Some(call), Some(n)) = (tool_call.as_mut(), named) {
+                    if let Some(n) = n.as_str() {
+                        *call = n.to_string();
+                    }
+                }
+                true
+            }
+            Some(t) => t.as_str() == Some("any"),
+            None => false,
+        };
+        let reasoning = match dialect {
+            Dialect::Chat => get(14)
+                .and_then(|v| v.as_str())
+                .is_some_and(|e| e != "none"),
+            Dialect::Messages => get(15)
+                .and_then(|v| nested(v, "type"))
+                .and_then(|t| t.as_str().map(|t| t == "enabled" || t == "adaptive"))
+                .unwrap_or(false),
+            _ => false,
+        };
         Ok(MockRequest {
             model,
             stream,
@@ -199,6 +233,8 @@ impl MockRequest {
             include_usage,
             input_tokens,
             tool_call,
+            reasoning,
+            forced_tool,
         })
     }
 
@@ -279,6 +315,44 @@ mod tests {
         assert_eq!((r.stream, r.output_tokens), (false, 3));
         assert!(MockRequest::parse(br#"{"messages":[]}"#).is_err());
         assert!(MockRequest::parse(b"{nope").is_err());
+    }
+
+    #[test]
+    fn reasoning_knob_and_answers() {
+        let r =
+            MockRequest::parse(br#"{"model":"m","reasoning_effort":"low","messages":[]}"#).unwrap();
+        assert!(r.reasoning);
+        let r = MockRequest::parse(br#"{"model":"m","reasoning_effort":"none"}"#).unwrap();
+        assert!(!r.reasoning);
+        let body = br#"{"model":"m","max_tokens":3,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}"#;
+        let mut r = MockRequest::parse_dialect(Dialect::Messages, "", body).unwrap();
+        assert!(r.reasoning);
+        let v: serde_json::Value = serde_json::from_slice(&anthropic::message_body(&r)).unwrap();
+        assert_eq!(v["content"][0]["type"], "thinking");
+        assert_eq!(v["content"][0]["signature"], text::SIGNATURE);
+        assert_eq!(v["content"][1]["text"], text::tokens(0, 3));
+        r.stream = true;
+        let t = String::from_utf8(anthropic::stream_transcript(&r)).unwrap();
+        assert!(t.contains(r#""delta":{"type":"signature_delta","signature":"mock-signature"}"#));
+        assert!(t.contains(r#""index":1,"delta":{"type":"text_delta""#));
+        assert!(t.contains(r#"{"type":"content_block_stop","index":1}"#));
+        let forced = br#"{"model":"m","max_tokens":3,"tools":[{"name":"a","input_schema":{}},{"name":"b","input_schema":{}}],"tool_choice":{"type":"tool","name":"b"},"messages":[{"role":"user","content":"x"}]}"#;
+        let mut f = MockRequest::parse_dialect(Dialect::Messages, "", forced).unwrap();
+        assert!(f.forced_tool);
+        assert_eq!(f.tool_call.as_deref(), Some("b"));
+        let v: serde_json::Value = serde_json::from_slice(&anthropic::message_body(&f)).unwrap();
+        assert_eq!(v["content"][0]["type"], "tool_use");
+        f.stream = true;
+        let t = String::from_utf8(anthropic::stream_transcript(&f)).unwrap();
+        assert!(
+            !t.contains("text_delta")
+                && t.contains(r#""index":0,"content_block":{"type":"tool_use""#)
+        );
+        assert!(t.contains(r#"{"type":"content_block_stop","index":0}"#));
+        let c = MockRequest::parse(br#"{"model":"m","stream":true,"reasoning_effort":"high"}"#)
+            .unwrap();
+        let t = String::from_utf8(chat::stream_transcript(&c)).unwrap();
+        assert!(t.contains(r#""delta":{"reasoning_content":"Thinking"}"#));
     }
 
     #[test]

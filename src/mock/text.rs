@@ -1,11 +1,23 @@
-//! Deterministic output text: N "tokens" of about 4 bytes of English each.
+//! Deterministic output text: N "tokens" of about 4 bytes of English each, and the reasoning
+//! an answer carries when the request asks for reasoning.
 //!
-//! Owns: the word list. Must not: depend on time or randomness (tests assert exact content).
+//! Owns: the word lists. Must not: depend on time or randomness (tests assert exact content).
 
 const WORDS: &[&str] = &[
     " the", " gate", " ring", " fast", " core", " byte", " path", " tail", " load", " mock",
     " lane", " wire", " time", " zero", " copy", " flow",
 ];
+
+/// The reasoning of an answer to a request that asks for it (Chat `reasoning_effort`,
+/// Anthropic `thinking`), as streamed pieces.
+pub const REASONING: &[&str] = &["Thinking", " it", " over."];
+/// The signature of the mock's Anthropic thinking block.
+pub const SIGNATURE: &str = "mock-signature";
+
+/// The whole reasoning text.
+pub fn reasoning() -> String {
+    REASONING.concat()
+}
 
 /// The `i`-th token.
 pub fn token(i: u32) -> &'static str {
