@@ -23,6 +23,7 @@ use crate::error::{Error, Kind};
 use crate::extract::{RoutingFields, UsageOption};
 use crate::provider::{Op, ProviderKind};
 use crate::route::Provider;
+use crate::translate::extensions::ChatUpstream;
 use crate::translate::{self, Dialect};
 
 /// How the upstream's answer reaches the client.
@@ -151,6 +152,15 @@ pub fn plan<'b>(
                 if let Some(o) = chat.as_object_mut() {
                     o.insert("stream".into(), fields.stream.into());
                 }
+            }
+            if up == Dialect::Chat {
+                // What this Chat upstream takes of the hub's conventions (reasoning, cache
+                // markers, top_k): OpenAI's own API only its documented fields.
+                let to = match kind {
+                    ProviderKind::OpenAi | ProviderKind::Azure => ChatUpstream::OpenAi,
+                    _ => ChatUpstream::Compatible,
+                };
+                translate::extensions::fit_chat_upstream(&mut chat, to);
             }
             let include_usage = chat
                 .get("stream_options")

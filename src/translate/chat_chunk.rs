@@ -49,6 +49,12 @@ pub(crate) struct Delta<'a> {
     pub content: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "opt_cow")]
     pub refusal: Option<Cow<'a, str>>,
+    /// Reasoning text (vLLM, DeepSeek).
+    #[serde(borrow, default, deserialize_with = "opt_cow")]
+    pub reasoning_content: Option<Cow<'a, str>>,
+    /// Reasoning text under vLLM's newer name.
+    #[serde(borrow, default, deserialize_with = "opt_cow")]
+    pub reasoning: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub tool_calls: Option<Vec<ToolCall<'a>>>,
 }

@@ -24,13 +24,19 @@
 //! | direction | field | handling |
 //! |---|---|---|
 //! | Gemini → Chat | non-function tools (`googleSearch`, `codeExecution`, …) | rejected |
-//! | Gemini → Chat | `safetySettings`, `cachedContent`, `topK`, `candidateCount`, `thinkingConfig`, `responseModalities`, `thought` parts, non-image `inlineData` | dropped |
-//! | Chat → Gemini | `n`, `logit_bias`, `logprobs`, `user`, `parallel_tool_calls`, `stream_options`, `reasoning_effort`, `audio`, `modalities` | dropped |
+//! | Gemini → Chat | `safetySettings`, `cachedContent`, `candidateCount`, `thinkingConfig.includeThoughts`, `responseModalities`, non-image `inlineData` | dropped |
+//! | Chat → Gemini | `logit_bias`, `logprobs`, `user`, `metadata`, `service_tier`, `parallel_tool_calls`, `stream_options`, `audio`, `modalities`, `cache_control` markers | dropped |
+//! | Chat → Gemini | `n` > 1 | rejected (`translate::chat_to_request`) |
+//!
+//! Reasoning (see `thinking`): `thinkingConfig.thinkingBudget` ⇄ `reasoning_effort` (the
+//! effort table; 0 ⇄ `none`; -1 or a `thinkingLevel` → `low`/`medium`/`high`), with
+//! `includeThoughts` on; `thought` parts ⇄ `reasoning_content`. `topK` ⇄ `top_k`.
 //! | Chat → Gemini | JSON-schema keys `$schema`, `additionalProperties` in tool parameters | stripped (rejected by Gemini's OpenAPI subset) |
 //! | responses | Chat `logprobs`, `system_fingerprint`; Gemini `safetyRatings`, `citationMetadata` | dropped |
 
 use super::error::TranslateError;
 use super::schema::{schema_to_gemini, schema_to_json};
+use super::thinking::{budget_to_effort, effort_to_budget, reasoning_text};
 use super::util::{self, arr, get_any, s, Obj};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -178,6 +184,7 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
             (&["maxOutputTokens", "max_output_tokens"][..], "max_tokens"),
             (&["temperature"][..], "temperature"),
             (&["topP", "top_p"][..], "top_p"),
+            (&["topK", "top_k"][..], "top_k"),
             (&["stopSequences", "stop_sequences"][..], "stop"),
             (&["seed"][..], "seed"),
             (
@@ -193,6 +200,25 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
             if let Some(v) = get_any(gc, keys) {
                 out.insert(to.into(), v.clone());
             }
+        }
+        // thinkingConfig: a budget → the table's effort (see `thinking`); 0 = off.
+        let tc = get_any(gc, &["thinkingConfig", "thinking_config"]);
+        let budget = tc.and_then(|t| get_any(t, &["thinkingBudget", "thinking_budget"]));
+        let level = tc
+            .and_then(|t| get_any(t, &["thinkingLevel", "thinking_level"]))
+            .and_then(Value::as_str);
+        let effort = match (budget.and_then(Value::as_i64), level) {
+            (Some(0), _) => None,
+            (Some(b), _) if b > 0 => Some(budget_to_effort(b as u64)),
+            (_, Some(l)) if l.eq_ignore_ascii_case("high") => Some("high"),
+            (_, Some(l)) if l.eq_ignore_ascii_case("low") || l.eq_ignore_ascii_case("minimal") => {
+                Some("low")
+            }
+            (_, Some(_)) | (Some(_), None) => Some("medium"), // -1: dynamic
+            (None, None) => None,
+        };
+        if let Some(e) = effort {
+            out.insert("reasoning_effort".into(), e.into());
         }
         let schema = get_any(
             gc,
@@ -402,6 +428,15 @@ pub fn chat_to_request(chat: &Value) -> Result<Value, TranslateError> {
         _ => {}
     }
     util::copy(chat, "seed", &mut gc, "seed");
+    util::copy(chat, "top_k", &mut gc, "topK");
+    if let Some(e) = s(chat, "reasoning_effort") {
+        let budget = effort_to_budget(e).unwrap_or(0);
+        let mut tc = json!({"thinkingBudget": budget});
+        if budget > 0 {
+            tc["includeThoughts"] = true.into();
+        }
+        gc.insert("thinkingConfig".into(), tc);
+    }
     util::copy(chat, "presence_penalty", &mut gc, "presencePenalty");
     util::copy(chat, "frequency_penalty", &mut gc, "frequencyPenalty");
     if let Some(rf) = chat.get("response_format") {
@@ -507,6 +542,17 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         Value::from(text)
     };
     message.insert("content".into(), content);
+    let thoughts: String = cand
+        .get("content")
+        .map(|c| arr(c, "parts"))
+        .unwrap_or(&[])
+        .iter()
+        .filter(|p| p.get("thought").and_then(Value::as_bool) == Some(true))
+        .filter_map(|p| s(p, "text"))
+        .collect();
+    if !thoughts.is_empty() {
+        message.insert("reasoning_content".into(), thoughts.into());
+    }
     if !calls.is_empty() {
         let tc: Vec<Value> = calls
             .into_iter()
@@ -531,6 +577,9 @@ pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, Trans
     let choice = util::first_choice(chat).unwrap_or(&Value::Null);
     let msg = choice.get("message").unwrap_or(&Value::Null);
     let mut parts = Vec::new();
+    if let Some(r) = reasoning_text(msg) {
+        parts.push(json!({"text": r, "thought": true}));
+    }
     let text = util::content_text(msg.get("content"));
     if !text.is_empty() {
         parts.push(json!({"text": text}));

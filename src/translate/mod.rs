@@ -22,8 +22,10 @@
 //! byte for byte).
 
 pub mod anthropic;
+mod cache;
 mod chat_chunk;
 pub mod error;
+pub mod extensions;
 pub mod gemini;
 pub mod responses;
 mod schema;
@@ -31,6 +33,8 @@ pub mod sse;
 pub mod stream;
 mod stream_out;
 mod stream_responses;
+pub mod structured;
+pub mod thinking;
 mod util;
 
 pub use error::{
@@ -137,11 +141,25 @@ pub fn request_to_chat(from: Dialect, body: &[u8]) -> Result<Value, TranslateErr
 /// Outbound: hub Chat request → provider body in dialect `to`, with the model
 /// set to `upstream_model` (except Gemini, whose model lives in the URL).
 /// For a streaming Chat upstream this sets `stream_options.include_usage`.
+/// `n > 1` is refused for every other dialect (each answers one choice; dropping `n` would
+/// answer differently); Chat's `allowed_tools` reaches Anthropic and Gemini as a narrowed
+/// tool list (`structured::narrow_allowed_tools`).
 pub fn chat_to_request(
     to: Dialect,
     chat: &Value,
     upstream_model: &str,
 ) -> Result<Vec<u8>, TranslateError> {
+    if to != Dialect::Chat && chat.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+        return Err(TranslateError::new(format!(
+            "`n` > 1 cannot be translated to a {} provider: it answers one choice per request",
+            to.name()
+        )));
+    }
+    let narrowed = match to {
+        Dialect::Messages | Dialect::Gemini => structured::narrow_allowed_tools(chat),
+        _ => None,
+    };
+    let chat = narrowed.as_ref().unwrap_or(chat);
     let v = match to {
         Dialect::Chat => chat_to_chat_request(chat, upstream_model)?,
         Dialect::Responses => responses::chat_to_request(chat, upstream_model)?,

@@ -11,7 +11,12 @@
 //! * `input_image.image_url` ⇄ Chat `image_url.url` (data: or https URL).
 //! * `max_output_tokens` ⇄ `max_tokens` (or `max_completion_tokens`).
 //! * `text.format` ⇄ `response_format`; `reasoning.effort` ⇄
-//!   `reasoning_effort`.
+//!   `reasoning_effort`; `service_tier`, `metadata` ⇄ the same Chat fields;
+//!   `tool_choice` `allowed_tools` ⇄ Chat's `allowed_tools`.
+//! * Reasoning (see `thinking`): input `reasoning` items (their reasoning
+//!   text, else their summary) → `reasoning_content` of the next assistant
+//!   turn; output `reasoning` items ⇄ `reasoning_content` (a `reasoning` item
+//!   with `reasoning_text` content, before the message).
 //! * Response `status: incomplete` + `incomplete_details.reason:
 //!   max_output_tokens` ⇄ `finish_reason: length`; any `function_call`
 //!   output ⇄ `tool_calls`.
@@ -22,12 +27,14 @@
 //! |---|---|---|
 //! | Responses → Chat | `previous_response_id`, `conversation`, `item_reference` items | rejected: stateful, cannot be translated |
 //! | Responses → Chat | non-function tools (`web_search`, `file_search`, …) | rejected |
-//! | Responses → Chat | `store`, `include`, `truncation`, `background`, `metadata`, `prompt`, `reasoning.summary`, `max_tool_calls`, `input_file` parts, `reasoning` items | dropped |
-//! | Chat → Responses | `n`, `stop`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `logprobs`, `seed`, `stream_options`, `audio`, `modalities`, `prediction` | dropped |
-//! | responses | Chat `logprobs`, `system_fingerprint`; Responses `reasoning` items, annotations | dropped |
+//! | Responses → Chat | `store`, `include`, `truncation`, `background`, `prompt`, `prompt_cache_key`, `safety_identifier`, `reasoning.summary`, `max_tool_calls`, `input_file` parts, reasoning `encrypted_content` | dropped |
+//! | Chat → Responses | `n` > 1 | rejected (`translate::chat_to_request`) |
+//! | Chat → Responses | `stop`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `logprobs`, `seed`, `stream_options`, `audio`, `modalities`, `prediction`, assistant `reasoning_content` (a reasoning item needs the upstream's own id) | dropped |
+//! | responses | Chat `logprobs`, `system_fingerprint`; Responses annotations, `reasoning_tokens` | dropped |
 
 use super::error::TranslateError;
 use super::util::{self, arr, s, Obj};
+use super::{cache, thinking};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- requests
@@ -35,7 +42,9 @@ use serde_json::{json, Value};
 fn part_to_chat(p: &Value) -> Option<Value> {
     match s(p, "type") {
         Some("input_text") | Some("output_text") | Some("text") => {
-            Some(json!({"type": "text", "text": s(p, "text").unwrap_or_default()}))
+            let mut part = json!({"type": "text", "text": s(p, "text").unwrap_or_default()});
+            cache::copy_onto(p, &mut part);
+            Some(part)
         }
         Some("refusal") => {
             Some(json!({"type": "text", "text": s(p, "refusal").unwrap_or_default()}))
@@ -69,7 +78,8 @@ fn message_to_chat(item: &Value) -> Result<Value, TranslateError> {
         Some(Value::Array(parts)) => {
             let parts: Vec<Value> = parts.iter().filter_map(part_to_chat).collect();
             let all_text = parts.iter().all(|p| s(p, "type") == Some("text"));
-            if role != "user" || (all_text && parts.len() == 1) || parts.is_empty() {
+            let marked = parts.iter().any(cache::has);
+            if !marked && (role != "user" || (all_text && parts.len() == 1) || parts.is_empty()) {
                 Value::from(util::content_text(Some(&Value::Array(parts))))
             } else {
                 Value::Array(parts)
@@ -116,6 +126,8 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     if let Some(i) = s(&req, "instructions").filter(|i| !i.is_empty()) {
         messages.push(json!({"role": "system", "content": i}));
     }
+    // Reasoning items (their summary and reasoning text) go on the next assistant turn.
+    let mut reasoning = String::new();
     match req.get("input") {
         Some(Value::String(t)) => messages.push(json!({"role": "user", "content": t})),
         Some(Value::Array(items)) => {
@@ -144,11 +156,20 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
                             "content": output,
                         }));
                     }
-                    Some("reasoning") => {}
+                    Some("reasoning") => reasoning.push_str(&reasoning_item_text(item)),
                     Some(other) => {
                         return Err(TranslateError::new(format!(
                             "input item type `{other}` cannot be translated"
                         )))
+                    }
+                }
+                if reasoning.is_empty() || s(item, "type") == Some("reasoning") {
+                    continue;
+                }
+                if let Some(m) = messages.last_mut().and_then(Value::as_object_mut) {
+                    if m.get("role").and_then(Value::as_str) == Some("assistant") {
+                        let text = std::mem::take(&mut reasoning);
+                        m.entry("reasoning_content").or_insert(Value::from(text));
                     }
                 }
             }
@@ -163,6 +184,8 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         "parallel_tool_calls",
         "user",
         "stream",
+        "service_tier",
+        "metadata",
     ] {
         util::copy(&req, k, &mut out, k);
     }
@@ -218,9 +241,37 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
                 json!({"type": "function", "function": {"name": name}}),
             );
         }
+        Some(c @ Value::Object(_)) if s(c, "type") == Some("allowed_tools") => {
+            let tools: Vec<Value> = arr(c, "tools")
+                .iter()
+                .filter_map(|t| s(t, "name"))
+                .map(|n| json!({"type": "function", "function": {"name": n}}))
+                .collect();
+            out.insert(
+                "tool_choice".into(),
+                json!({"type": "allowed_tools", "allowed_tools": {
+                    "mode": s(c, "mode").unwrap_or("auto"), "tools": tools}}),
+            );
+        }
         _ => {}
     }
     Ok(Value::Object(out))
+}
+
+/// The text of a Responses `reasoning` item: its reasoning text, else its summary.
+fn reasoning_item_text(item: &Value) -> String {
+    let text: String = arr(item, "content")
+        .iter()
+        .filter_map(|c| s(c, "text"))
+        .collect();
+    if !text.is_empty() {
+        return text;
+    }
+    let summary: Vec<&str> = arr(item, "summary")
+        .iter()
+        .filter_map(|c| s(c, "text"))
+        .collect();
+    summary.join("\n\n")
 }
 
 fn chat_content_to_input(content: Option<&Value>, assistant: bool) -> Value {
@@ -326,6 +377,8 @@ pub fn chat_to_request(chat: &Value, model: &str) -> Result<Value, TranslateErro
         "parallel_tool_calls",
         "user",
         "stream",
+        "service_tier",
+        "metadata",
     ] {
         util::copy(chat, k, &mut out, k);
     }
@@ -367,6 +420,19 @@ pub fn chat_to_request(chat: &Value, model: &str) -> Result<Value, TranslateErro
     match chat.get("tool_choice") {
         Some(Value::String(c)) => {
             out.insert("tool_choice".into(), c.as_str().into());
+        }
+        Some(c @ Value::Object(_)) if s(c, "type") == Some("allowed_tools") => {
+            let at = c.get("allowed_tools").unwrap_or(c);
+            let tools: Vec<Value> = arr(at, "tools")
+                .iter()
+                .filter_map(|t| t.get("function").and_then(|f| s(f, "name")))
+                .map(|n| json!({"type": "function", "name": n}))
+                .collect();
+            out.insert(
+                "tool_choice".into(),
+                json!({"type": "allowed_tools", "mode": s(at, "mode").unwrap_or("auto"),
+                    "tools": tools}),
+            );
         }
         Some(c @ Value::Object(_)) => {
             if let Some(n) = c.get("function").and_then(|f| s(f, "name")) {
@@ -426,8 +492,10 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     let mut text = String::new();
     let mut refusal = String::new();
     let mut calls = Vec::new();
+    let mut reasoning = String::new();
     for item in arr(&resp, "output") {
         match s(item, "type") {
+            Some("reasoning") => reasoning.push_str(&reasoning_item_text(item)),
             Some("message") => {
                 for p in arr(item, "content") {
                     match s(p, "type") {
@@ -464,6 +532,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     if !calls.is_empty() {
         message.insert("tool_calls".into(), Value::Array(calls));
     }
+    thinking::set_on_message(&mut message, reasoning, Vec::new());
     let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
     Ok(json!({
         "id": s(&resp, "id").unwrap_or("resp"),
@@ -491,6 +560,15 @@ pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, Trans
     let choice = util::first_choice(chat).unwrap_or(&Value::Null);
     let msg = choice.get("message").unwrap_or(&Value::Null);
     let mut output = Vec::new();
+    if let Some(r) = thinking::reasoning_text(msg) {
+        output.push(json!({
+            "type": "reasoning",
+            "id": format!("rs_{}", id.trim_start_matches("resp_")),
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": r}],
+            "status": "completed",
+        }));
+    }
     let text = util::content_text(msg.get("content"));
     let mut parts = Vec::new();
     if !text.is_empty() {

@@ -14,10 +14,18 @@
 //! stream instead, and nothing claiming a normal end follows it (Responses
 //! clients get `response.failed`, never `response.completed`).
 //!
-//! Deliberately dropped in streams: reasoning / thinking deltas (Chat
-//! `reasoning_content`, Anthropic `thinking_delta` / `signature_delta`,
-//! Responses reasoning events, Gemini `thought` parts), logprobs, citations
-//! and annotations, server-tool blocks, choices other than index 0.
+//! Reasoning travels as its own hub event (see `thinking`): Chat
+//! `reasoning_content` / `reasoning` deltas, Anthropic `thinking_delta` (+
+//! `signature_delta`, `redacted_thinking` blocks), Responses
+//! `response.reasoning_text.delta` / `response.reasoning_summary_text.delta`,
+//! Gemini `thought` parts; each client gets it in its own form (Chat
+//! `reasoning_content`, Anthropic `thinking` blocks, a Responses `reasoning`
+//! item, Gemini `thought` parts). Signatures and redacted blocks reach
+//! Anthropic clients only. The structured-output tool's input (see
+//! `structured`) streams as text.
+//!
+//! Deliberately dropped in streams: logprobs, citations and annotations,
+//! server-tool blocks, choices other than index 0.
 //!
 //! Same dialect in and out is passthrough: events are re-framed unchanged
 //! (only a missing Chat `[DONE]` is added by `finish`).
@@ -29,7 +37,7 @@ use super::error::{
 };
 use super::stream_out::{ClientOut, Hub};
 use super::util::{self, arr, s};
-use super::{anthropic, chat_chunk, gemini, responses, Dialect, SseEvent, Usage};
+use super::{anthropic, chat_chunk, gemini, responses, structured, Dialect, SseEvent, Usage};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -42,6 +50,8 @@ struct Decoder {
     block_tools: HashMap<u64, usize>,
     item_tools: HashMap<String, usize>,
     args_seen: HashSet<usize>,
+    /// Anthropic blocks of the structured-output tool (their input is answer text).
+    json_blocks: HashSet<u64>,
 }
 
 /// An upstream's in-stream error event (any dialect) as a hub error.
@@ -108,6 +118,15 @@ impl Decoder {
                 continue;
             }
             if let Some(delta) = &choice.delta {
+                if let Some(r) = delta
+                    .reasoning_content
+                    .as_ref()
+                    .or(delta.reasoning.as_ref())
+                {
+                    if !r.is_empty() {
+                        hub.push(Hub::Reasoning(r.to_string()));
+                    }
+                }
                 for t in [&delta.content, &delta.refusal].into_iter().flatten() {
                     if !t.is_empty() {
                         hub.push(Hub::Text(t.to_string()));
@@ -177,6 +196,24 @@ impl Decoder {
                             hub.push(Hub::Text(t.to_string()));
                         }
                     }
+                    Some("thinking") => {
+                        if let Some(t) = s(cb, "thinking").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Reasoning(t.to_string()));
+                        }
+                    }
+                    Some("redacted_thinking") => {
+                        hub.push(Hub::Redacted(s(cb, "data").unwrap_or_default().to_string()));
+                    }
+                    Some("tool_use") if s(cb, "name") == Some(structured::JSON_TOOL) => {
+                        // The structured-output answer: its input is the answer's text.
+                        self.json_blocks.insert(block);
+                        if let Some(input) = cb
+                            .get("input")
+                            .filter(|x| x.as_object().is_some_and(|o| !o.is_empty()))
+                        {
+                            hub.push(Hub::Text(util::compact(input)));
+                        }
+                    }
                     Some("tool_use") => {
                         let i = self.tool(
                             hub,
@@ -203,17 +240,34 @@ impl Decoder {
                             hub.push(Hub::Text(t.to_string()));
                         }
                     }
+                    Some("input_json_delta") if self.json_blocks.contains(&block) => {
+                        if let Some(t) = s(d, "partial_json").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Text(t.to_string()));
+                        }
+                    }
                     Some("input_json_delta") => {
                         if let Some(&i) = self.block_tools.get(&block) {
                             self.args(hub, i, s(d, "partial_json").unwrap_or_default());
                         }
+                    }
+                    Some("thinking_delta") => {
+                        if let Some(t) = s(d, "thinking").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Reasoning(t.to_string()));
+                        }
+                    }
+                    Some("signature_delta") => {
+                        hub.push(Hub::Signature(s(d, "signature").unwrap_or_default().into()));
                     }
                     _ => {}
                 }
             }
             "message_delta" => {
                 if let Some(r) = v.get("delta").and_then(|d| s(d, "stop_reason")) {
-                    hub.push(Hub::Finish(anthropic::stop_to_finish(r).to_string()));
+                    let mut f = anthropic::stop_to_finish(r);
+                    if f == "tool_calls" && self.next_tool == 0 {
+                        f = "stop"; // the structured-output tool was the answer
+                    }
+                    hub.push(Hub::Finish(f.to_string()));
                 }
                 if let Some(u) = v.get("usage") {
                     hub.push(Hub::Usage(anthropic::usage_to_hub(u)));
@@ -276,6 +330,12 @@ impl Decoder {
                     hub.push(Hub::Text(t.to_string()));
                 }
             }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                self.start(hub, None, None);
+                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Reasoning(t.to_string()));
+                }
+            }
             "response.completed" | "response.incomplete" => {
                 let r = v.get("response").unwrap_or(&Value::Null);
                 self.start(hub, s(r, "id"), util::u(r, "created_at"));
@@ -321,6 +381,14 @@ impl Decoder {
             }
         }
         self.start(hub, s(&v, "responseId"), None);
+        let cand = arr(&v, "candidates").first().unwrap_or(&Value::Null);
+        for p in cand.get("content").map(|c| arr(c, "parts")).unwrap_or(&[]) {
+            if p.get("thought").and_then(Value::as_bool) == Some(true) {
+                if let Some(t) = s(p, "text").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Reasoning(t.to_string()));
+                }
+            }
+        }
         let (text, calls) = gemini::candidate_parts(&v, self.next_tool);
         if !text.is_empty() {
             hub.push(Hub::Text(text));

@@ -35,6 +35,13 @@ pub(crate) enum Hub {
     },
     /// Assistant text.
     Text(String),
+    /// Reasoning text (Chat `reasoning_content`, Anthropic `thinking_delta`, Responses
+    /// reasoning text / summary deltas, Gemini `thought` parts).
+    Reasoning(String),
+    /// The signature of the reasoning so far (Anthropic `signature_delta`).
+    Signature(String),
+    /// A redacted reasoning block's data (Anthropic `redacted_thinking`).
+    Redacted(String),
     /// A tool call begins (Chat `tool_calls[index]` with id and name).
     ToolStart {
         index: usize,
@@ -99,6 +106,13 @@ impl ChatOut {
                 self.start(out);
                 put(out, None, &self.chunk(json!({"content": t}), Value::Null));
             }
+            Hub::Reasoning(t) => {
+                self.start(out);
+                let d = json!({"reasoning_content": t});
+                put(out, None, &self.chunk(d, Value::Null));
+            }
+            // Chat deltas have no place for signatures or redacted reasoning.
+            Hub::Signature(_) | Hub::Redacted(_) => {}
             Hub::ToolStart { index, id, name } => {
                 self.start(out);
                 let d = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
@@ -136,6 +150,7 @@ impl ChatOut {
 enum Open {
     Text(u64),
     Tool(u64),
+    Thinking(u64),
 }
 
 pub(crate) struct MessagesOut {
@@ -166,7 +181,7 @@ impl MessagesOut {
     }
 
     fn close(&mut self, out: &mut Vec<u8>) {
-        if let Some(Open::Text(i) | Open::Tool(i)) = self.open.take() {
+        if let Some(Open::Text(i) | Open::Tool(i) | Open::Thinking(i)) = self.open.take() {
             put(
                 out,
                 Some("content_block_stop"),
@@ -226,6 +241,31 @@ impl MessagesOut {
                     }
                 };
                 Self::delta(out, i, "text_delta", "text", &t);
+            }
+            Hub::Reasoning(t) => {
+                self.start(out);
+                let i = match self.open {
+                    Some(Open::Thinking(i)) => i,
+                    _ => {
+                        let b = json!({"type": "thinking", "thinking": "", "signature": ""});
+                        let i = self.open_block(b, out);
+                        self.open = Some(Open::Thinking(i));
+                        i
+                    }
+                };
+                Self::delta(out, i, "thinking_delta", "thinking", &t);
+            }
+            Hub::Signature(sig) => {
+                if let Some(Open::Thinking(i)) = self.open {
+                    Self::delta(out, i, "signature_delta", "signature", &sig);
+                }
+            }
+            Hub::Redacted(data) => {
+                self.start(out);
+                self.open_block(json!({"type": "redacted_thinking", "data": data}), out);
+                let i = self.next_block - 1;
+                self.open = Some(Open::Thinking(i));
+                self.close(out);
             }
             Hub::ToolStart { index, id, name } => {
                 self.start(out);
@@ -305,6 +345,11 @@ impl GeminiOut {
                 }
             }
             Hub::Text(t) => put(out, None, &self.chunk(vec![json!({"text": t})], None)),
+            Hub::Reasoning(t) => {
+                let part = json!({"text": t, "thought": true});
+                put(out, None, &self.chunk(vec![part], None));
+            }
+            Hub::Signature(_) | Hub::Redacted(_) => {}
             Hub::ToolStart { index, name, .. } => {
                 self.tools.insert(index, (name, String::new()));
             }

@@ -1,6 +1,7 @@
 //! Responses client stream encoder: hub events → OpenAI Responses semantic
 //! SSE events (`response.created`, `response.in_progress`,
-//! `response.output_item.added`, `response.content_part.added`,
+//! `response.output_item.added`, `response.reasoning_text.delta/.done` (reasoning
+//! items), `response.content_part.added`,
 //! `response.output_text.delta/.done`, `response.content_part.done`,
 //! `response.function_call_arguments.delta/.done`,
 //! `response.output_item.done`, then `response.completed` or
@@ -20,6 +21,11 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 
 enum Item {
+    Reasoning {
+        id: String,
+        text: String,
+        done: bool,
+    },
     Message {
         id: String,
         text: String,
@@ -37,6 +43,15 @@ enum Item {
 impl Item {
     fn json(&self, status: &str) -> Value {
         match self {
+            Item::Reasoning { id, text, .. } => {
+                let content = if status != "in_progress" {
+                    json!([{"type": "reasoning_text", "text": text}])
+                } else {
+                    json!([])
+                };
+                json!({"id": id, "type": "reasoning", "status": status, "summary": [],
+                    "content": content})
+            }
             Item::Message { id, text, .. } => {
                 let content = if status != "in_progress" {
                     json!([{"type": "output_text", "text": text, "annotations": []}])
@@ -144,6 +159,13 @@ impl ResponsesOut {
             return;
         };
         let events: Vec<(&str, Value)> = match item {
+            Item::Reasoning { id, text, done } => {
+                *done = true;
+                vec![(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": pos, "content_index": 0, "text": text}),
+                )]
+            }
             Item::Message { id, text, done } => {
                 *done = true;
                 let part = json!({"type": "output_text", "text": text, "annotations": []});
@@ -230,6 +252,47 @@ impl ResponsesOut {
                     "content_index": 0, "delta": t, "logprobs": []}),
                 );
             }
+            Hub::Reasoning(t) => {
+                self.start(out);
+                let open = self
+                    .open
+                    .filter(|p| matches!(self.items.get(*p), Some(Item::Reasoning { .. })));
+                let pos = match open {
+                    Some(p) => p,
+                    None => {
+                        self.close(out);
+                        let pos = self.items.len();
+                        let id = format!("rs_{}_{pos}", self.id.trim_start_matches("resp_"));
+                        let item = Item::Reasoning {
+                            id,
+                            text: String::new(),
+                            done: false,
+                        };
+                        let added = item.json("in_progress");
+                        self.items.push(item);
+                        self.open = Some(pos);
+                        self.emit(
+                            out,
+                            "response.output_item.added",
+                            json!({"output_index": pos, "item": added}),
+                        );
+                        pos
+                    }
+                };
+                let mut item_id = String::new();
+                if let Some(Item::Reasoning { id, text, .. }) = self.items.get_mut(pos) {
+                    text.push_str(&t);
+                    item_id.clone_from(id);
+                }
+                self.emit(
+                    out,
+                    "response.reasoning_text.delta",
+                    json!({"item_id": item_id, "output_index": pos, "content_index": 0,
+                        "delta": t}),
+                );
+            }
+            // Responses reasoning items carry no Anthropic signatures.
+            Hub::Signature(_) | Hub::Redacted(_) => {}
             Hub::ToolStart { index, id, name } => {
                 self.start(out);
                 self.close(out);
