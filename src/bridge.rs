@@ -167,12 +167,14 @@ async fn stream(
     rb: &mut relay::StreamBuf,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
+    let mut extra = b"cache-control: no-cache\r\n".to_vec();
+    extra.extend_from_slice(&ex.head.forward);
     let mut out = conn.head(
         200,
         b"text/event-stream",
         Framing::Chunked,
         keep_alive,
-        b"cache-control: no-cache\r\n",
+        &extra,
     );
     match conn.write_raw(out, wt).await {
         Some(back) => out = back,
@@ -278,7 +280,7 @@ async fn stream(
 }
 
 /// Keep only `retry-after` from the upstream's forwarded headers, for error answers rebuilt in
-/// the client's dialect (translated, or replaced on the passthrough path).
+/// the client's dialect on the passthrough path.
 pub(crate) fn retry_after(forward: &[u8]) -> Vec<u8> {
     forward
         .split(|&b| b == b'\n')

@@ -25,6 +25,7 @@ use crate::provider::Op;
 use crate::shard::Shard;
 use crate::trace::{Endpoint, Trace};
 use crate::translate::Dialect;
+use crate::upstream::headers::ClientHeaders;
 use crate::{bridge, extract, forward, gemini_call, respond};
 
 /// What a request head asks for, decided before any body byte is read.
@@ -272,6 +273,11 @@ async fn serve(
     // stream choice (its body names neither), a model endpoint's answer shape and id.
     let gemini = matches!(target, Ok(Target::Api(Dialect::Gemini, _)))
         .then(|| gemini_call::call(path, head.query(&conn.buf)));
+    // the client headers the header policy may forward (`upstream::headers`)
+    let client_headers = match target {
+        Ok(Target::Api(..)) => ClientHeaders::capture(&head, &conn.buf, conn.request_id),
+        _ => Ok(ClientHeaders::default()),
+    };
     let ask = match target {
         Ok(Target::Models) => Some(Ask::of(&head, &conn.buf, None)),
         Ok(Target::Model) => Some(Ask::of(&head, &conn.buf, model_id_in(path))),
@@ -329,6 +335,7 @@ async fn serve(
     };
     req.shape = bridge::shape(dialect);
     let gemini = gemini.transpose()?;
+    let client_headers = client_headers?;
 
     // admit: decided on the head, before any body byte is read or allocated. The permit
     // holds `declared body + response reserve` of the shard's budget until this request ends.
@@ -392,7 +399,16 @@ async fn serve(
     let mut tried = Tried::default();
     let open_start = Instant::now();
     let opened = forward::open::open(
-        conn, shard, route, op, dialect, &body, &fields, &mut tried, &permit,
+        conn,
+        shard,
+        route,
+        op,
+        dialect,
+        &body,
+        &fields,
+        &client_headers,
+        &mut tried,
+        &permit,
     )
     .await;
     req.trace.upstream = open_start.elapsed();

@@ -36,6 +36,10 @@ pub async fn respond(
         Mode::Passthrough { .. } => client,
         Mode::Translate { up, .. } => up,
     };
+    if answer_dialect != client {
+        // the provider's response header lines, in the client dialect's names (header policy)
+        crate::upstream::headers::to_client(&mut opened.ex.head.forward, answer_dialect, client);
+    }
     if let Some(g) = grant.as_deref_mut() {
         g.on_answer(&mut opened.ex.head, by, answer_dialect);
     }

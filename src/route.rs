@@ -299,7 +299,10 @@ fn api_key(env: &str) -> Option<String> {
 pub fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
     let mut h = Vec::new();
     if kind == ProviderKind::Anthropic {
-        h.extend_from_slice(b"anthropic-version: 2023-06-01\r\n");
+        // first line: a client's own `anthropic-version` replaces it (`upstream::headers`)
+        h.extend_from_slice(b"anthropic-version: ");
+        h.extend_from_slice(crate::upstream::headers::DEFAULT_ANTHROPIC_VERSION.as_bytes());
+        h.extend_from_slice(b"\r\n");
     }
     let Some(key) = key else { return h };
     let (name, prefix) = match kind {

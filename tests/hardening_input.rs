@@ -3,8 +3,8 @@
 //!
 //! The client-controlled bytes that can reach an upstream request head are the `model` (Azure
 //! deployment and Gemini model path segments, and an exact/prefix route's name) and the `stream`
-//! flag (Gemini's method and query); the body is re-framed by the gateway and no client header is
-//! forwarded. A raw-socket fake upstream on 127.0.0.1 port 0 records every byte each connection
+//! flag (Gemini's method and query); the body is re-framed by the gateway and these requests
+//! carry no client header the header policy forwards (`tests/header_policy.rs` covers those). A raw-socket fake upstream on 127.0.0.1 port 0 records every byte each connection
 //! carried, so the tests can assert that exactly one request line arrived per client request.
 //! Every test runs under both I/O drivers.
 

@@ -31,6 +31,7 @@ use crate::report::{report, report_status, shutting_down};
 use crate::route::Route;
 use crate::shard::Shard;
 use crate::translate::Dialect;
+use crate::upstream::headers::ClientHeaders;
 use crate::upstream::pipe::{pipe, PipeWriter};
 use crate::upstream::{Exchange, UpstreamRequest};
 
@@ -104,6 +105,7 @@ pub async fn open<'s>(
     client: Dialect,
     body: &[u8],
     fields: &'s RoutingFields,
+    client_headers: &ClientHeaders,
     tried: &mut Tried<'s>,
     permit: &Permit,
 ) -> Result<Opened<'s>, NoHead> {
@@ -148,7 +150,8 @@ pub async fn open<'s>(
         tried.served = Some((cand.route.index as u32, cand.deployment_index as u32));
         tried.attempts = attempts.attempts();
         let timeout = attempts.attempt_timeout(Instant::now());
-        let sent = attempt(conn, shard, &cand, &planned, fields, client, op, timeout).await;
+        let call = (client, op, client_headers);
+        let sent = attempt(conn, shard, &cand, &planned, fields, call, timeout).await;
         drop(planned.body);
         permit.shrink(charged);
         let now = Instant::now();
@@ -275,8 +278,7 @@ async fn attempt<'s>(
     cand: &Candidate<'_>,
     planned: &plan::Plan<'_>,
     fields: &RoutingFields,
-    client: Dialect,
-    op: Op,
+    (client, op, client_headers): (Dialect, Op, &ClientHeaders),
     first_byte_timeout: Duration,
 ) -> Result<Exchange<'s>, NoHead> {
     let provider = &cand.deployment.provider;
@@ -307,10 +309,12 @@ async fn attempt<'s>(
             format!("provider {} has no base_url", provider.name),
         )
     })?;
+    // the provider's own lines, plus what the header policy forwards from the client
+    let headers = client_headers.upstream_lines(provider.kind, cand.auth_headers());
     let req = UpstreamRequest {
         endpoint,
         path,
-        headers: cand.auth_headers(),
+        headers: &headers,
         body: &planned.body,
         first_byte_timeout: Some(first_byte_timeout),
     };

@@ -3,9 +3,10 @@
 //! and concurrency: 429), and after routing (the model allow-list: 403; the token rate: 429).
 //!
 //! - **Keys** (`keyring`): `[[key]]` entries, held as SHA-256 digests; a request presents one the
-//!   way its SDK sends it (`credential`; Gemini paths also take `?key=`). Keys never reach logs, metrics or errors (the key's
-//!   name does) and are never forwarded upstream: upstream requests carry only the provider's
-//!   header lines (`route::Provider::auth_headers`), never a client header.
+//!   way its SDK sends it (`credential`; Gemini paths also take `?key=`). Keys never reach logs,
+//!   metrics or errors (the key's name does) and are never forwarded upstream: upstream requests
+//!   carry the provider's header lines (`route::Provider::auth_headers`) and only the client
+//!   headers `upstream::headers` forwards, never a credential.
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
 //!   unless `auth = "none"` is written explicitly.
 //! - **Limits per shard.** The gateway shares nothing between cores on the hot path, so each

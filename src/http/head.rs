@@ -5,9 +5,10 @@
 //! Owns: RFC 9112 request framing decisions (CL/TE conflicts, duplicate or invalid
 //! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends)
 //! and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
-//! for `edge` to judge, and where the API-key headers each SDK sends are (`Authorization`,
-//! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance`, and `x-request-id` — ranges
-//! only, no copy.
+//! for `edge` to judge, where the API-key headers each SDK sends are (`Authorization`,
+//! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance`, `x-request-id`, and where the
+//! few other client headers an upstream may be sent are (`Passed`), for `upstream::headers` to
+//! judge — ranges only, no copy.
 //! Must not: read from sockets or look at the body.
 
 use std::ops::Range;
@@ -31,6 +32,30 @@ pub enum BodyFraming {
     None,
     Length(u64),
     Chunked,
+}
+
+/// Client request headers the header policy (`upstream::headers`) may forward upstream; every
+/// other client header is never forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed {
+    AnthropicVersion,
+    AnthropicBeta,
+    OpenAiOrganization,
+    OpenAiProject,
+    IdempotencyKey,
+}
+
+impl Passed {
+    /// The header name as sent upstream.
+    pub fn name(self) -> &'static str {
+        match self {
+            Passed::AnthropicVersion => "anthropic-version",
+            Passed::AnthropicBeta => "anthropic-beta",
+            Passed::OpenAiOrganization => "openai-organization",
+            Passed::OpenAiProject => "openai-project",
+            Passed::IdempotencyKey => "idempotency-key",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +89,8 @@ pub struct RequestHead {
     pub ac_request_headers: Option<Range<usize>>,
     /// `x-request-id` value (kept as the request's id when acceptable, see `request_id`).
     pub x_request_id: Option<Range<usize>>,
+    /// Where the `Passed` headers are, every occurrence in order (usually none).
+    pub passed: smallvec::SmallVec<[(Passed, Range<usize>); 2]>,
 }
 
 impl RequestHead {
@@ -168,6 +195,7 @@ pub fn parse(
     let mut ac_request_method = false;
     let mut ac_request_headers = None;
     let mut x_request_id = None;
+    let mut passed = smallvec::SmallVec::new();
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -215,6 +243,18 @@ pub fn parse(
                 content_length = Some(parse_content_length(value)?);
             }
             14 if is(b"x-goog-api-key") => first(&mut x_goog_api_key, value),
+            14 if is(b"anthropic-beta") => {
+                passed.push((Passed::AnthropicBeta, range_of(buf, value)))
+            }
+            14 if is(b"openai-project") => {
+                passed.push((Passed::OpenAiProject, range_of(buf, value)))
+            }
+            15 if is(b"idempotency-key") => {
+                passed.push((Passed::IdempotencyKey, range_of(buf, value)))
+            }
+            19 if is(b"openai-organization") => {
+                passed.push((Passed::OpenAiOrganization, range_of(buf, value)))
+            }
             17 if is(b"transfer-encoding") => {
                 if te_seen {
                     return Err(Error::new(Kind::BadRequest, "duplicate Transfer-Encoding"));
@@ -229,7 +269,10 @@ pub fn parse(
                     ));
                 }
             }
-            17 if is(b"anthropic-version") => anthropic_version = Some(range_of(buf, value)),
+            17 if is(b"anthropic-version") => {
+                anthropic_version = Some(range_of(buf, value));
+                passed.push((Passed::AnthropicVersion, range_of(buf, value)));
+            }
             29 if is(b"access-control-request-method") => ac_request_method = true,
             30 if is(b"access-control-request-headers") => {
                 ac_request_headers = Some(range_of(buf, value));
@@ -287,6 +330,7 @@ pub fn parse(
         ac_request_method,
         ac_request_headers,
         x_request_id,
+        passed,
     }))
 }
 
@@ -441,6 +485,33 @@ mod tests {
         let h = parse(raw, 4096, 64).unwrap().unwrap();
         assert_eq!(h.header(raw, &h.authorization), Some(&b"Bearer one"[..]));
         assert!(h.dup_credential);
+    }
+
+    #[test]
+    fn passed_headers_are_noted_in_order() {
+        let raw = b"POST / HTTP/1.1\r\nHost: a\r\nAnthropic-Beta: b1\r\nX-Request-Id: r\r\nanthropic-beta: b2\r\nOpenAI-Organization: o\r\nOpenAI-Project: p\r\nIdempotency-Key: i\r\nanthropic-version: v\r\nCookie: c\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        let got: Vec<(Passed, &[u8])> = h
+            .passed
+            .iter()
+            .map(|(p, r)| (*p, &raw[r.clone()]))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Passed::AnthropicBeta, &b"b1"[..]),
+                (Passed::AnthropicBeta, b"b2"),
+                (Passed::OpenAiOrganization, b"o"),
+                (Passed::OpenAiProject, b"p"),
+                (Passed::IdempotencyKey, b"i"),
+                (Passed::AnthropicVersion, b"v"),
+            ]
+        );
+        assert!(p("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap()
+            .passed
+            .is_empty());
     }
 
     #[test]

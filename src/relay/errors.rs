@@ -2,7 +2,8 @@
 //! charged to the request's permit) and either relayed byte for byte with the upstream's
 //! headers, when it is already an error in the client dialect's shape (same dialect, or OpenAI
 //! Chat ⇄ Responses), or replaced by one in the client's dialect (see `vet::error_body`): JSON
-//! of another shape keeps its message (and, same dialect, the upstream's forwarded headers); an
+//! of another shape keeps its message and the upstream's forwarded headers (renamed for the
+//! client on translated answers, `upstream::headers`); an
 //! HTML page, text, an empty body, message-less JSON or a body that could not be read becomes
 //! a generic error carrying a request id (the body goes to the log, rate-limited, never to the
 //! client: proxies' pages name hosts), with the upstream's `Retry-After` kept. Translated
@@ -38,13 +39,12 @@ pub(crate) async fn error_answer(
         );
     let mut raw = Vec::new();
     let read = read_body(shard, ex, &mut raw, permit).await;
-    // Headers of a rebuilt answer: all forwarded ones on the same dialect, else Retry-After.
+    // Headers of a rebuilt answer: the forwarded ones (on a translated answer `respond` has
+    // renamed them for the client, see `upstream::headers`), and a Retry-After from a Gemini
+    // body's RetryInfo when there was none.
     let rebuilt_headers = |raw: &[u8], forward: &[u8]| -> Vec<u8> {
-        if same {
-            return forward.to_vec();
-        }
-        let mut h = crate::bridge::retry_after(forward);
-        if h.is_empty() && up == Dialect::Gemini {
+        let mut h = forward.to_vec();
+        if !same && up == Dialect::Gemini && crate::bridge::retry_after(forward).is_empty() {
             if let Some(n) = crate::translate::error::retry_delay_secs(raw) {
                 h.extend_from_slice(format!("retry-after: {n}\r\n").as_bytes());
             }

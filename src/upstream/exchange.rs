@@ -563,7 +563,7 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
             }
         } else if name.eq_ignore_ascii_case(b"content-type") {
             content_type = h.value.to_vec();
-        } else if forwardable(name) {
+        } else if super::headers::response_header(name) {
             // The upstream's own request id goes to the client under another name: the
             // client's `x-request-id` is the gateway's (see `http::request_id`).
             let name: &[u8] = if name.eq_ignore_ascii_case(b"x-request-id") {
@@ -596,16 +596,6 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
         },
         len,
     ))
-}
-
-fn forwardable(name: &[u8]) -> bool {
-    let starts = |p: &[u8]| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p);
-    name.eq_ignore_ascii_case(b"retry-after")
-        || name.eq_ignore_ascii_case(b"x-request-id")
-        || name.eq_ignore_ascii_case(b"request-id")
-        || starts(b"x-ratelimit-")
-        || starts(b"anthropic-ratelimit-")
-        || starts(b"openai-")
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The upstream client: per-shard keep-alive pools keyed by (host, port, TLS), HTTP/1.1 request
 //! writing, response-head parsing and body framing (Content-Length, chunked, close), TLS via
 //! rustls, and the connect / first-byte / gap / total timeouts; `target`: the rules and encoders
-//! for every byte that enters an upstream request line or header; `resolve`: host names looked
-//! up on helper threads, never on a shard.
+//! for every byte that enters an upstream request line or header; `headers`: the header policy
+//! (which client headers reach which provider kind, which response headers come back);
+//! `resolve`: host names looked up on helper threads, never on a shard.
 //!
 //! Owns: connections to providers and their reuse. Must not: build request bodies, translate,
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
@@ -10,6 +11,7 @@
 pub mod conn;
 pub mod endpoint;
 pub mod exchange;
+pub mod headers;
 pub mod pipe;
 pub mod pool;
 pub mod resolve;
