@@ -8,6 +8,9 @@
 #![allow(clippy::collapsible_match)]
 
 use ringgate::translate::{self, encode_event, Dialect, SseDecoder, StreamTranslator};
+
+#[path = "conformance/agent.rs"]
+mod agent;
 use serde_json::{json, Value};
 
 const IMG: &str = "data:image/png;base64,QUJD";
@@ -837,6 +840,9 @@ fn conformance() {
     let (gemini, gemini_failures) = gemini_table();
     md.push_str(&gemini);
     failures += gemini_failures;
+    let (agent_md, agent_failures) = agent::sections();
+    md.push_str(&agent_md);
+    failures += agent_failures;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
     if std::env::var("RINGGATE_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -849,4 +855,8 @@ fn conformance() {
         );
     }
     println!("{md}\n{failures} failing cells");
+    assert_eq!(
+        agent_failures, 0,
+        "agent sections: every cell passes or states why"
+    );
 }

@@ -225,7 +225,9 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         for k in ["name", "description", "parameters", "strict"] {
             util::copy(t, k, &mut f, k);
         }
-        tools.push(json!({"type": "function", "function": f}));
+        let mut tool = json!({"type": "function", "function": f});
+        cache::copy_onto(t, &mut tool);
+        tools.push(tool);
     }
     if !tools.is_empty() {
         out.insert("tools".into(), Value::Array(tools));
