@@ -7,7 +7,8 @@
 //! - passthrough vetting: a ~1 KB non-stream answer validated whole (`vet::json`), one streamed
 //!   chunk's data validated (`vet::sse_events`), a 16 KiB relay chunk under the incremental
 //!   check (`vet::Scan`), each against copying the same bytes (what the relay does anyway)
-//! - governance: the per-request key + limit checks with keys off (the baseline) vs 1,000 keys
+//! - governance: the per-request key + limit checks with keys off (the baseline; and with an
+//!   admin listener's live key directory but no key) vs 1,000 keys (fixed, and live)
 //!   configured (key only; key + rpm/tpm/in-flight windows + model check + reconcile)
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
@@ -261,7 +262,12 @@ fn governance(c: &mut Criterion) {
             ));
         }
         let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}"));
-        Governance::new(Keyring::build(&cfg).unwrap_or_default(), 0, 1)
+        Keyring::build(&cfg).unwrap_or_default()
+    };
+    // following a live key directory (an admin listener): one generation load per request
+    let live = |ring: Keyring| {
+        let dir = std::sync::Arc::new(ringgate::governance::Directory::new(ring));
+        Governance::follow(dir, true, 0, 1)
     };
     let raw = String::from_utf8_lossy(HEAD).replace("sk-test-0123456789abcdef", &secret(999));
     let raw = raw.as_bytes();
@@ -302,11 +308,17 @@ fn governance(c: &mut Criterion) {
         });
     };
     run("keys_off", &off);
-    run("key_1000", &build(""));
+    run("keys_off_admin_live", &live(Keyring::default()));
+    run("key_1000", &Governance::new(build(""), 0, 1));
+    run("key_1000_live", &live(build("")));
     // limits so high they never refuse: the windows, headers and reconcile run every time
     run(
         "key_1000_rpm_tpm_in_flight",
-        &build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000"),
+        &Governance::new(
+            build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000"),
+            0,
+            1,
+        ),
     );
     g.finish();
 }

@@ -58,6 +58,30 @@ pub struct Config {
     /// (`ringgate_config_info`).
     #[serde(skip)]
     pub hash: String,
+    /// The admin listener (`/admin/*`, `/metrics`); off unless the section is present (see
+    /// README "Admin API").
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+}
+
+/// `[admin]`: a second listener for the admin API and `/metrics`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Default `127.0.0.1:8081`. A non-loopback address needs a token.
+    pub listen: Spanned<String>,
+    /// The env var holding the bearer token (read once at start). Default
+    /// `RINGGATE_ADMIN_TOKEN`.
+    pub token_env: Spanned<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: Spanned::new(0..0, "127.0.0.1:8081".to_string()),
+            token_env: Spanned::new(0..0, "RINGGATE_ADMIN_TOKEN".to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -118,9 +142,16 @@ pub struct ServerConfig {
     pub tls_key: Option<Spanned<String>>,
     /// A TLS client must finish its handshake within this. Default 10 s.
     pub tls_handshake_timeout_ms: u64,
-    /// Directory for persistent state (keys made at runtime, the spend ledger). Accepted;
-    /// nothing is stored there yet.
+    /// Directory for persistent state: one SQLite file (`state.db`) with the keys made through
+    /// the admin API and the spend ledger. `ringgate serve` defaults it to `ringgate` under
+    /// `$XDG_DATA_HOME` (else `~/.local/share`), created 0700; the file is only made once
+    /// there is something to keep (the admin listener or keys are on). Library users
+    /// (`gateway::start`) without it keep state in memory only.
     pub state_dir: Option<String>,
+    /// Serve `/metrics` on this listener even when it is not on a loopback address (metrics
+    /// name keys, models and providers). Default false: a non-loopback listener answers 404 and
+    /// `/metrics` lives on the admin listener.
+    pub metrics_on_main: bool,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +177,7 @@ impl Default for ServerConfig {
             tls_key: None,
             tls_handshake_timeout_ms: 10_000,
             state_dir: None,
+            metrics_on_main: false,
         }
     }
 }
@@ -364,6 +396,7 @@ impl Config {
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
             hash: String::new(),
+            admin: None,
         }
     }
 
@@ -384,6 +417,17 @@ impl Config {
             .parse::<SocketAddr>()
             .map(Some)
             .map_err(|e| format!("tls_listen {:?}: {e}", l.get_ref()))
+    }
+
+    /// The admin listener's address, when `[admin]` is present.
+    pub fn admin_addr(&self) -> Option<Result<SocketAddr, String>> {
+        let a = self.admin.as_ref()?;
+        Some(
+            a.listen
+                .get_ref()
+                .parse::<SocketAddr>()
+                .map_err(|e| format!("admin listen {:?}: {e}", a.listen.get_ref())),
+        )
     }
 
     /// Whether API requests need a virtual key (`server.auth`, else keys when any exist).
@@ -431,6 +475,20 @@ impl Config {
         }
         if s.tls_handshake_timeout_ms == 0 {
             err(0..0, "server.tls_handshake_timeout_ms must be > 0".into());
+        }
+        if let Some(Err(e)) = self.admin_addr() {
+            if let Some(a) = &self.admin {
+                err(a.listen.span(), e);
+            }
+        }
+        if let Some(a) = &self.admin {
+            if !routing::is_env_name(a.token_env.get_ref()) {
+                err(
+                    a.token_env.span(),
+                    "admin.token_env must be an env var NAME like RINGGATE_ADMIN_TOKEN, not a token"
+                        .into(),
+                );
+            }
         }
         if self.server.shards == Some(0) || self.server.shards.is_some_and(|s| s > 1024) {
             err(0..0, "server.shards must be between 1 and 1024".into());
@@ -594,6 +652,19 @@ impl Config {
         let mut w = self.admission.warnings(shards);
         w.extend(keys::warnings(self, shards));
         w.extend(limits::warnings(self));
+        if let (Some(a), Some(Ok(addr))) = (&self.admin, self.admin_addr()) {
+            let env = a.token_env.get_ref();
+            let unset = std::env::var_os(env).is_none_or(|v| v.is_empty());
+            if unset && !addr.ip().is_loopback() {
+                w.push(format!(
+                    "admin.listen {addr} is not loopback and {env} is not set here: `ringgate serve` refuses to start without the admin token"
+                ));
+            } else if unset {
+                w.push(format!(
+                    "{env} is not set here: without it the admin API answers 401 (only /metrics is served on {addr})"
+                ));
+            }
+        }
         for p in &self.providers {
             let keys = p.key_refs();
             // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL

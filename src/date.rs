@@ -1,7 +1,8 @@
 //! Calendar arithmetic for the few dates the gateway parses: key expiry (RFC 3339, in the
 //! config) and `Retry-After` as an HTTP date (from upstreams).
 //!
-//! Owns: `days_from_civil` and its inverse `civil_from_days`. Must not: read clocks or parse date strings (callers do).
+//! Owns: `days_from_civil`, its inverse `civil_from_days`, `rfc3339` (Unix seconds written back
+//! as UTC, for the admin API). Must not: read clocks or parse date strings (callers do).
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -28,6 +29,18 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// Unix seconds as an RFC 3339 UTC instant, e.g. `2026-01-31T23:59:59Z`.
+pub fn rfc3339(unix: i64) -> String {
+    let (y, m, d) = civil_from_days(unix.div_euclid(86_400));
+    let s = unix.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +53,11 @@ mod tests {
         for (y, m, d) in [(1970, 1, 1), (2000, 2, 29), (2024, 12, 31), (1969, 12, 31)] {
             assert_eq!(civil_from_days(days_from_civil(y, m, d)), (y, m, d));
         }
+        for days in [-1, 0, 11_017, 20_000, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+        assert_eq!(rfc3339(1_000_000_000), "2001-09-09T01:46:40Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
     }
 }

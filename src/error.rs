@@ -33,6 +33,9 @@ pub enum Kind {
     NotFound,
     /// Wrong method for a known path (405).
     MethodNotAllowed,
+    /// The change conflicts with what exists (409): a name already taken, a key that comes
+    /// from the config file (admin API).
+    Conflict,
     /// Model name not routed (404).
     UnknownModel,
     /// Head too large (431) or body over the limit (413).
@@ -175,6 +178,7 @@ impl Error {
             Kind::Forbidden | Kind::ModelNotAllowed => 403,
             Kind::NotFound | Kind::UnknownModel => 404,
             Kind::MethodNotAllowed => 405,
+            Kind::Conflict => 409,
             Kind::ClientTimeout => 408,
             Kind::BodyTooLarge => 413,
             Kind::HeadTooLarge => 431,
@@ -196,6 +200,7 @@ impl Error {
             | Kind::ModelNotAllowed
             | Kind::NotFound
             | Kind::MethodNotAllowed
+            | Kind::Conflict
             | Kind::UnknownModel
             | Kind::HeadTooLarge
             | Kind::BodyTooLarge
@@ -269,6 +274,7 @@ impl Error {
             | Kind::UpstreamConnect
             | Kind::UpstreamProtocol => "UNAVAILABLE",
             Kind::Internal => "INTERNAL",
+            Kind::Conflict => "ALREADY_EXISTS",
             Kind::BadRequest | Kind::InvalidBody | Kind::HeadTooLarge | Kind::BodyTooLarge => {
                 "INVALID_ARGUMENT"
             }
@@ -285,6 +291,7 @@ impl Error {
             Kind::ModelNotAllowed => "model_not_allowed",
             Kind::NotFound => "not_found",
             Kind::MethodNotAllowed => "method_not_allowed",
+            Kind::Conflict => "conflict",
             Kind::UnknownModel => "model_not_found",
             Kind::HeadTooLarge => "head_too_large",
             Kind::BodyTooLarge => "body_too_large",

@@ -1,6 +1,9 @@
 //! Starting the gateway: bind the listeners, build each shard's state (route table, upstream
 //! client, metrics) on its own thread, run its accept loop until shutdown.
 //!
+//! Also opens the state store (`state`), builds the key registry and its directory (the shards
+//! follow it), and starts the admin listener (`admin`) when `[admin]` is configured.
+//!
 //! Owns: building each `Shard` (see `shard::state`) and `Running` (the handle tests and
 //! `main` hold). Must not: handle requests — that is `pipeline`.
 
@@ -15,7 +18,8 @@ use crate::accesslog::{AccessLog, ShardLog};
 use crate::admit::Admission;
 use crate::config::Config;
 use crate::forward::ForwardState;
-use crate::governance::{self, Governance, Keyring, SpendBook};
+use crate::governance::registry::Registry;
+use crate::governance::{self, Governance, SpendBook};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::http::request_id::{self, IdGen};
@@ -34,21 +38,36 @@ pub struct Running {
     /// The certificate the TLS listener serves (a reload swaps it: `TlsCerts::reload`).
     pub tls_certs: Option<Arc<crate::tls::TlsCerts>>,
     pub shards: usize,
+    /// Stops accepting and drains every shard (SIGTERM, `POST /admin/drain`).
     pub shutdown: Shutdown,
     /// The process-wide usage and spend ledger (per key × model), shared by every shard.
     pub spend: Arc<SpendBook>,
+    /// Ends the process: the admin listener closes too (SIGTERM, `stop`).
+    pub exit: Shutdown,
+    /// The admin listener's bound address, when `[admin]` is configured.
+    pub admin_addr: Option<SocketAddr>,
+    /// The state file, when there is one.
+    pub state_file: Option<std::path::PathBuf>,
+    /// Whether API requests needed a key at start (keys can turn on later, see `registry`).
+    pub keys_checked: bool,
     handles: Vec<JoinHandle<()>>,
     /// The access-log writer (ends after the shards, once it wrote their last lines).
     log_writer: Option<JoinHandle<()>>,
+    admin: Option<crate::admin::Admin>,
+    state: Option<Arc<crate::state::Store>>,
 }
 
 impl Running {
-    /// Signal every shard to stop accepting and wait for the threads to end.
+    /// Stop accepting, drain, close the admin listener, wait for every thread, write the last
+    /// state snapshot.
     pub fn stop(self) {
         self.shutdown.fire();
+        self.exit.fire();
         self.wait();
     }
 
+    /// Wait until the shards have drained and, with an admin listener, until `exit` fires
+    /// (after `POST /admin/drain` the process stays up for the orchestrator to stop).
     pub fn wait(self) {
         for h in self.handles {
             let _ = h.join();
@@ -56,7 +75,35 @@ impl Running {
         if let Some(w) = self.log_writer {
             let _ = w.join();
         }
+        if let Some(a) = self.admin {
+            a.join();
+        }
+        if let Some(s) = self.state {
+            s.close();
+        }
     }
+}
+
+/// The state store (when `state_dir` is set and something is worth keeping: keys or the admin
+/// API; the spend ledger in it restored into `book`) and the key registry built from the config
+/// and the stored keys.
+fn keys_and_state(
+    cfg: &Config,
+    book: &Arc<SpendBook>,
+) -> Result<(Registry, Option<Arc<crate::state::Store>>), String> {
+    let wanted = cfg.admin.is_some() || cfg.auth_mode() == crate::config::AuthMode::Keys;
+    let (store, stored) = match (&cfg.server.state_dir, wanted) {
+        (Some(dir), true) => {
+            let (store, rows) = crate::state::Store::open(std::path::Path::new(dir), Some(book))?;
+            (Some(Arc::new(store)), rows)
+        }
+        _ => (None, Vec::new()),
+    };
+    let (registry, notes) = Registry::build(cfg, &stored, store.clone())?;
+    for n in notes {
+        crate::log::info(format_args!("{n}"));
+    }
+    Ok((registry, store))
 }
 
 pub fn start(cfg: Config) -> io::Result<Running> {
@@ -76,9 +123,14 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .max(1);
     // Secure by default (before anything binds), then the keys, read and hashed once.
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
-    governance::exposure::check(&cfg, addr).map_err(invalid)?;
-    let keyring = Keyring::build(&cfg).map_err(invalid)?;
-    let store = match keyring.checked {
+    let admin_plan = crate::admin::plan(&cfg).map_err(invalid)?;
+    let (registry, state) = keys_and_state(&cfg, &spend).map_err(invalid)?;
+    governance::exposure::check_with(&cfg, addr, registry.checked()).map_err(invalid)?;
+    // Keys can change while serving only through the admin API.
+    let live_keys = admin_plan.is_some() && registry.can_check();
+    let keys_checked = registry.checked();
+    let directory = registry.directory();
+    let store = match keys_checked || live_keys {
         true => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
         false => None,
     };
@@ -117,8 +169,13 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         false => None,
     };
     let loopback = addr.ip().is_loopback();
+    // /metrics on the client listeners only while every one of them is loopback (a shard serves
+    // the plain and the TLS listener alike), or when the config asks for it
+    let metrics_here = (loopback && tls_loopback.unwrap_or(true)) || cfg.server.metrics_on_main;
+    let drain_timeout_ms = cfg.server.drain_timeout_ms;
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
+    let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
     let tag = request_id::process_tag();
     let dropped = hub.process.access_log_dropped.clone();
@@ -126,6 +183,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         Some((log, writer)) => (Some(log), Some(writer)),
         None => (None, None),
     };
+    let admin_hub = hub.clone();
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -139,7 +197,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let sd = sd.clone();
             let hub = hub.clone();
             let tls_listeners = tls_listeners.clone();
-            let governance = Governance::new(keyring.clone(), id, n)
+            let governance = Governance::follow(directory.clone(), live_keys, id, n)
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
             let access_log = ShardLog::new(access_log.clone());
@@ -182,6 +240,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     drain_time: Duration::from_millis(s.drain_timeout_ms),
                     request_ids: IdGen::new(id, tag),
                     access_log,
+                    stopping: sd.clone(),
+                    metrics_here,
                 });
                 drop(cfg);
                 if let Some(t) = &tls_listeners {
@@ -191,6 +251,22 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             }
         },
     )?;
+    let admin = match admin_plan {
+        Some((admin_addr, token, token_env)) => Some(crate::admin::start(
+            admin_addr,
+            crate::admin::Ctx {
+                registry: Arc::new(std::sync::Mutex::new(registry)),
+                token,
+                token_env,
+                hub: admin_hub,
+                spend: spend.clone(),
+                drain: shutdown.clone(),
+                drain_timeout_ms,
+                exit: exit.clone(),
+            },
+        )?),
+        None => None,
+    };
     Ok(Running {
         addr: bound,
         tls_addr,
@@ -198,8 +274,14 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         shards: n,
         shutdown,
         spend,
+        exit,
+        admin_addr: admin.as_ref().map(|a| a.addr),
+        state_file: state.as_ref().map(|s| s.path().to_path_buf()),
+        keys_checked,
         handles,
         log_writer,
+        admin,
+        state,
     })
 }
 

@@ -29,6 +29,7 @@
 )]
 
 pub mod accesslog;
+pub mod admin;
 pub mod admit;
 pub mod bridge;
 pub mod config;
@@ -61,8 +62,10 @@ pub mod scrape;
 pub mod shard;
 pub mod shutdown;
 pub mod sock;
+pub mod state;
 pub mod tls;
 pub mod trace;
 pub mod translate;
 pub mod upstream;
+pub mod versioned;
 pub mod vet;

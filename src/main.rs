@@ -154,11 +154,14 @@ fn load(opts: &Opts) -> Result<Config, ExitCode> {
 
 fn serve(opts: &Opts) -> ExitCode {
     let t0 = Instant::now();
-    let cfg = match load(opts) {
+    let mut cfg = match load(opts) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let auth = ringgate::governance::exposure::summary(&cfg);
+    if cfg.server.state_dir.is_none() {
+        // the binary keeps state under the user's data dir by default (the library does not)
+        cfg.server.state_dir = ringgate::state::default_dir().map(|d| d.display().to_string());
+    }
     let shards = cfg
         .server
         .shards
@@ -178,12 +181,18 @@ fn serve(opts: &Opts) -> ExitCode {
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
     ]);
+    let keys_in_config = cfg.keys.len();
     match ringgate::gateway::start(cfg) {
         Ok(running) => {
             let tls = running
                 .tls_addr
                 .map(|a| format!(" and https://{a}"))
                 .unwrap_or_default();
+            let auth = match (running.keys_checked, running.admin_addr.is_some()) {
+                (true, _) => format!("auth keys ({keys_in_config} in the config)"),
+                (false, true) => "auth none until a key is made through the admin API".into(),
+                (false, false) => "auth none".into(),
+            };
             ringgate::log::info(format_args!(
                 "listening on http://{}{tls} with {} shard(s), models [{}], {auth}, started in {:?}",
                 running.addr,
@@ -191,10 +200,17 @@ fn serve(opts: &Opts) -> ExitCode {
                 models.join(", "),
                 t0.elapsed()
             ));
+            if let Some(a) = running.admin_addr {
+                ringgate::log::info(format_args!("admin listening on http://{a}"));
+            }
+            if let Some(f) = &running.state_file {
+                ringgate::log::info(format_args!("state in {}", f.display()));
+            }
             // SIGTERM/SIGINT: stop accepting, close idle connections, let in-flight requests
-            // finish (bounded by the drain timeout), then exit. SIGHUP: ignored (logged) until
-            // config reload exists.
+            // finish (bounded by the drain timeout), then exit (after `POST /admin/drain` the
+            // process waits for this). SIGHUP: ignored (logged) until config reload exists.
             let shutdown = running.shutdown.clone();
+            let exit = running.exit.clone();
             match signals {
                 Ok(mut signals) => {
                     std::thread::spawn(move || {
@@ -207,6 +223,7 @@ fn serve(opts: &Opts) -> ExitCode {
                             }
                             ringgate::log::info(format_args!("signal {sig}: draining"));
                             shutdown.fire();
+                            exit.fire();
                             break;
                         }
                     });

@@ -143,6 +143,14 @@ impl MetricsHub {
         }
     }
 
+    /// Every shard's latest published snapshot and the process-wide lines (the admin
+    /// listener's `/metrics`, served off the shards: at most one publishing interval, 1 s, old).
+    pub fn render_published(&self) -> String {
+        let mut global = String::with_capacity(512);
+        self.process.render(&mut global);
+        self.scrape(None, "", &global)
+    }
+
     /// One exposition: `fresh` stands for shard `me`'s snapshot (pass `None` for none, e.g. a
     /// scrape served off the shards), then the other shards' latest snapshots, then `global`
     /// (process-wide lines), merged (see the module doc).

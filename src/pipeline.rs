@@ -141,15 +141,11 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             let edge = shard.edge.check_on(&head, &conn.buf, conn.stream.is_tls());
             match (target, edge) {
                 (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
-                    let body: &[u8] = if t == Target::Healthz {
-                        b"{\"status\":\"ok\"}"
-                    } else {
-                        b"{\"status\":\"ready\"}"
-                    };
+                    let (status, body) = health(shard.as_ref(), t);
                     let start = Instant::now();
-                    conn.respond(200, b"application/json", b"", body, false, wt)
+                    conn.respond(status, b"application/json", b"", body, false, wt)
                         .await;
-                    count(&shard, &conn, start, endpoint_of(Some(t)), 200);
+                    count(&shard, &conn, start, endpoint_of(Some(t)), status);
                 }
                 _ => refuse_connection(conn, shard.clone()).await,
             }
@@ -322,6 +318,14 @@ async fn serve(
     verdict?;
     let target = target?;
     req.trace.endpoint = endpoint_of(Some(target));
+    if target == Target::Metrics && !shard.metrics_here {
+        // metrics name keys, models and providers: not for a public listener
+        return Err(Error::new(
+            Kind::NotFound,
+            "no route for /metrics on this listener (it is served on the admin listener, or set [server] metrics_on_main = true)",
+        )
+        .into());
+    }
     // govern: a valid key (401), its in-flight and request-rate shares (429), on the head
     let mut grant = shard
         .governance
@@ -449,8 +453,10 @@ async fn local(
 ) -> Result<Outcome, Error> {
     let wt = shard.limits.write_timeout;
     let (status, body): (u16, Vec<u8>) = match (target, ask) {
-        (Target::Healthz, _) => (200, b"{\"status\":\"ok\"}".to_vec()),
-        (Target::Readyz, _) => (200, b"{\"status\":\"ready\"}".to_vec()),
+        (Target::Healthz | Target::Readyz, _) => {
+            let (status, body) = health(shard, target);
+            (status, body.to_vec())
+        }
         (Target::Models, Some(a)) => (200, shard.routes.catalog().list(a.shape).to_vec()),
         (
             Target::Model,
@@ -475,6 +481,18 @@ async fn local(
         status,
         keep_alive: ok && keep,
     })
+}
+
+/// `/healthz` and `/readyz`: readiness turns 503 the moment a drain starts (SIGTERM or
+/// `POST /admin/drain`), so balancers stop sending before the listener closes.
+fn health(shard: &Shard, target: Target) -> (u16, &'static [u8]) {
+    match target {
+        Target::Readyz if shard.stopping.is_fired() || shard.draining.is_fired() => {
+            (503, b"{\"status\":\"draining\"}")
+        }
+        Target::Readyz => (200, b"{\"status\":\"ready\"}"),
+        _ => (200, b"{\"status\":\"ok\"}"),
+    }
 }
 
 fn unknown_model(model: &str) -> Error {

@@ -21,9 +21,10 @@ pub fn request_ended(shard: &Shard, t: &Trace, status: u16, request_id: &str, by
         return;
     }
     let latency = now.saturating_duration_since(t.start);
+    let key = t.key.and_then(|k| shard.governance.key_name(k));
     shard.access_log.write(&Entry {
         request_id,
-        key: t.key.and_then(|k| shard.governance.key_name(k)),
+        key: key.as_deref(),
         endpoint: t.endpoint.as_str(),
         model: t.model.as_deref(),
         deployment: dep.map(|d| d.label.as_str()),

@@ -130,10 +130,10 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
                     a.get_ref()
                 ),
             );
-        } else if a.get_ref() == "keys" && cfg.keys.is_empty() {
+        } else if a.get_ref() == "keys" && cfg.keys.is_empty() && cfg.admin.is_none() {
             err(
                 a.span(),
-                "server.auth = \"keys\" needs at least one [[key]]".into(),
+                "server.auth = \"keys\" needs at least one [[key]] (or [admin], to create keys at runtime)".into(),
             );
         }
     }
@@ -164,16 +164,8 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
 fn validate_key(cfg: &Config, i: usize, k: &KeyConfig, err: &mut Sink<'_>) {
     let name = k.name.get_ref();
     let who = format!("key {name:?}");
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@/".contains(&b));
-    if !name_ok {
-        err(
-            k.name.span(),
-            format!("{who}: a key name is 1 to 64 characters from A-Z a-z 0-9 - _ . : @ /"),
-        );
+    if !key_name_ok(name) {
+        err(k.name.span(), format!("{who}: {KEY_NAME_RULE}"));
     }
     if cfg.keys[..i].iter().any(|o| o.name.get_ref() == name) {
         err(k.name.span(), format!("duplicate key name {name:?}"));
@@ -254,6 +246,25 @@ fn validate_key(cfg: &Config, i: usize, k: &KeyConfig, err: &mut Sink<'_>) {
             err(m.span(), format!("{who}: models entry {pat:?} {why}"));
         }
     }
+}
+
+/// What a key name may be (config keys and keys made through the admin API alike).
+pub const KEY_NAME_RULE: &str = "a key name is 1 to 64 characters from A-Z a-z 0-9 - _ . : @ /";
+
+pub fn key_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@/".contains(&b))
+}
+
+/// An RFC 3339 instant with an offset (`2026-01-31T23:59:59Z`) → Unix seconds.
+pub fn parse_rfc3339(s: &str) -> Result<i64, String> {
+    let dt = s
+        .parse::<toml::value::Datetime>()
+        .map_err(|e| format!("expires {s:?}: {e}"))?;
+    unix_seconds(&dt)
 }
 
 /// A 64-hex-digit SHA-256 → its 32 bytes.

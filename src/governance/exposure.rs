@@ -10,14 +10,20 @@ use std::net::SocketAddr;
 use crate::config::{AuthMode, Config};
 
 /// `Err(message)` when `cfg` must not serve on `addr` (the plain listener) or on its
-/// `server.tls_listen` address.
+/// `server.tls_listen` address (keys as the config alone says).
 pub fn check(cfg: &Config, addr: SocketAddr) -> Result<(), String> {
+    check_with(cfg, addr, cfg.auth_mode() == AuthMode::Keys)
+}
+
+/// As `check`, with whether keys are checked decided by the caller (keys made through the admin
+/// API and kept in the state store count).
+pub fn check_with(cfg: &Config, addr: SocketAddr, keys: bool) -> Result<(), String> {
     let explicit_none = cfg
         .server
         .auth
         .as_ref()
         .is_some_and(|a| a.get_ref() == "none");
-    if cfg.auth_mode() == AuthMode::Keys || explicit_none {
+    if keys || explicit_none {
         return Ok(());
     }
     let tls = cfg.tls_listen_addr().ok().flatten();

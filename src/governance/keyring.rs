@@ -103,7 +103,14 @@ impl Key {
     }
 }
 
-/// Every virtual key and the digest index. Built once at start; each shard takes a copy.
+/// Every virtual key and the digest index: one snapshot. Built at start from the config (and
+/// the state store); runtime changes publish a new snapshot through `governance::directory`,
+/// and each shard refreshes its own view of it.
+///
+/// Slots are stable: index `i` names the same key in every snapshot one process publishes
+/// (new keys are appended, changed ones updated in place, a revoked key stays as a tombstone
+/// with no digest, so nothing can present it) — shards carry each key's windows and in-flight
+/// count across snapshots by index.
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
     /// `server.auth` resolved: keys are checked only in `AuthMode::Keys`.
@@ -173,6 +180,30 @@ impl Keyring {
                     .and_then(|p| Period::parse(p.get_ref()))
                     .unwrap_or_default(),
             });
+        }
+        Ok(ring)
+    }
+
+    /// A snapshot from compiled keys and their digests, in slot order (`None`: the key cannot
+    /// be presented: revoked, or its secret is unknown). Two keys with one digest are refused.
+    pub fn assemble(checked: bool, keys: Vec<(Key, Option<Digest>)>) -> Result<Keyring, String> {
+        let mut ring = Keyring {
+            checked,
+            keys: Vec::with_capacity(keys.len()),
+            by_digest: HashMap::with_capacity(keys.len()),
+        };
+        for (i, (key, digest)) in keys.into_iter().enumerate() {
+            if let Some(d) = digest {
+                if let Some(&other) = ring.by_digest.get(&d) {
+                    let other = ring.keys.get(other as usize).map_or("?", |k| &*k.name);
+                    return Err(format!(
+                        "keys {other:?} and {:?} have the same secret; give each key its own",
+                        &*key.name
+                    ));
+                }
+                ring.by_digest.insert(d, i as u32);
+            }
+            ring.keys.push(key);
         }
         Ok(ring)
     }

@@ -88,29 +88,44 @@ impl PerKey {
 
 #[derive(Debug, Default)]
 pub struct KeyMetrics {
-    keys: Vec<PerKey>,
+    /// By key slot; grows when runtime keys are added (`grow`).
+    keys: RefCell<Vec<PerKey>>,
     /// Refusals that name no key (none sent, unknown, ambiguous).
     anonymous: Cell<u64>,
 }
 
 impl KeyMetrics {
-    pub fn new(keys: usize) -> KeyMetrics {
-        KeyMetrics {
-            keys: (0..keys).map(|_| PerKey::default()).collect(),
-            anonymous: Cell::new(0),
+    /// Room for `keys` key slots (slots are stable: existing counters stay).
+    pub fn grow(&self, keys: usize) {
+        if let Ok(mut k) = self.keys.try_borrow_mut() {
+            while k.len() < keys {
+                k.push(PerKey::default());
+            }
         }
     }
 
     /// A request of key `key` for route `route` passed every check.
     pub fn request(&self, key: u32, route: usize) {
-        if let Some(k) = self.keys.get(key as usize) {
+        if let Some(k) = self
+            .keys
+            .try_borrow()
+            .ok()
+            .as_ref()
+            .and_then(|ks| ks.get(key as usize))
+        {
             k.with_model(route, |m| m.requests += 1);
         }
     }
 
     /// A finished request of key `key` answered by route `route`: its tokens and cost.
     pub fn usage(&self, key: u32, route: usize, (input, output): (u64, u64), nanos: u64) {
-        if let Some(k) = self.keys.get(key as usize) {
+        if let Some(k) = self
+            .keys
+            .try_borrow()
+            .ok()
+            .as_ref()
+            .and_then(|ks| ks.get(key as usize))
+        {
             k.with_model(route, |m| {
                 m.input += input;
                 m.output += output;
@@ -121,8 +136,10 @@ impl KeyMetrics {
 
     /// A refusal; `key` is `None` when the request named no known key.
     pub fn rejected(&self, key: Option<u32>, reason: Reason) {
+        let keys = self.keys.try_borrow().ok();
         let slot = key
-            .and_then(|k| self.keys.get(k as usize))
+            .zip(keys.as_ref())
+            .and_then(|(k, keys)| keys.get(k as usize))
             .and_then(|k| k.rejections.get(reason as usize));
         match slot {
             Some(c) => bump(c),
@@ -141,7 +158,8 @@ impl KeyMetrics {
     }
 
     fn model(&self, key: u32, route: usize) -> Option<PerModel> {
-        let k = self.keys.get(key as usize)?;
+        let keys = self.keys.try_borrow().ok()?;
+        let k = keys.get(key as usize)?;
         let list = k.models.try_borrow().ok()?;
         list.iter().find(|m| m.route == route as u32).copied()
     }
@@ -181,7 +199,10 @@ impl KeyMetrics {
                 &format!("{what} of answers to keyed requests, by virtual key name and the model that answered."),
             );
         }
-        for (k, name) in self.keys.iter().zip(names) {
+        let Ok(keys) = self.keys.try_borrow() else {
+            return;
+        };
+        for (k, name) in keys.iter().zip(names) {
             if let Ok(list) = k.models.try_borrow() {
                 for m in list.iter() {
                     let model = routes

@@ -7,6 +7,11 @@
 //!   metrics or errors (the key's name does) and are never forwarded upstream: upstream requests
 //!   carry the provider's header lines (`route::Provider::auth_headers`) and only the client
 //!   headers `upstream::headers` forwards, never a credential.
+//! - **Runtime keys** (`registry`, `spec`, `directory`): the admin API changes the process-wide
+//!   key list (`registry`, admin thread only) and publishes a new keyring snapshot; each shard's
+//!   `Governance` compares the directory generation once per request and refreshes its view,
+//!   keeping each key's counters by slot (a key keeps its slot, by name, for the process's life)
+//!   and giving new keys their `SpendBook` ledger.
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
 //!   unless `auth = "none"` is written explicitly.
 //! - **Limits per shard.** The gateway shares nothing between cores on the hot path, so each
@@ -40,30 +45,37 @@
 //!   frees; 1 for in-flight). Every response to a keyed request with `rpm`/`tpm` carries
 //!   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for this shard's share.
 //!
-//! Cost: with keys off, `identify` is one branch and nothing else runs. With keys on, one
+//! Cost: with keys off for good (no keys and no admin listener, or `auth = "none"`),
+//! `identify` is one branch and nothing else runs; with an admin listener but no key yet, one
+//! relaxed atomic load more. With keys on, one
 //! SHA-256 of the presented key and one hash-map probe per request, plus two `Instant::now()`
 //! when the key has limits (see `benches/micro.rs`, group `governance`).
 //!
-//! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: share state across
-//! shards (except the `SpendBook`, through its atomics, and the shared limits `store`), do IO
-//! other than through its `store`, or see a secret after `identify` returns.
+//! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: share mutable state
+//! across shards (except the `SpendBook`, through its atomics, and the shared limits `store`;
+//! the keyring snapshot is shared read-only), do IO other than through its `store`, or see a
+//! secret after `identify` returns.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
 mod credential;
+pub mod directory;
 mod estimate;
 pub mod exposure;
 mod grant;
 pub mod keyring;
 mod metrics;
+pub mod registry;
 mod shared;
+pub mod spec;
 pub mod spend;
 pub mod store;
 pub mod usage;
 pub mod window;
 
+pub use directory::Directory;
 pub use grant::Grant;
 pub use keyring::{Key, Keyring};
 pub use metrics::Reason;
@@ -137,18 +149,34 @@ pub(crate) struct KeyState {
     pub outage: Outage,
 }
 
-/// One shard's governance: its copy of the keyring and its counters.
+/// One shard's governance: its view of the keyring and its counters.
+///
+/// The keyring is a shared snapshot (`Arc<Keyring>`, read-only); with a live `directory` the
+/// shard checks its generation once per request (one `Relaxed` load, `identify`) and takes a
+/// new snapshot when it moved, keeping each key's counters by slot. Keys off for good (no
+/// keys and none can be added, or `auth = "none"`): `identify` is one branch.
 #[derive(Debug, Default)]
 pub struct Governance {
-    ring: Keyring,
-    state: Vec<KeyState>,
+    /// Keys are never checked and the ring never changes: the one-branch path.
+    off: bool,
+    /// Where runtime key changes come from (`None`: this view never changes).
+    dir: Option<Arc<Directory>>,
+    /// The directory generation `ring` belongs to.
+    seen: Cell<u64>,
+    ring: RefCell<Arc<Keyring>>,
+    checked: Cell<bool>,
+    /// Counters by key slot (grows with the ring, never shrinks: slots are stable).
+    state: RefCell<Vec<KeyState>>,
     pub(crate) metrics: KeyMetrics,
-    /// This shard's number (its rows in the `SpendBook`).
+    /// This shard's number (its rows in the `SpendBook`) and the shard count (limit shares).
     shard: usize,
+    shards: usize,
     /// Model (route) names by route index, for ledger rows (set with the `SpendBook`).
     models: Vec<Box<str>>,
     /// The shared store (`[limits] store = "redis"`); `None`: per-shard counters only.
     pub(crate) store: Option<store::Store>,
+    /// The process-wide ledger new keys get their rows in (set by `with_spend`).
+    book: Option<Arc<SpendBook>>,
 }
 
 /// Shard `shard`'s part of `limit` split over `shards` (the parts sum to `limit`).
@@ -160,49 +188,120 @@ pub fn share(limit: u64, shard: usize, shards: usize) -> u64 {
 impl Governance {
     /// Keys off: every request is `Caller::Open`.
     pub fn off() -> Governance {
-        Governance::default()
+        Governance {
+            off: true,
+            ..Governance::default()
+        }
     }
 
-    /// Shard `shard` of `shards`, with its own copy of `ring` and its share of each limit.
+    /// Shard `shard` of `shards`, with a fixed `ring` (it never changes).
     pub fn new(ring: Keyring, shard: usize, shards: usize) -> Governance {
-        let state = ring
-            .keys
-            .iter()
-            .map(|k| KeyState {
-                share: Share {
-                    rpm: k.rpm.map(|l| share(l, shard, shards)),
-                    tpm: k.tpm.map(|l| share(l, shard, shards)),
-                    max_in_flight: k.max_in_flight.map(|l| share(l, shard, shards)),
-                },
-                ..KeyState::default()
-            })
-            .collect();
-        let metrics = KeyMetrics::new(ring.keys.len());
-        Governance {
-            ring,
-            state,
-            metrics,
+        let g = Governance {
+            off: !ring.checked,
             shard,
-            models: Vec::new(),
-            store: None,
-        }
+            shards,
+            ..Governance::default()
+        };
+        g.install(Arc::new(ring));
+        g
+    }
+
+    /// Shard `shard` of `shards`, following `dir` (runtime key changes). With `live` false the
+    /// directory never changes and keys are off when its first snapshot says so.
+    pub fn follow(dir: Arc<Directory>, live: bool, shard: usize, shards: usize) -> Governance {
+        let (generation, ring) = dir.load();
+        let g = Governance {
+            off: !live && !ring.checked,
+            dir: live.then_some(dir),
+            seen: Cell::new(generation),
+            shard,
+            shards,
+            ..Governance::default()
+        };
+        g.install(ring);
+        g
     }
 
     /// Record every key's usage and spend in `book` (shared by all shards) and enforce the
     /// keys' budgets against it. Each key's ledger gets the key's budget and period; ledger
-    /// rows name the model by `routes`' names.
-    pub fn with_spend(mut self, book: &SpendBook, routes: &RouteTable) -> Governance {
+    /// rows name the model by `routes`' names. Keys added later get theirs when they arrive.
+    pub fn with_spend(mut self, book: &Arc<SpendBook>, routes: &RouteTable) -> Governance {
         self.models = routes
             .routes()
             .iter()
             .map(|r| r.name.as_str().into())
             .collect();
-        for (k, st) in self.ring.keys.iter().zip(self.state.iter_mut()) {
-            let ledger = book.ensure_key(&k.name);
-            ledger.set_budget(k.budget_nanos, Some(k.period));
-            st.ledger = Some(ledger);
+        self.book = Some(book.clone());
+        let ring = self.ring.try_borrow().map(|r| r.clone()).ok();
+        if let Some(ring) = ring {
+            self.install(ring);
         }
         self
+    }
+
+    /// Take `ring` as this shard's view: counters of the keys it already had are kept (by
+    /// slot; a slot whose name changed starts fresh), new keys get theirs (and their ledger),
+    /// every key's share of its limits and its budget are set again (they may have changed).
+    fn install(&self, ring: Arc<Keyring>) -> bool {
+        let (Ok(mut cur), Ok(mut state)) =
+            (self.ring.try_borrow_mut(), self.state.try_borrow_mut())
+        else {
+            return false;
+        };
+        for (i, k) in ring.keys.iter().enumerate() {
+            let share = Share {
+                rpm: k.rpm.map(|l| share(l, self.shard, self.shards)),
+                tpm: k.tpm.map(|l| share(l, self.shard, self.shards)),
+                max_in_flight: k.max_in_flight.map(|l| share(l, self.shard, self.shards)),
+            };
+            let same = cur.keys.get(i).is_some_and(|old| old.name == k.name);
+            let st = match state.get_mut(i) {
+                Some(st) if same => {
+                    st.share = share;
+                    st
+                }
+                Some(st) => {
+                    *st = KeyState {
+                        share,
+                        ..KeyState::default()
+                    };
+                    st
+                }
+                None => {
+                    state.push(KeyState {
+                        share,
+                        ..KeyState::default()
+                    });
+                    let Some(st) = state.last_mut() else {
+                        return false;
+                    };
+                    st
+                }
+            };
+            if let Some(book) = &self.book {
+                let ledger = st
+                    .ledger
+                    .clone()
+                    .unwrap_or_else(|| book.ensure_key(&k.name));
+                ledger.set_budget(k.budget_nanos, Some(k.period));
+                st.ledger = Some(ledger);
+            }
+        }
+        self.metrics.grow(ring.keys.len());
+        self.checked.set(ring.checked);
+        *cur = ring;
+        true
+    }
+
+    /// Take the directory's new snapshot if it changed (cold: once per change per shard).
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self, dir: &Directory) {
+        let (generation, ring) = dir.load();
+        // refused only while a view is borrowed (never between requests): retried next request
+        if self.install(ring) {
+            self.seen.set(generation);
+        }
     }
 
     /// A finished request of key `key` answered by route `route`: `input`/`output` tokens at
@@ -236,29 +335,43 @@ impl Governance {
 
     /// Keep the counters in a shared store (when keys are checked).
     pub fn with_store(mut self, store: Option<store::Store>) -> Governance {
-        self.store = store.filter(|_| self.ring.checked);
+        // keys checked now, or possibly later (a live directory: keys made at runtime)
+        self.store = store.filter(|_| self.checked.get() || self.dir.is_some());
         self
     }
 
     /// Whether requests need a key.
     pub fn checked(&self) -> bool {
-        self.ring.checked
+        self.checked.get()
     }
 
     /// Key `i`'s name (access log).
-    pub fn key_name(&self, i: u32) -> Option<&str> {
-        self.key(i).map(|(k, _)| &*k.name)
+    pub fn key_name(&self, i: u32) -> Option<Ref<'_, str>> {
+        self.key(i).map(|(k, _)| Ref::map(k, |k| &*k.name))
     }
 
-    pub(crate) fn key(&self, i: u32) -> Option<(&Key, &KeyState)> {
-        Some((self.ring.keys.get(i as usize)?, self.state.get(i as usize)?))
+    /// Key `i` and this shard's counters for it.
+    pub(crate) fn key(&self, i: u32) -> Option<(Ref<'_, Key>, Ref<'_, KeyState>)> {
+        let ring = self.ring.try_borrow().ok()?;
+        let key = Ref::filter_map(ring, |r| r.keys.get(i as usize)).ok()?;
+        let state = self.state.try_borrow().ok()?;
+        let st = Ref::filter_map(state, |s| s.get(i as usize)).ok()?;
+        Some((key, st))
     }
 
     /// Who sent `head` (its ranges point into `buf`). Pure: call it while the head is still in
     /// the buffer; the answer is acted on by `admit`.
     #[inline]
     pub fn identify(&self, head: &RequestHead, buf: &[u8]) -> Caller {
-        if !self.ring.checked {
+        if self.off {
+            return Caller::Open;
+        }
+        if let Some(dir) = &self.dir {
+            if dir.generation() != self.seen.get() {
+                self.refresh(dir);
+            }
+        }
+        if !self.checked.get() {
             return Caller::Open;
         }
         credential::with_presented(head, buf, |p| match p {
@@ -266,7 +379,9 @@ impl Governance {
             Presented::Ambiguous => Caller::Ambiguous,
             Presented::Key(secret) => self
                 .ring
-                .lookup(secret)
+                .try_borrow()
+                .ok()
+                .and_then(|r| r.lookup(secret))
                 .map_or(Caller::Unknown, Caller::Key),
         })
     }
@@ -455,10 +570,13 @@ impl Governance {
 
     /// Append this shard's key metrics (nothing when keys are off).
     pub fn render(&self, routes: &RouteTable, shard: usize, out: &mut String) {
-        if !self.ring.checked {
+        if !self.checked.get() {
             return;
         }
-        let names: Vec<&str> = self.ring.keys.iter().map(|k| &*k.name).collect();
+        let Ok(ring) = self.ring.try_borrow() else {
+            return;
+        };
+        let names: Vec<&str> = ring.keys.iter().map(|k| &*k.name).collect();
         self.metrics.render(&names, routes, shard, out);
         if let Some(s) = &self.store {
             s.render(out);

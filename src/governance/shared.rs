@@ -42,6 +42,28 @@ use super::store::Store;
 use super::{limit_lines, secs_up, spend, Governance, Grant};
 use crate::error::{Error, Kind};
 
+/// What a store decision needs of a key, copied out of the keyring before the round trip.
+struct Limits {
+    name: Box<str>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    max_in_flight: Option<u64>,
+    /// The key's budget (from its ledger).
+    budget: Option<spend::Budget>,
+}
+
+impl Limits {
+    fn of(k: &super::Key, st: &super::KeyState) -> Limits {
+        Limits {
+            name: k.name.clone(),
+            rpm: k.rpm,
+            tpm: k.tpm,
+            max_in_flight: k.max_in_flight,
+            budget: st.ledger.as_deref().and_then(|l| l.budget()),
+        }
+    }
+}
+
 /// Requests and tokens one shard admitted on its own in a window while the store failed, and
 /// the spend it recorded in a budget period meanwhile.
 #[derive(Debug, Default)]
@@ -164,7 +186,10 @@ impl Governance {
         let (w, _) = script::window(unix_ms());
         let prefix = store.prefix();
         let (mut requests, mut tokens, mut nanos) = (0, 0, 0);
-        for (key, st) in self.ring.keys.iter().zip(&self.state) {
+        let (Ok(ring), Ok(state)) = (self.ring.try_borrow(), self.state.try_borrow()) else {
+            return String::new();
+        };
+        for (key, st) in ring.keys.iter().zip(state.iter()) {
             if let Some(b) = st.ledger.as_deref().and_then(|l| l.budget()) {
                 let start = b.period.start(spend::unix_now());
                 let n = st.outage.take_spend(start);
@@ -229,7 +254,12 @@ impl Grant<'_> {
 
     async fn confirm_head(&mut self, headers: &mut Vec<u8>) -> Result<(), Error> {
         let gov = self.gov;
-        let (Some(store), Some((key, st))) = (&gov.store, gov.key(self.key)) else {
+        let Some(store) = &gov.store else {
+            return Ok(());
+        };
+        // The key's view is copied out: no keyring borrow is held across the store's round trip
+        // (the shard may take a new keyring snapshot meanwhile; slots are stable).
+        let Some(key) = gov.key(self.key).map(|(k, st)| Limits::of(&k, &st)) else {
             return Ok(());
         };
         let (w, left_ms) = script::window(unix_ms());
@@ -238,7 +268,7 @@ impl Grant<'_> {
         let tpm_key = script::window_key(prefix, "tpm", &key.name, w);
         let hash = script::in_flight_key(prefix, &key.name);
         let now_s = spend::unix_now();
-        let budget = st.ledger.as_deref().and_then(|l| l.budget());
+        let budget = key.budget;
         let spend_key = budget.map_or_else(Vec::new, |b| {
             script::spend_key(prefix, &key.name, b.period.as_str(), b.period.start(now_s))
         });
@@ -252,7 +282,11 @@ impl Grant<'_> {
             tpm: key.tpm.unwrap_or(0),
             budget: budget.map_or(0, |b| b.nanos.max(1)),
         };
-        let v = match verdict(store, op, Verdict::admit).await {
+        let v = verdict(store, op, Verdict::admit).await;
+        let Some((_, st)) = gov.key(self.key) else {
+            return Ok(());
+        };
+        let v = match v {
             Ok(v) => v,
             Err(_) => {
                 if store.closed() {
@@ -321,7 +355,11 @@ impl Grant<'_> {
         headers: &mut Vec<u8>,
     ) -> Result<(), Error> {
         let gov = self.gov;
-        let (Some(store), Some((key, st))) = (&gov.store, gov.key(self.key)) else {
+        let Some(store) = &gov.store else {
+            return Ok(());
+        };
+        // copied out: nothing of the keyring is borrowed across the round trip
+        let Some(key) = gov.key(self.key).map(|(k, st)| Limits::of(&k, &st)) else {
             return Ok(());
         };
         let Some(limit) = key.tpm else {
@@ -334,7 +372,11 @@ impl Grant<'_> {
             limit,
             want,
         };
-        let v = match verdict(store, op, Verdict::tokens).await {
+        let v = verdict(store, op, Verdict::tokens).await;
+        let Some((_, st)) = gov.key(self.key) else {
+            return Ok(());
+        };
+        let v = match v {
             Ok(v) => v,
             Err(_) => {
                 if store.closed() {

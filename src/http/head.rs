@@ -24,6 +24,9 @@ pub enum Method {
     Post,
     Head,
     Options,
+    /// The admin API's updates and revocations.
+    Patch,
+    Delete,
     Other,
 }
 
@@ -149,6 +152,8 @@ pub fn parse(
         Some("POST") => Method::Post,
         Some("HEAD") => Method::Head,
         Some("OPTIONS") => Method::Options,
+        Some("PATCH") => Method::Patch,
+        Some("DELETE") => Method::Delete,
         _ => Method::Other,
     };
     let version = req.version.unwrap_or(1);

@@ -53,4 +53,8 @@ pub struct Shard {
     pub request_ids: IdGen,
     /// This shard's access-log buffer (off: nothing).
     pub access_log: ShardLog,
+    /// The process-wide drain signal, read only by `/readyz` (503 from the moment it fires).
+    pub stopping: crate::shutdown::Shutdown,
+    /// `/metrics` is served on this listener (loopback, or `server.metrics_on_main`).
+    pub metrics_here: bool,
 }

@@ -17,6 +17,8 @@ LISTEN_RE = re.compile(r"listening on http://([0-9.:]+)")
 def spawn(args, env=None):
     """Start a ringgate process and wait for its 'listening on' line; return (proc, addr)."""
     full_env = dict(os.environ)
+    # the binary keeps state under $XDG_DATA_HOME/ringgate by default: one fresh dir per process
+    full_env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="rg-sdk-state-")
     full_env.update(env or {})
     proc = subprocess.Popen(
         [BIN, *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=full_env

@@ -1,0 +1,369 @@
+//! The admin listener (`[admin]`, default `127.0.0.1:8081`): `/admin/*` (keys, usage, drain) and
+//! `/metrics`, plus `/healthz` and `/readyz`, served on a thread of its own (a small epoll
+//! runtime) so nothing it does — a scrape, a key write waiting on the disk — runs on a shard.
+//!
+//! - **Token**: every `/admin/*` request needs `Authorization: Bearer <token>`, the token read
+//!   once at start from the env var `token_env` names (compared as SHA-256 digests in constant
+//!   time). A non-loopback admin address without a token refuses to start. On loopback without a
+//!   token the admin API answers 401 (the start-up log says how to set one) and `/metrics` is
+//!   served to anyone on the machine; with a token, `/metrics` needs it too.
+//! - **Bounds**: heads up to 16 KiB, bodies up to 64 KiB (413), 10 s to send a request, at most
+//!   64 connections; every error is JSON (`{"error":{"message","type","code"}}`).
+//! - **Drain** (`POST /admin/drain`): `/readyz` answers 503 at once (here and on the main
+//!   listener), every shard stops accepting and lets in-flight requests finish (the same drain
+//!   as SIGTERM, bounded by `drain_timeout_ms`); the process then stays up with this listener
+//!   until SIGTERM/SIGINT, so an orchestrator can watch it and stop it.
+//!
+//! Owns: the admin thread, its listener, request routing and the token check. Must not: touch a
+//! shard's state (it sees the key registry, the published metrics snapshots and the shutdown
+//! signal only).
+
+mod keys;
+mod usage;
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use monoio::{LegacyDriver, RuntimeBuilder};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::error::{Error, ErrorShape, Kind};
+use crate::governance::keyring::Digest;
+use crate::governance::registry::Registry;
+use crate::http::body::read_body;
+use crate::http::conn::{ClientConn, Limits};
+use crate::http::{BodyFraming, Method};
+use crate::metrics::MetricsHub;
+use crate::shutdown::Shutdown;
+
+const MAX_BODY: u64 = 64 * 1024;
+const MAX_CONNECTIONS: u32 = 64;
+const LIMITS: Limits = Limits {
+    max_head: 16 * 1024,
+    max_headers: 64,
+    header_timeout: Duration::from_secs(10),
+    body_timeout: Duration::from_secs(10),
+    idle_timeout: Duration::from_secs(60),
+    write_timeout: Duration::from_secs(10),
+};
+
+/// What the admin listener serves from.
+pub struct Ctx {
+    pub registry: Arc<Mutex<Registry>>,
+    /// Digest of the admin token (`None`: no token set; the admin API answers 401).
+    pub token: Option<Digest>,
+    pub token_env: String,
+    pub hub: MetricsHub,
+    /// The process-wide spend ledger (usage endpoints).
+    pub spend: Arc<crate::governance::SpendBook>,
+    /// Fired by `POST /admin/drain` (and by SIGTERM): shards stop accepting and drain.
+    pub drain: Shutdown,
+    pub drain_timeout_ms: u64,
+    /// Fired when the process ends: this listener closes.
+    pub exit: Shutdown,
+}
+
+/// A started admin listener.
+pub struct Admin {
+    pub addr: SocketAddr,
+    handle: JoinHandle<()>,
+}
+
+impl Admin {
+    /// Wait for the admin thread (it ends when `exit` fires).
+    pub fn join(self) {
+        let _ = self.handle.join();
+    }
+}
+
+/// The admin address and token `cfg` asks for (`None`: no `[admin]`). Refuses a non-loopback
+/// address without a token.
+pub fn plan(cfg: &Config) -> Result<Option<(SocketAddr, Option<Digest>, String)>, String> {
+    let (Some(a), Some(addr)) = (&cfg.admin, cfg.admin_addr()) else {
+        return Ok(None);
+    };
+    let addr = addr?;
+    let env = a.token_env.get_ref().clone();
+    let token = std::env::var_os(&env)
+        .filter(|v| !v.is_empty())
+        .map(|v| Digest::of(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str())));
+    if token.is_none() && !addr.ip().is_loopback() {
+        return Err(format!(
+            "refusing to serve the admin API on {addr} without a token: anyone who can reach it could make keys and read usage. \
+             Set the env var {env} (admin.token_env) to a long random secret, or listen on a loopback address"
+        ));
+    }
+    Ok(Some((addr, token, env)))
+}
+
+/// Bind `addr` and serve on a thread of its own until `ctx.exit` fires.
+pub fn start(addr: SocketAddr, ctx: Ctx) -> io::Result<Admin> {
+    let (mut listeners, bound) = crate::shard::bind_listeners(addr, 1)?;
+    let listener = listeners
+        .pop()
+        .ok_or_else(|| io::Error::other("no admin listener"))?;
+    if ctx.token.is_none() {
+        crate::log::info(format_args!(
+            "admin: no token: /admin/* answers 401 until ringgate is started with {} set (a long random secret); /metrics is served without one",
+            ctx.token_env
+        ));
+    }
+    let handle = std::thread::Builder::new()
+        .name("ringgate-admin".into())
+        .spawn(
+            move || match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
+                Ok(mut rt) => rt.block_on(accept_loop(listener, Rc::new(ctx))),
+                Err(e) => crate::log::info(format_args!("admin: no runtime: {e}")),
+            },
+        )?;
+    Ok(Admin {
+        addr: bound,
+        handle,
+    })
+}
+
+async fn accept_loop(std_listener: std::net::TcpListener, ctx: Rc<Ctx>) {
+    let listener = match monoio::net::TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::log::info(format_args!("admin: cannot adopt listener: {e}"));
+            return;
+        }
+    };
+    let open = Rc::new(Cell::new(0u32));
+    let mut exit = std::pin::pin!(ctx.exit.wait());
+    loop {
+        monoio::select! {
+            _ = &mut exit => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let mut conn = ClientConn::new(stream);
+                    if open.get() >= MAX_CONNECTIONS {
+                        let e = Error::new(Kind::Overloaded, "too many admin connections");
+                        monoio::spawn(async move {
+                            conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout).await;
+                        });
+                        continue;
+                    }
+                    open.set(open.get() + 1);
+                    let (ctx, open) = (ctx.clone(), open.clone());
+                    monoio::spawn(async move {
+                        serve(conn, &ctx).await;
+                        open.set(open.get() - 1);
+                    });
+                }
+                Err(e) => {
+                    crate::log::info(format_args!("admin: accept: {e}"));
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+/// One answer: status, content type, body.
+struct Reply {
+    status: u16,
+    json: bool,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(status: u16, v: &Value) -> Reply {
+        Reply {
+            status,
+            json: true,
+            body: v.to_string().into_bytes(),
+        }
+    }
+}
+
+async fn serve(mut conn: ClientConn, ctx: &Ctx) {
+    loop {
+        let next = monoio::select! {
+            _ = ctx.exit.wait() => return,
+            h = conn.read_head(&LIMITS) => h,
+        };
+        let head = match next {
+            Ok(Some(h)) => h,
+            Ok(None) => return,
+            Err(e) => {
+                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
+                    .await;
+                return;
+            }
+        };
+        // copy what routing needs before the body read moves the buffer
+        let method = head.method;
+        let path = String::from_utf8_lossy(head.path(&conn.buf)).into_owned();
+        let authorized = authorize(ctx, head.header(&conn.buf, &head.authorization));
+        let keep = head.keep_alive;
+        let body = if head.body == BodyFraming::None {
+            conn.consume(head.len);
+            Ok(Vec::new())
+        } else {
+            let deadline = Instant::now() + LIMITS.body_timeout;
+            read_body(
+                &mut conn.stream,
+                &mut conn.buf,
+                head.len,
+                head.body,
+                MAX_BODY,
+                deadline,
+                None,
+            )
+            .await
+        };
+        let reply = match body {
+            Ok(body) => route(ctx, method, &path, authorized, &body),
+            Err(e) => {
+                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
+                    .await;
+                return;
+            }
+        };
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                if !conn
+                    .respond_error(&e, ErrorShape::OpenAi, keep, LIMITS.write_timeout)
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        let ct: &[u8] = if reply.json {
+            b"application/json"
+        } else {
+            b"text/plain; version=0.0.4"
+        };
+        let ok = conn
+            .respond(
+                reply.status,
+                ct,
+                b"",
+                &reply.body,
+                keep,
+                LIMITS.write_timeout,
+            )
+            .await;
+        if !ok || !keep {
+            return;
+        }
+    }
+}
+
+/// Whether the request carries the admin token (`None`: no token is set).
+fn authorize(ctx: &Ctx, authorization: Option<&[u8]>) -> Option<bool> {
+    let want = ctx.token?;
+    let presented = authorization
+        .map(crate::http::head::trim)
+        .and_then(|v| v.split_at_checked(7))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case(b"bearer "))
+        .map(|(_, t)| crate::http::head::trim(t));
+    Some(presented.is_some_and(|t| Digest::of(t) == want))
+}
+
+fn route(
+    ctx: &Ctx,
+    method: Method,
+    path: &str,
+    authorized: Option<bool>,
+    body: &[u8],
+) -> Result<Reply, Error> {
+    let draining = ctx.drain.is_fired();
+    match path {
+        "/healthz" => {
+            return only(method, Method::Get, || {
+                Reply::json(200, &serde_json::json!({"status": "ok"}))
+            })
+        }
+        "/readyz" => {
+            return only(method, Method::Get, || match draining {
+                true => Reply::json(503, &serde_json::json!({"status": "draining"})),
+                false => Reply::json(200, &serde_json::json!({"status": "ready"})),
+            })
+        }
+        "/metrics" => {
+            if authorized == Some(false) {
+                return Err(unauthorized(ctx));
+            }
+            return only(method, Method::Get, || Reply {
+                status: 200,
+                json: false,
+                body: ctx.hub.render_published().into_bytes(),
+            });
+        }
+        _ => {}
+    }
+    if !path.starts_with("/admin/") {
+        return Err(Error::new(Kind::NotFound, format!("no route for {path}")));
+    }
+    match authorized {
+        Some(true) => {}
+        Some(false) => return Err(unauthorized(ctx)),
+        None => {
+            return Err(Error::new(
+                Kind::Unauthorized,
+                format!(
+                    "the admin API needs a token: start ringgate with the env var {} set to a long random secret, then send it as `Authorization: Bearer <token>`",
+                    ctx.token_env
+                ),
+            ))
+        }
+    }
+    if path == "/admin/drain" {
+        return only(method, Method::Post, || {
+            if !ctx.drain.is_fired() {
+                crate::log::info(format_args!(
+                    "admin: drain: /readyz answers 503, listeners close, in-flight requests finish (up to {} ms)",
+                    ctx.drain_timeout_ms
+                ));
+                ctx.drain.fire();
+            }
+            Reply::json(
+                202,
+                &serde_json::json!({"status": "draining", "drain_timeout_ms": ctx.drain_timeout_ms}),
+            )
+        });
+    }
+    if path == "/admin/usage" {
+        return only(method, Method::Get, || usage::all(ctx));
+    }
+    keys::route(ctx, method, path, body)
+}
+
+fn only(method: Method, want: Method, f: impl FnOnce() -> Reply) -> Result<Reply, Error> {
+    if method != want {
+        return Err(Error::new(
+            Kind::MethodNotAllowed,
+            "method not allowed on this path",
+        ));
+    }
+    Ok(f())
+}
+
+fn unauthorized(ctx: &Ctx) -> Error {
+    Error::new(
+        Kind::Unauthorized,
+        format!(
+            "invalid admin token: send the token from {} as `Authorization: Bearer <token>`",
+            ctx.token_env
+        ),
+    )
+}
+
+/// Unix seconds now.
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

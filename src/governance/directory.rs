@@ -1,0 +1,14 @@
+//! The process-wide key directory: the current `Keyring` snapshot every shard follows.
+//!
+//! The admin API (through `registry::Registry`) publishes a whole new keyring when a key is
+//! created, changed or revoked; each shard's `Governance` compares the directory's generation
+//! once per request (one `Relaxed` atomic load) and takes the new snapshot when it moved, so a
+//! new key works on the very next request on every shard and a revoked one stops there — well
+//! within the 1 s the issue allows, with no timer and no lock on the request path.
+//!
+//! The mechanism is `crate::versioned::Versioned`, written to be reused by config hot reload
+//! (the route table swapped between requests the same way).
+//!
+//! Owns: the `Directory` type. Must not: be published to from a shard.
+
+pub type Directory = crate::versioned::Versioned<super::Keyring>;

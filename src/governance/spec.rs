@@ -1,0 +1,291 @@
+//! A key's settings as the admin API and the state store see them: allow-list, limits, budget,
+//! expiry, enabled — read from JSON (create and patch bodies, stored rows) with every field
+//! checked by the same rules as `[[key]]`, written back as JSON, and compiled into a `Key`.
+//!
+//! Owns: `KeySpec`, its JSON form and its validation. Must not: see a secret or a digest (that
+//! is `registry` and `keyring`), or be used on the request path.
+
+use serde_json::{Map, Value};
+
+use super::keyring::{Key, ModelRule};
+use super::spend::{usd_to_nanos, Period};
+use crate::config::keys::{parse_rfc3339, KeyConfig};
+use crate::upstream::target;
+
+/// The settings of one key (not its name or secret).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeySpec {
+    /// `None`: every model. Entries are names or `prefix*`.
+    pub models: Option<Vec<String>>,
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+    pub max_in_flight: Option<u64>,
+    pub budget_usd: Option<f64>,
+    /// `day` | `month` | `total`.
+    pub budget_period: Option<String>,
+    /// Unix seconds.
+    pub expires: Option<i64>,
+    pub enabled: bool,
+}
+
+impl Default for KeySpec {
+    fn default() -> Self {
+        KeySpec {
+            models: None,
+            rpm: None,
+            tpm: None,
+            max_in_flight: None,
+            budget_usd: None,
+            budget_period: None,
+            expires: None,
+            enabled: true,
+        }
+    }
+}
+
+/// The fields `apply` accepts (besides `name`, which the caller handles).
+pub const FIELDS: [&str; 8] = [
+    "models",
+    "rpm",
+    "tpm",
+    "max_in_flight",
+    "budget_usd",
+    "budget_period",
+    "expires",
+    "enabled",
+];
+
+impl KeySpec {
+    /// The settings of a `[[key]]` (assumed validated).
+    pub fn from_config(k: &KeyConfig) -> KeySpec {
+        KeySpec {
+            models: k
+                .models
+                .as_ref()
+                .map(|ms| ms.iter().map(|m| m.get_ref().clone()).collect()),
+            rpm: k.rpm.as_ref().map(|v| *v.get_ref()),
+            tpm: k.tpm.as_ref().map(|v| *v.get_ref()),
+            max_in_flight: k.max_in_flight.as_ref().map(|v| *v.get_ref()),
+            budget_usd: k.budget_usd.as_ref().map(|v| *v.get_ref()),
+            budget_period: k.budget_period.as_ref().map(|v| v.get_ref().clone()),
+            expires: k.expires_unix().ok().flatten(),
+            enabled: k.enabled,
+        }
+    }
+
+    /// Change the fields present in `obj` (`null` clears an optional one); fields not named in
+    /// `FIELDS` (other than those in `also`) are refused. On error nothing is changed.
+    pub fn apply(&mut self, obj: &Map<String, Value>, also: &[&str]) -> Result<(), String> {
+        let mut next = self.clone();
+        for (field, v) in obj {
+            let f = field.as_str();
+            if also.contains(&f) {
+                continue;
+            }
+            match f {
+                "models" => next.models = models(v)?,
+                "rpm" => next.rpm = limit(f, v)?,
+                "tpm" => next.tpm = limit(f, v)?,
+                "max_in_flight" => next.max_in_flight = limit(f, v)?,
+                "budget_usd" => {
+                    next.budget_usd = match v {
+                        Value::Null => None,
+                        v => Some(
+                            v.as_f64()
+                                .filter(|b| b.is_finite() && *b >= 0.0)
+                                .ok_or("budget_usd must be a number >= 0 or null")?,
+                        ),
+                    }
+                }
+                "budget_period" => {
+                    next.budget_period = match v {
+                        Value::Null => None,
+                        Value::String(p) if matches!(p.as_str(), "day" | "month" | "total") => {
+                            Some(p.clone())
+                        }
+                        _ => return Err("budget_period must be \"day\", \"month\" or \"total\"".into()),
+                    }
+                }
+                "expires" => {
+                    next.expires = match v {
+                        Value::Null => None,
+                        Value::String(s) => Some(parse_rfc3339(s)?),
+                        _ => {
+                            return Err(
+                                "expires must be an RFC 3339 time with an offset (e.g. 2026-01-31T23:59:59Z) or null"
+                                    .into(),
+                            )
+                        }
+                    }
+                }
+                "enabled" => next.enabled = v.as_bool().ok_or("enabled must be true or false")?,
+                other => {
+                    return Err(format!(
+                        "unknown field {other:?}; expected {}",
+                        FIELDS.join(", ")
+                    ))
+                }
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The JSON fields of these settings (added to `out`).
+    pub fn write(&self, out: &mut Map<String, Value>) {
+        out.insert(
+            "models".into(),
+            self.models.as_ref().map_or(Value::Null, |m| {
+                m.iter().cloned().map(Value::from).collect()
+            }),
+        );
+        for (f, v) in [
+            ("rpm", self.rpm),
+            ("tpm", self.tpm),
+            ("max_in_flight", self.max_in_flight),
+        ] {
+            out.insert(f.into(), v.map_or(Value::Null, Value::from));
+        }
+        out.insert(
+            "budget_usd".into(),
+            self.budget_usd.map_or(Value::Null, Value::from),
+        );
+        out.insert(
+            "budget_period".into(),
+            self.budget_period.clone().map_or(Value::Null, Value::from),
+        );
+        out.insert(
+            "expires".into(),
+            self.expires
+                .map_or(Value::Null, |t| Value::from(crate::date::rfc3339(t))),
+        );
+        out.insert("enabled".into(), Value::from(self.enabled));
+    }
+
+    /// The JSON object of these settings (stored rows).
+    pub fn to_json(&self) -> String {
+        let mut m = Map::new();
+        self.write(&mut m);
+        Value::Object(m).to_string()
+    }
+
+    /// Settings from a stored row's JSON.
+    pub fn from_json(text: &str) -> Result<KeySpec, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let mut spec = KeySpec::default();
+        spec.apply(obj, &[])?;
+        Ok(spec)
+    }
+
+    /// The compiled key named `name`.
+    pub fn compile(&self, name: &str) -> Key {
+        Key {
+            name: name.into(),
+            models: self.models.as_ref().map(|ms| {
+                ms.iter()
+                    .map(|m| match m.strip_suffix('*') {
+                        Some(p) => ModelRule::Prefix(p.into()),
+                        None => ModelRule::Exact(m.as_str().into()),
+                    })
+                    .collect()
+            }),
+            rpm: self.rpm,
+            tpm: self.tpm,
+            max_in_flight: self.max_in_flight,
+            expires: self.expires,
+            enabled: self.enabled,
+            budget_nanos: self.budget_usd.map(usd_to_nanos),
+            period: self
+                .budget_period
+                .as_deref()
+                .and_then(Period::parse)
+                .unwrap_or(Period::Total),
+        }
+    }
+}
+
+fn limit(field: &str, v: &Value) -> Result<Option<u64>, String> {
+    match v {
+        Value::Null => Ok(None),
+        v => v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .map(Some)
+            .ok_or(format!("{field} must be a whole number >= 1 or null")),
+    }
+}
+
+fn models(v: &Value) -> Result<Option<Vec<String>>, String> {
+    let list = match v {
+        Value::Null => return Ok(None),
+        Value::Array(a) => a,
+        _ => return Err("models must be a list of model names (or null for every model)".into()),
+    };
+    if list.len() > 1024 {
+        return Err("models: at most 1024 entries".into());
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for m in list {
+        let Some(pat) = m.as_str() else {
+            return Err("models entries must be strings".into());
+        };
+        let rule = match pat.strip_suffix('*') {
+            Some(prefix) if !prefix.is_empty() => target::model_prefix(prefix),
+            Some(_) => Ok(()),
+            None => target::model_id(pat),
+        };
+        if let Err(why) = rule {
+            return Err(format!("models entry {pat:?} {why}"));
+        }
+        out.push(pat.to_string());
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(text: &str) -> Map<String, Value> {
+        serde_json::from_str::<Value>(text)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn apply_checks_every_field_and_changes_nothing_on_error() {
+        let mut s = KeySpec::default();
+        s.apply(
+            &obj(r#"{"name":"x","models":["gpt-4o-mini","claude-*"],"rpm":60,"budget_usd":5,"budget_period":"month","expires":"2001-09-09T03:46:40+02:00","enabled":false}"#),
+            &["name"],
+        )
+        .unwrap();
+        assert_eq!(s.rpm, Some(60));
+        assert_eq!(s.expires, Some(1_000_000_000));
+        assert!(!s.enabled);
+        let k = s.compile("x");
+        assert!(k.allows("claude-3") && !k.allows("gpt-4o"));
+        let before = s.clone();
+        for bad in [
+            r#"{"rpm":0}"#,
+            r#"{"rpm":-1}"#,
+            r#"{"tpm":"5"}"#,
+            r#"{"models":"gpt"}"#,
+            r#"{"models":["a b"]}"#,
+            r#"{"budget_usd":-1}"#,
+            r#"{"budget_period":"week"}"#,
+            r#"{"expires":"tomorrow"}"#,
+            r#"{"enabled":1}"#,
+            r#"{"rpm":5,"secret":"x"}"#,
+        ] {
+            assert!(s.apply(&obj(bad), &[]).is_err(), "{bad}");
+            assert_eq!(s, before, "{bad}");
+        }
+        s.apply(&obj(r#"{"rpm":null,"models":null}"#), &[]).unwrap();
+        assert_eq!((s.rpm, s.models.clone()), (None, None));
+        assert_eq!(KeySpec::from_json(&s.to_json()).unwrap(), s);
+    }
+}

@@ -1,0 +1,282 @@
+//! The SQLite file of `state_dir` (`state.db`): its schema and every statement the writer runs.
+//!
+//! Tables: `keys` (one row per key made through the admin API, and one per revoked config key:
+//! the SHA-256 of the secret, the settings as JSON, created/updated/revoked Unix seconds — never
+//! a secret), `spend` (the ledger: per key name × model × period start, absolute requests,
+//! tokens in/out and nano-USD — each flush overwrites a row with its current totals), `meta`
+//! (schema version).
+//!
+//! Owns: opening (WAL, `synchronous = FULL`: a key the admin API acknowledged survives a crash),
+//! the schema, and the row types. Must not: be called from a shard thread (only from start-up and
+//! the writer thread in `state`).
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::governance::spend::UsageRow;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS keys (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('api', 'config')),
+    sha256 BLOB NOT NULL,
+    spec TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    revoked INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS keys_live_name ON keys(name)
+    WHERE revoked IS NULL AND source = 'api';
+CREATE TABLE IF NOT EXISTS spend (
+    key TEXT NOT NULL,
+    model TEXT NOT NULL,
+    period_start INTEGER NOT NULL,
+    requests INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    spend_nanos INTEGER NOT NULL,
+    PRIMARY KEY (key, model, period_start)
+);
+";
+
+const VERSION: &str = "1";
+
+/// One stored key row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRow {
+    pub id: i64,
+    pub name: String,
+    /// `api` (made through the admin API) or `config` (a revoked `[[key]]`).
+    pub source: String,
+    pub sha256: [u8; 32],
+    /// `KeySpec` JSON.
+    pub spec: String,
+    pub created: i64,
+    pub updated: i64,
+    pub revoked: Option<i64>,
+}
+
+/// A change to the `keys` table.
+#[derive(Debug, Clone)]
+pub enum KeyWrite {
+    /// A new key; the answer is its row id.
+    Insert {
+        name: String,
+        source: &'static str,
+        sha256: [u8; 32],
+        spec: String,
+        at: i64,
+        revoked: Option<i64>,
+    },
+    Update {
+        id: i64,
+        spec: String,
+        at: i64,
+    },
+    Revoke {
+        id: i64,
+        at: i64,
+    },
+}
+
+/// Open (creating when missing) `path`, readable by its owner only.
+pub fn open(path: &Path) -> Result<Connection, String> {
+    let conn = Connection::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
+        .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
+        .and_then(|_| conn.execute_batch(SCHEMA))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let version: Option<String> = conn
+        .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
+        .optional()
+        .map_err(|e| e.to_string())?;
+    match version.as_deref() {
+        None => {
+            conn.execute(
+                "INSERT INTO meta (k, v) VALUES ('schema', ?1)",
+                params![VERSION],
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Some(VERSION) => {}
+        Some(v) => {
+            return Err(format!(
+                "{}: schema version {v} is newer than this ringgate understands ({VERSION})",
+                path.display()
+            ))
+        }
+    }
+    Ok(conn)
+}
+
+/// Every key row, oldest first.
+pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>, String> {
+    let mut st = conn
+        .prepare(
+            "SELECT id, name, source, sha256, spec, created, updated, revoked FROM keys ORDER BY id",
+        )
+        .map_err(|e| e.to_string())?;
+    let rows = st
+        .query_map([], |r| {
+            let digest: Vec<u8> = r.get(3)?;
+            let mut sha256 = [0u8; 32];
+            if digest.len() == 32 {
+                sha256.copy_from_slice(&digest);
+            }
+            Ok(KeyRow {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                source: r.get(2)?,
+                sha256,
+                spec: r.get(4)?,
+                created: r.get(5)?,
+                updated: r.get(6)?,
+                revoked: r.get(7)?,
+            })
+        })
+        .map_err(|e| e.to_string())?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// Apply one key change; returns the row id.
+pub fn write_key(conn: &Connection, w: &KeyWrite) -> Result<i64, String> {
+    let r = match w {
+        KeyWrite::Insert {
+            name,
+            source,
+            sha256,
+            spec,
+            at,
+            revoked,
+        } => conn
+            .execute(
+                "INSERT INTO keys (name, source, sha256, spec, created, updated, revoked)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
+                params![name, source, &sha256[..], spec, at, revoked],
+            )
+            .map(|_| conn.last_insert_rowid()),
+        KeyWrite::Update { id, spec, at } => conn
+            .execute(
+                "UPDATE keys SET spec = ?2, updated = ?3 WHERE id = ?1",
+                params![id, spec, at],
+            )
+            .map(|_| *id),
+        KeyWrite::Revoke { id, at } => conn
+            .execute(
+                "UPDATE keys SET revoked = ?2, updated = ?2 WHERE id = ?1",
+                params![id, at],
+            )
+            .map(|_| *id),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// Ledger rows of periods starting at or after `since` (and `total` rows, period 0).
+pub fn spend_rows(conn: &Connection, since: i64) -> Result<Vec<UsageRow>, String> {
+    let mut st = conn
+        .prepare(
+            "SELECT key, model, period_start, requests, input_tokens, output_tokens, spend_nanos
+             FROM spend WHERE period_start = 0 OR period_start >= ?1 ORDER BY key, model, period_start",
+        )
+        .map_err(|e| e.to_string())?;
+    let rows = st
+        .query_map(params![since], |r| {
+            let nanos: i64 = r.get(6)?;
+            Ok(UsageRow {
+                key: r.get(0)?,
+                model: r.get(1)?,
+                period_start: r.get(2)?,
+                requests: r.get::<_, i64>(3)?.max(0) as u64,
+                input_tokens: r.get::<_, i64>(4)?.max(0) as u64,
+                output_tokens: r.get::<_, i64>(5)?.max(0) as u64,
+                spend_usd: nanos as f64 / crate::governance::spend::NANOS_PER_USD as f64,
+                spend_nanos: nanos.max(0) as u64,
+            })
+        })
+        .map_err(|e| e.to_string())?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// Write `row`'s totals (insert or overwrite).
+pub fn put_spend(conn: &Connection, row: &UsageRow) -> Result<(), String> {
+    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    conn.prepare_cached(
+        "INSERT INTO spend (key, model, period_start, requests, input_tokens, output_tokens, spend_nanos)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (key, model, period_start) DO UPDATE SET
+           requests = excluded.requests, input_tokens = excluded.input_tokens,
+           output_tokens = excluded.output_tokens, spend_nanos = excluded.spend_nanos",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            row.key,
+            row.model,
+            row.period_start,
+            clamp(row.requests),
+            clamp(row.input_tokens),
+            clamp(row.output_tokens),
+            clamp(row.spend_nanos)
+        ])
+    })
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_live_names_are_unique() {
+        let dir = std::env::temp_dir().join(format!("rg-db-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("t.db");
+        let _ = std::fs::remove_file(&path);
+        let c = open(&path).unwrap();
+        let ins = |name: &str| KeyWrite::Insert {
+            name: name.into(),
+            source: "api",
+            sha256: [7; 32],
+            spec: "{}".into(),
+            at: 5,
+            revoked: None,
+        };
+        let id = write_key(&c, &ins("a")).unwrap();
+        assert!(write_key(&c, &ins("a")).is_err(), "a live name is unique");
+        write_key(&c, &KeyWrite::Revoke { id, at: 9 }).unwrap();
+        let id2 = write_key(&c, &ins("a")).unwrap();
+        write_key(
+            &c,
+            &KeyWrite::Update {
+                id: id2,
+                spec: "{\"rpm\":1}".into(),
+                at: 10,
+            },
+        )
+        .unwrap();
+        drop(c);
+        let c = open(&path).unwrap();
+        let rows = keys(&c).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].revoked, Some(9));
+        assert_eq!(
+            (rows[1].spec.as_str(), rows[1].updated),
+            ("{\"rpm\":1}", 10)
+        );
+        assert_eq!(rows[1].sha256, [7; 32]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
