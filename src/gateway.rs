@@ -100,6 +100,7 @@ fn keys_and_state(
         _ => (None, Vec::new()),
     };
     let (registry, notes) = Registry::build(cfg, &stored, store.clone())?;
+    let registry = registry.with_book(book.clone());
     for n in notes {
         crate::log::info(format_args!("{n}"));
     }

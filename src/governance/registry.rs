@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 use super::keyring::{Digest, Keyring};
 use super::spec::KeySpec;
 use super::Directory;
+use super::SpendBook;
 use crate::config::keys::{key_name_ok, parse_sha256, KEY_NAME_RULE};
 use crate::config::Config;
 use crate::error::{Error, Kind};
@@ -71,6 +72,9 @@ pub struct Registry {
     checked: bool,
     dir: Arc<Directory>,
     store: Option<Arc<Store>>,
+    /// The spend ledger: each key's budget is set on it with every change (shards do too, when
+    /// they take the snapshot; this makes it right before any request arrives).
+    book: Option<Arc<SpendBook>>,
     rng: SystemRandom,
 }
 
@@ -159,11 +163,28 @@ impl Registry {
             checked,
             dir: Arc::new(Directory::new(Keyring::default())),
             store,
+            book: None,
             rng: SystemRandom::new(),
         };
         let ring = reg.snapshot()?;
         reg.dir = Arc::new(Directory::new(ring));
         Ok((reg, log))
+    }
+
+    /// Set each key's budget and period on its ledger in `book`, now and with every change.
+    pub fn with_book(mut self, book: Arc<SpendBook>) -> Registry {
+        self.book = Some(book);
+        self.apply_budgets();
+        self
+    }
+
+    fn apply_budgets(&self) {
+        let Some(book) = &self.book else { return };
+        for r in self.records.iter().filter(|r| r.revoked.is_none()) {
+            let k = r.spec.compile(&r.name);
+            book.ensure_key(&r.name)
+                .set_budget(k.budget_nanos, Some(k.period));
+        }
     }
 
     /// The directory the shards follow.
@@ -196,6 +217,7 @@ impl Registry {
 
     fn publish(&self) -> Result<(), Error> {
         let ring = self.snapshot().map_err(|e| Error::new(Kind::Internal, e))?;
+        self.apply_budgets();
         self.dir.publish(ring);
         Ok(())
     }
