@@ -11,6 +11,9 @@
 //!   admin listener's live key directory but no key) vs 1,000 keys (fixed, and live)
 //!   configured (key only; key + rpm/tpm/in-flight windows + model check + reconcile)
 //!
+//! - observability: the request id, the trace's clock reads, the request metrics, the access log
+//!   off and on
+//!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -323,6 +326,129 @@ fn governance(c: &mut Criterion) {
     g.finish();
 }
 
+/// What issue 11's observability adds to one request (one shard, plain integers): the request
+/// id, the trace's extra clock reads, the metrics (series lookup, latency/overhead/TTFT/upstream
+/// histograms), and the access log off (one branch) and on (one JSON line into the shard's
+/// buffer; handing full 16 KiB buffers to the writer thread is amortised in it).
+fn observability(c: &mut Criterion) {
+    use ringgate::accesslog::{AccessLog, Entry, ShardLog};
+    use ringgate::http::request_id::IdGen;
+    use ringgate::metrics::RequestMetrics;
+    use ringgate::trace::{Endpoint, Trace};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let mut g = c.benchmark_group("observability");
+    let ids = IdGen::new(0, 0x5f3a_9c01);
+    let mut headers = Vec::with_capacity(256);
+    g.bench_function("request_id_generated", |b| {
+        b.iter(|| {
+            headers.clear();
+            ids.assign(black_box(None)).header_line(&mut headers);
+            black_box(headers.len())
+        })
+    });
+    g.bench_function("clock_reads_x6", |b| {
+        b.iter(|| {
+            for _ in 0..6 {
+                black_box(Instant::now());
+            }
+        })
+    });
+    let start = Instant::now();
+    let mut t = Trace::new(start);
+    t.endpoint = Endpoint::ChatCompletions;
+    t.route = Some(3);
+    t.served = Some((3, 0));
+    t.stream = true;
+    t.upstream = Duration::from_millis(48);
+    t.first_piece = Some(start + Duration::from_millis(12));
+    t.tokens = Some((120, 256));
+    let end = start + Duration::from_millis(50);
+    let metrics = RequestMetrics::default();
+    // a few series exist, as on a running gateway
+    for (ep, r, p) in [
+        (Endpoint::Responses, 1, 0),
+        (Endpoint::Messages, 2, 1),
+        (Endpoint::ChatCompletions, 3, 0),
+    ] {
+        let mut o = t.clone();
+        o.endpoint = ep;
+        o.route = Some(r);
+        metrics.observe(&o, 200, Some(p), end);
+    }
+    g.bench_function("metrics_observe", |b| {
+        b.iter(|| metrics.observe(black_box(&t), 200, Some(0), black_box(end)))
+    });
+    let entry = Entry {
+        request_id: "rg-0-5f3a9c01-123456",
+        key: Some("team-a"),
+        endpoint: "chat_completions",
+        model: Some("gpt-4o-mini"),
+        deployment: Some("openai/gpt-4o-mini"),
+        provider: Some("openai"),
+        status: 200,
+        stream: true,
+        tokens: Some((120, 256)),
+        latency: Duration::from_micros(50_123),
+        overhead: Duration::from_micros(31),
+        upstream: Duration::from_micros(50_092),
+        first_token: Some(Duration::from_micros(12_004)),
+        bytes_in: 1_234,
+        bytes_out: 4_567,
+        attempts: 1,
+    };
+    let off = ShardLog::new(None);
+    g.bench_function("access_log_off", |b| {
+        b.iter(|| {
+            if black_box(&off).on() {
+                off.write(&entry);
+            }
+        })
+    });
+    let sink = Box::new(std::io::sink());
+    if let Ok((log, _writer)) = AccessLog::start_with(sink, 64, Arc::new(AtomicU64::new(0))) {
+        let on = ShardLog::new(Some(log));
+        g.bench_function("access_log_on", |b| {
+            b.iter(|| {
+                if black_box(&on).on() {
+                    on.write(black_box(&entry));
+                }
+            })
+        });
+    }
+    // A scrape on one shard of 8: its own rendering plus 7 snapshots, 20 models × 2 endpoints
+    // each with every histogram filled, merged into one exposition.
+    let mut cfg = String::from("[[provider]]\nname = \"p\"\nkind = \"mock\"\n");
+    for m in 0..20 {
+        cfg.push_str(&format!(
+            "[[model]]\nname = \"model-{m}\"\nprovider = \"p\"\n"
+        ));
+    }
+    let routes = ringgate::route::RouteTable::build(
+        &ringgate::config::Config::parse(&cfg).unwrap_or_else(|e| panic!("{e:?}")),
+    );
+    let shard = RequestMetrics::default();
+    for r in 0..20 {
+        for ep in [Endpoint::ChatCompletions, Endpoint::Messages] {
+            let mut o = t.clone();
+            o.endpoint = ep;
+            o.route = Some(r);
+            o.served = Some((r, 0));
+            shard.observe(&o, 200, Some(0), end);
+        }
+    }
+    let mut part = String::new();
+    shard.render(&routes, &mut part);
+    let parts: Vec<&str> = (0..8).map(|_| part.as_str()).collect();
+    let lines = part.lines().count() * 8;
+    g.bench_function(format!("scrape_merge_8_shards_{lines}_lines"), |b| {
+        b.iter(|| black_box(ringgate::metrics::expose::merge(black_box(&parts))).len())
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     head,
@@ -330,6 +456,7 @@ criterion_group!(
     sse,
     translation,
     vetting,
-    governance
+    governance,
+    observability
 );
 criterion_main!(benches);
