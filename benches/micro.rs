@@ -10,6 +10,9 @@
 //! - governance: the per-request key + limit checks with keys off (the baseline; and with an
 //!   admin listener's live key directory but no key) vs 1,000 keys (fixed, and live)
 //!   configured (key only; key + rpm/tpm/in-flight windows + model check + reconcile)
+//! - spend: a keyed request's governance life with its answer (usage scanned and recorded)
+//!   without the ledger, with it but no prices or budgets, with prices and a budget; and the
+//!   usage scan over a 16 KiB stream
 //!
 //! - observability: the request id, the trace's clock reads, the request metrics, the access log
 //!   off and on
@@ -449,6 +452,116 @@ fn observability(c: &mut Criterion) {
     g.finish();
 }
 
+/// A keyed request's whole governance life with its answer: identify → admit → check_model →
+/// the answer's head → its usage scanned → grant dropped (usage recorded). Keys with no ledger,
+/// with the ledger but no prices or budgets, and with prices and a budget (never reached); plus
+/// the usage scan over a 16 KiB stream (what every keyed answer's bytes go through).
+fn spend(c: &mut Criterion) {
+    use ringgate::config::Config;
+    use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring, SpendBook};
+    use ringgate::provider::Op;
+    use ringgate::translate::Dialect;
+    let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
+    let config = |key_extra: &str, price: &str| {
+        let mut text = format!(
+            "[[provider]]\nname = \"p\"\nkind = \"mock\"\n[[model]]\nname = \"gpt-*\"\nprovider = \"p\"\n{price}\n"
+        );
+        for i in 0..1000 {
+            let hex: String = Digest::of(secret(i).as_bytes())
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            text.push_str(&format!(
+                "[[key]]\nname = \"k{i}\"\nkey_sha256 = \"{hex}\"\n{key_extra}\n"
+            ));
+        }
+        Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}"))
+    };
+    let raw = String::from_utf8_lossy(HEAD).replace("sk-test-0123456789abcdef", &secret(999));
+    let raw = raw.as_bytes();
+    let Ok(Some(head)) = ringgate::http::head::parse(raw, 16 * 1024, 64) else {
+        return;
+    };
+    let body = chat_body(800);
+    let Ok(fields) = ringgate::extract::routing_fields(&body) else {
+        return;
+    };
+    let usage = br#"data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":212,"completion_tokens":64,"total_tokens":276}}
+
+data: [DONE]
+
+"#;
+    let mut g = c.benchmark_group("spend");
+    let mut headers = Vec::with_capacity(256);
+    let mut run = |name: &str, cfg: &Config, ledger: bool| {
+        let routes = ringgate::route::RouteTable::build(cfg);
+        let book = std::sync::Arc::new(SpendBook::new());
+        let mut gov = Governance::new(Keyring::build(cfg).unwrap_or_default(), 0, 1);
+        if ledger {
+            gov = gov.with_spend(&book, &routes);
+        }
+        let Some(route) = routes.route(0) else {
+            return;
+        };
+        let Some(dep) = route.deployments.first() else {
+            return;
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                headers.clear();
+                let caller = gov.identify(black_box(&head), black_box(raw));
+                let grant = gov.admit(caller, Gate::Limits, &mut headers);
+                if let Ok(Some(mut grant)) = grant {
+                    let ok = grant.check_model(
+                        black_box(&fields),
+                        route,
+                        Op::Generate,
+                        body.len(),
+                        &mut headers,
+                    );
+                    let mut ans = ringgate::upstream::ResponseHead {
+                        status: 200,
+                        framing: ringgate::upstream::RespFraming::Chunked,
+                        keep_alive: true,
+                        content_type: b"text/event-stream".to_vec(),
+                        forward: Vec::new(),
+                    };
+                    grant.on_answer(&mut ans, Some((route, dep)), Dialect::Chat);
+                    grant.usage().feed(black_box(usage));
+                    black_box(ok.is_ok());
+                }
+            })
+        });
+    };
+    run("keyed_no_ledger", &config("", ""), false);
+    run("ledger_no_prices", &config("", ""), true);
+    run(
+        "prices_and_budget",
+        &config(
+            "budget_usd = 1000000000.0\nbudget_period = \"month\"",
+            "price_input_per_mtok = 0.15\nprice_output_per_mtok = 0.60",
+        ),
+        true,
+    );
+    // the scan every keyed answer's bytes go through: a 16 KiB Chat stream
+    let mut stream = Vec::new();
+    while stream.len() < 16 * 1024 {
+        stream.extend_from_slice(br#"data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":" the gate"},"finish_reason":null}]}
+
+"#);
+    }
+    stream.extend_from_slice(usage);
+    g.bench_function("usage_scan_16k_stream", |b| {
+        b.iter(|| {
+            let mut s = ringgate::governance::usage::UsageScan::new(Dialect::Chat);
+            s.feed(black_box(&stream));
+            black_box(s.io())
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     head,
@@ -457,6 +570,7 @@ criterion_group!(
     translation,
     vetting,
     governance,
-    observability
+    observability,
+    spend
 );
 criterion_main!(benches);

@@ -330,7 +330,12 @@ impl Governance {
                 tallies.len() - 1
             }
         };
-        tallies[at].1.add(input, output, nanos, unix_now());
+        // (`total` periods never roll: no clock read)
+        let now = match ledger.period() {
+            Period::Total => 0,
+            _ => unix_now(),
+        };
+        tallies[at].1.add(input, output, nanos, now);
     }
 
     /// Keep the counters in a shared store (when keys are checked).

@@ -35,7 +35,10 @@
 //! decide refusals (that is `Governance::admit`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicI64, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// Nano-USD per USD.
@@ -260,6 +263,9 @@ pub struct KeyLedger {
     period: AtomicU8,
     /// Start of the period `spend` counts (`NO_PERIOD` until first needed).
     current: AtomicI64,
+    /// Start of the period after it (`NO_PERIOD`: not known; `i64::MAX` for `total`): while
+    /// `current <= now < until` no calendar arithmetic is needed.
+    until: AtomicI64,
     /// Start of the period before it, the oldest one kept in memory (`NO_PERIOD`: none).
     previous: AtomicI64,
     /// Nano-USD spent in the current period (all shards, restored rows included).
@@ -274,6 +280,7 @@ impl KeyLedger {
             budget: AtomicU64::new(NO_BUDGET),
             period: AtomicU8::new(Period::Total.code()),
             current: AtomicI64::new(NO_PERIOD),
+            until: AtomicI64::new(NO_PERIOD),
             previous: AtomicI64::new(NO_PERIOD),
             spend: AtomicU64::new(0),
             entries: Mutex::new(Vec::new()),
@@ -314,6 +321,7 @@ impl KeyLedger {
         if let Some(p) = period {
             if self.period.swap(p.code(), Relaxed) != p.code() {
                 let _g = self.lock();
+                self.until.store(NO_PERIOD, Relaxed);
                 self.current.store(NO_PERIOD, Relaxed);
             }
         }
@@ -321,20 +329,29 @@ impl KeyLedger {
 
     /// The current period's start for `now` (Unix seconds), rolling the key's spend over when a
     /// new period began.
+    #[inline]
     pub fn current_period(&self, now: i64) -> i64 {
-        let p = self.period().start(now);
-        if self.current.load(Relaxed) != p {
-            self.roll(p);
+        // `until` is stored last (Release) when a period starts: seeing it, `current` is its.
+        let until = self.until.load(Acquire);
+        let current = self.current.load(Relaxed);
+        if current <= now && now < until {
+            return current;
         }
+        let p = self.period().start(now);
+        self.roll(p);
         p
     }
 
+    /// Make `p` the current period (or just learn its end when it already is).
     #[cold]
     fn roll(&self, p: i64) {
         let mut entries = self.lock();
+        let until = self.period().next_start(p).unwrap_or(i64::MAX);
         if self.current.load(Relaxed) == p {
+            self.until.store(until, Release);
             return;
         }
+        self.until.store(NO_PERIOD, Relaxed);
         // At a rollover, drop the closed rows of periods older than the one being closed
         // (the state store has them).
         let closing = self.current.load(Relaxed);
@@ -349,6 +366,7 @@ impl KeyLedger {
             .sum();
         self.spend.store(carried, Relaxed);
         self.current.store(p, Relaxed);
+        self.until.store(until, Release);
     }
 
     /// Nano-USD spent in the period holding `now`.

@@ -2,9 +2,11 @@
 //! embedded default config (as an in-process provider).
 //!
 //! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
-//! plus a user turn triggers a tool call, `reasoning_effort` / `thinking` add reasoning), and the dispatch to the per-dialect response writers
+//! plus a user turn triggers a tool call, `reasoning_effort` / `thinking` add reasoning, the
+//! prompt's text gives the input tokens), and the dispatch to the per-dialect response writers
 //! (`chat`, `responses`, `anthropic`, `gemini`, `embeddings`), which share `pace` (timing and
-//! framing) and `tools` (the tool-call decision). The standalone server (`server`) also injects
+//! framing), `tools` (the tool-call decision) and `prompt` (the input token count). The
+//! standalone server (`server`) also injects
 //! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
 //! `--fault` plan), `inject` writes them in place of the `answer`. Must not: depend on the
 //! gateway pipeline — the gateway calls `respond` / `chat::respond` (its in-process mock injects
