@@ -9,8 +9,10 @@
 //! * With `--baseline URL` requests alternate target/baseline on one arrival process and the
 //!   report includes the added latency (target − baseline) at each percentile.
 //! * SSE-aware for `--stream`: time to the first content token, inter-event gaps, terminal events.
-//! * Optionally results over time (`--timeline MS`) and response-header value counts
-//!   (`--count-header NAME`, e.g. which deployment answered), see `loadgen/timeline.rs`.
+//! * Optionally results over time (`--timeline MS`), merged per phase (`--phase-at`) or per
+//!   named wall-clock window (`--windows-file`, e.g. each node's restart in a rolling upgrade),
+//!   and response-header value counts (`--count-header NAME`, e.g. which deployment answered),
+//!   see `loadgen/timeline.rs`.
 //!
 //! Run with `--help` for all options.
 
@@ -72,6 +74,9 @@ OUTPUT:
                         send time (measured window only)
   --phase-at SECS       with --timeline: also report merged percentiles per phase of the
                         window split at these offsets (repeatable, e.g. before/after a fault)
+  --windows-file PATH   with --timeline: at the end, read lines 'NAME FROM_UNIX_MS TO_UNIX_MS'
+                        from PATH (written during the run, e.g. when each node of a fleet
+                        restarted) and report merged percentiles per named window
   --count-header NAME   count the values of this response header per target (repeatable)
   --label TEXT          free-form label copied into the JSON
   --quiet               no human-readable summary
@@ -103,6 +108,7 @@ struct Config {
     quiet: bool,
     timeline_ms: Option<u64>,
     phases: Vec<f64>,
+    windows_file: Option<String>,
     count_headers: Vec<String>,
 }
 
@@ -131,6 +137,7 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
         quiet: false,
         timeline_ms: None,
         phases: Vec::new(),
+        windows_file: None,
         count_headers: Vec::new(),
     };
     let mut it = args.iter();
@@ -201,6 +208,7 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
             "--quiet" => c.quiet = true,
             "--timeline" => c.timeline_ms = Some(num(&v(&mut it)?, flag)?),
             "--phase-at" => c.phases.push(num(&v(&mut it)?, flag)?),
+            "--windows-file" => c.windows_file = Some(v(&mut it)?),
             "--count-header" => c.count_headers.push(v(&mut it)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -225,6 +233,9 @@ fn parse_args(args: &[String]) -> Result<Option<Config>, String> {
     }
     if !c.phases.is_empty() && c.timeline_ms.is_none() {
         return Err("--phase-at needs --timeline".into());
+    }
+    if c.windows_file.is_some() && c.timeline_ms.is_none() {
+        return Err("--windows-file needs --timeline".into());
     }
     if c.phases.iter().any(|p| !(p.is_finite() && *p >= 0.0)) {
         return Err("--phase-at must be >= 0 seconds".into());

@@ -369,6 +369,13 @@ async fn exchange_with_retry(
             reusable: false,
         };
         let reused = match grant {
+            // The retry goes out on a fresh connection: another pooled one may have been closed
+            // by the same idle timeout as the first (seen behind HAProxy's keep-alive timeout).
+            // Its slot is kept; the connection is dropped and `exchange` opens a new one.
+            Grant::Idle(c) if attempt > 0 => {
+                drop(c);
+                false
+            }
             Grant::Idle(c) => {
                 lease.conn = Some(c);
                 true

@@ -73,6 +73,52 @@ fn phases_json(tl: &Timeline, cuts: &[f64]) -> Value {
     Value::Array(out)
 }
 
+/// Named wall-clock windows (`--windows-file`: lines `NAME FROM_UNIX_MS TO_UNIX_MS`, `#`
+/// comments), read when the run is over: the merged percentiles of the timeline buckets whose
+/// intended send time falls in each window (bucket granularity; clipped to the measured window).
+/// Unreadable files and malformed lines are reported, not fatal: the run's data stays usable.
+fn windows_json(tl: &Timeline, path: &str, window_start_unix_ms: u128) -> Value {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return json!({ "error": format!("{path}: {e}") }),
+    };
+    let origin = window_start_unix_ms as f64;
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let parsed = match f.as_slice() {
+            [name, a, b] => a
+                .parse::<f64>()
+                .ok()
+                .zip(b.parse::<f64>().ok())
+                .map(|(a, b)| (*name, a, b)),
+            _ => None,
+        };
+        let Some((name, from_ms, to_ms)) = parsed else {
+            out.push(json!({ "error": format!("bad line {line:?}") }));
+            continue;
+        };
+        let from_s = ((from_ms - origin) / 1000.0).max(0.0);
+        let to_s = ((to_ms - origin) / 1000.0).max(from_s);
+        let (h, ok, errors) = tl.phase(
+            Duration::from_secs_f64(from_s),
+            Some(Duration::from_secs_f64(to_s)),
+        );
+        out.push(json!({
+            "name": name,
+            "from_s": (from_s * 1000.0).round() / 1000.0,
+            "to_s": (to_s * 1000.0).round() / 1000.0,
+            "ok": ok,
+            "errors": errors,
+            "latency_us": hist_json(&h),
+        }));
+    }
+    Value::Array(out)
+}
+
 fn errors_json(st: &Stats) -> Value {
     let mut status = serde_json::Map::new();
     let (mut connect, mut timeout, mut protocol, mut io, mut incomplete) = (0, 0, 0, 0, 0);
@@ -148,6 +194,10 @@ pub fn build_report(cfg: &Config, targets: &[Rc<Target>], run: &Run, driver: &st
             "warmup": { "ok": st.warmup_ok, "errors": st.warmup_err },
             "timeline": st.timeline.as_ref().map(Timeline::to_json),
             "phases": st.timeline.as_ref().map(|tl| phases_json(tl, &cfg.phases)),
+            "windows": match (st.timeline.as_ref(), cfg.windows_file.as_deref()) {
+                (Some(tl), Some(p)) => windows_json(tl, p, run.window_start_unix_ms),
+                _ => Value::Null,
+            },
             "header_counts": if cfg.count_headers.is_empty() {
                 Value::Null
             } else {
