@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the S7 peer gateways OUTSIDE the repo (idempotent):
-#   nginx-light (apt), LiteLLM proxy (PyPI venv in /work/bench-venvs/litellm),
-#   Portkey gateway (npm in /work/bench-node).
+# Installs the S7 peer gateways (idempotent), under .bench-peers/ in the checkout (ignored by
+# git; ~800 MB): nginx-light (apt), LiteLLM proxy (PyPI venv in .bench-peers/venvs/litellm),
+# Portkey gateway (npm in .bench-peers/node). BENCH_VENVS / BENCH_NODE choose other places.
 set -euo pipefail
-VENVS=${BENCH_VENVS:-/work/bench-venvs}
-NODE_DIR=${BENCH_NODE:-/work/bench-node}
+PEERS="$(cd "$(dirname "$0")/../.." && pwd)/.bench-peers"
+VENVS=${BENCH_VENVS:-$PEERS/venvs}
+NODE_DIR=${BENCH_NODE:-$PEERS/node}
 if ! command -v nginx >/dev/null; then
   apt-get install -y -qq nginx-light || { apt-get update -qq && apt-get install -y -qq nginx-light; }
 fi

@@ -1,7 +1,7 @@
 """S7 side by side: ringgate vs nginx (plain 1-core proxy), LiteLLM (PyPI) and Portkey (npm).
 
 Used by `benches/run s7`; install the peers first with `benches/s7/install.sh` (downloads go to
-/work/bench-venvs and /work/bench-node, outside the repo). Every system runs on CPU 0 against
+.bench-peers/ in the checkout, ignored by git; BENCH_VENVS / BENCH_NODE override). Every system runs on CPU 0 against
 the same two mocks (instant for the S4-style runs, seed for the S1-style sweep) on CPU 1, driven
 by the same load generator; each run interleaves the direct baseline.
 """
@@ -11,8 +11,9 @@ import shutil
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENVS = os.environ.get("BENCH_VENVS", "/work/bench-venvs")
-NODE_DIR = os.environ.get("BENCH_NODE", "/work/bench-node")
+_PEERS = os.path.join(os.path.dirname(os.path.dirname(HERE)), ".bench-peers")
+VENVS = os.environ.get("BENCH_VENVS", os.path.join(_PEERS, "venvs"))
+NODE_DIR = os.environ.get("BENCH_NODE", os.path.join(_PEERS, "node"))
 PORTKEY_JS = os.path.join(NODE_DIR, "node_modules/@portkey-ai/gateway/build/start-server.js")
 LITELLM = os.path.join(VENVS, "litellm/bin/litellm")
 MASTER_KEY = "sk-bench-master"
