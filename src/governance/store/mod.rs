@@ -1,6 +1,7 @@
-//! The shared limits store (`[limits] store = "redis"`): per-key counters kept in Redis/Valkey
-//! so that every gateway process (every shard of every appliance) that points at the same
-//! store enforces one limit together, not one each.
+//! The shared limits store (`[limits] store = "redis"`): per-key counters (request and token
+//! windows, requests in flight, budget spend) kept in Redis/Valkey so that every gateway
+//! process (every shard of every appliance) that points at the same store enforces one limit
+//! together, not one each.
 //!
 //! **One connection per shard, on the shard's own runtime.** Each shard keeps its own pipelined
 //! connection (`pipeline`, with the small bounded RESP2 codec in `resp`) and awaits replies like
