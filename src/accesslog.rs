@@ -108,6 +108,7 @@ struct Inner {
     dropped: Arc<AtomicU64>,
     buf: RefCell<Vec<u8>>,
     lines: Cell<u64>,
+    stamp: Cell<Stamp>,
 }
 
 impl ShardLog {
@@ -118,6 +119,7 @@ impl ShardLog {
                 dropped: log.dropped,
                 buf: RefCell::new(Vec::with_capacity(BATCH_BYTES + 1024)),
                 lines: Cell::new(0),
+                stamp: Cell::new(Stamp::default()),
             }),
         }
     }
@@ -133,7 +135,9 @@ impl ShardLog {
         let Some(inner) = &self.inner else { return };
         let full = match inner.buf.try_borrow_mut() {
             Ok(mut buf) => {
-                e.write_json(&mut buf, SystemTime::now());
+                let mut stamp = inner.stamp.get();
+                e.write_json(&mut buf, SystemTime::now(), &mut stamp);
+                inner.stamp.set(stamp);
                 inner.lines.set(inner.lines.get() + 1);
                 buf.len() >= BATCH_BYTES
             }
@@ -227,10 +231,11 @@ pub struct Entry<'a> {
 }
 
 impl Entry<'_> {
-    /// Append the JSON line (with its `\n`), stamped `now`.
-    pub fn write_json(&self, out: &mut Vec<u8>, now: SystemTime) {
+    /// Append the JSON line (with its `\n`), stamped `now` (`stamp` caches the date and time
+    /// of the current second: most lines format only their milliseconds).
+    pub fn write_json(&self, out: &mut Vec<u8>, now: SystemTime, stamp: &mut Stamp) {
         out.extend_from_slice(b"{\"time\":\"");
-        rfc3339(out, now);
+        stamp.write(out, now);
         out.extend_from_slice(b"\",\"request_id\":");
         string(out, Some(self.request_id));
         out.extend_from_slice(b",\"key\":");
@@ -243,14 +248,19 @@ impl Entry<'_> {
         string(out, self.deployment);
         out.extend_from_slice(b",\"provider\":");
         string(out, self.provider);
-        let _ = write!(
-            out,
-            ",\"status\":{},\"stream\":{}",
-            self.status, self.stream
-        );
+        out.extend_from_slice(b",\"status\":");
+        int(out, u64::from(self.status));
+        out.extend_from_slice(if self.stream {
+            b",\"stream\":true"
+        } else {
+            b",\"stream\":false"
+        });
         match self.tokens {
             Some((i, o)) => {
-                let _ = write!(out, ",\"tokens_in\":{i},\"tokens_out\":{o}");
+                out.extend_from_slice(b",\"tokens_in\":");
+                int(out, i);
+                out.extend_from_slice(b",\"tokens_out\":");
+                int(out, o);
             }
             None => out.extend_from_slice(b",\"tokens_in\":null,\"tokens_out\":null"),
         }
@@ -262,20 +272,44 @@ impl Entry<'_> {
         millis(out, Some(self.upstream));
         out.extend_from_slice(b",\"ttft_ms\":");
         millis(out, self.first_token);
-        let _ = writeln!(
-            out,
-            ",\"bytes_in\":{},\"bytes_out\":{},\"attempts\":{}}}",
-            self.bytes_in, self.bytes_out, self.attempts
-        );
+        out.extend_from_slice(b",\"bytes_in\":");
+        int(out, self.bytes_in);
+        out.extend_from_slice(b",\"bytes_out\":");
+        int(out, self.bytes_out);
+        out.extend_from_slice(b",\"attempts\":");
+        int(out, u64::from(self.attempts));
+        out.extend_from_slice(b"}\n");
     }
+}
+
+/// A decimal integer, without `fmt`.
+fn int(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// `d` in milliseconds with microsecond precision (`1.234`), or `null`.
 fn millis(out: &mut Vec<u8>, d: Option<Duration>) {
     match d {
         Some(d) => {
-            let us = d.as_micros();
-            let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
+            let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+            int(out, us / 1000);
+            let frac = us % 1000;
+            out.extend_from_slice(&[
+                b'.',
+                b'0' + (frac / 100) as u8,
+                b'0' + (frac / 10 % 10) as u8,
+                b'0' + (frac % 10) as u8,
+            ]);
         }
         None => out.extend_from_slice(b"null"),
     }
@@ -288,36 +322,80 @@ fn string(out: &mut Vec<u8>, s: Option<&str>) {
         return;
     };
     out.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f | 0x7f => {
-                let _ = write!(out, "\\u{b:04x}");
+    let bytes = s.as_bytes();
+    if !bytes
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
+    {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                0..=0x1f | 0x7f => {
+                    let _ = write!(out, "\\u{b:04x}");
+                }
+                _ => out.push(b),
             }
-            _ => out.push(b),
         }
     }
     out.push(b'"');
 }
 
-/// `2026-12-01T04:24:06.123Z`.
-fn rfc3339(out: &mut Vec<u8>, t: SystemTime) {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (y, m, day) = crate::date::civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    let _ = write!(
-        out,
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        d.subsec_millis()
-    );
+/// The RFC 3339 date and time of one second (`2026-12-01T04:24:06`), kept while lines of that
+/// second are written.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stamp {
+    secs: u64,
+    text: [u8; 19],
+    set: bool,
+}
+
+impl Stamp {
+    /// `2026-12-01T04:24:06.123Z` for `t`.
+    fn write(&mut self, out: &mut Vec<u8>, t: SystemTime) {
+        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = d.as_secs();
+        if !self.set || secs != self.secs {
+            let mut text = Vec::with_capacity(19);
+            let s = secs as i64;
+            let (y, m, day) = crate::date::civil_from_days(s.div_euclid(86_400));
+            let s = s.rem_euclid(86_400);
+            let _ = write!(
+                text,
+                "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
+                s / 3600,
+                s / 60 % 60,
+                s % 60
+            );
+            if text.len() == 19 {
+                self.text.copy_from_slice(&text);
+                self.secs = secs;
+                self.set = true;
+            } else {
+                // a year past 9999: not cached
+                out.extend_from_slice(&text);
+                millis_z(out, d.subsec_millis());
+                return;
+            }
+        }
+        out.extend_from_slice(&self.text);
+        millis_z(out, d.subsec_millis());
+    }
+}
+
+fn millis_z(out: &mut Vec<u8>, ms: u32) {
+    out.extend_from_slice(&[
+        b'.',
+        b'0' + (ms / 100 % 10) as u8,
+        b'0' + (ms / 10 % 10) as u8,
+        b'0' + (ms % 10) as u8,
+        b'Z',
+    ]);
 }
 
 #[cfg(test)]
@@ -351,7 +429,7 @@ mod tests {
     fn line_is_one_json_object_with_every_field() {
         let mut out = Vec::new();
         let t = UNIX_EPOCH + Duration::from_millis(1_796_099_198_305);
-        entry().write_json(&mut out, t);
+        entry().write_json(&mut out, t, &mut Stamp::default());
         assert_eq!(out.last(), Some(&b'\n'));
         assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -394,7 +472,17 @@ mod tests {
             ..entry()
         };
         let mut out = Vec::new();
-        none.write_json(&mut out, t);
+        let mut stamp = Stamp::default();
+        none.write_json(&mut out, t, &mut stamp);
+        // the cached second, and a new one
+        let mut again = Vec::new();
+        none.write_json(&mut again, t + Duration::from_millis(1), &mut stamp);
+        let v2: serde_json::Value = serde_json::from_slice(&again).unwrap();
+        assert_eq!(v2["time"], "2026-12-01T04:26:38.306Z");
+        let mut next = Vec::new();
+        none.write_json(&mut next, t + Duration::from_millis(700), &mut stamp);
+        let v3: serde_json::Value = serde_json::from_slice(&next).unwrap();
+        assert_eq!(v3["time"], "2026-12-01T04:26:39.005Z");
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert!(v["key"].is_null() && v["tokens_in"].is_null() && v["tokens_out"].is_null());
     }

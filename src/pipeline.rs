@@ -415,7 +415,8 @@ async fn serve(
         &permit,
     )
     .await;
-    req.trace.upstream = open_start.elapsed();
+    let open_end = Instant::now();
+    req.trace.upstream = open_end.saturating_duration_since(open_start);
     req.trace.served = tried.served;
     req.trace.attempts = tried.attempts;
     tried.write_headers(&mut conn.resp_headers);
@@ -434,7 +435,7 @@ async fn serve(
     )
     .await;
     req.trace.upstream += opened.ex.waited;
-    req.trace.first_piece = opened.ex.first_piece;
+    req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
     req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
     drop(opened);

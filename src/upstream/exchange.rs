@@ -103,8 +103,11 @@ pub struct Exchange<'c> {
     deadline: Instant,
     /// Time spent waiting in body reads (metrics: upstream time, gateway overhead).
     pub waited: Duration,
-    /// When the first piece of the body was handed out (metrics: time to first token).
-    pub first_piece: Option<Instant>,
+    /// When the read that completed the body's first piece finished (see `first_piece_at`).
+    first_piece: Option<Instant>,
+    /// When the last body read finished; `None` before the first.
+    last_read: Option<Instant>,
+    pieces: bool,
 }
 
 impl Client {
@@ -173,6 +176,8 @@ impl Client {
                         deadline,
                         waited: Duration::ZERO,
                         first_piece: None,
+                        last_read: None,
+                        pieces: false,
                     })
                 }
                 Err(e) if reused && e.retryable => {
@@ -275,6 +280,8 @@ impl Client {
             deadline,
             waited: Duration::ZERO,
             first_piece: None,
+            last_read: None,
+            pieces: false,
         })
     }
 }
@@ -356,8 +363,9 @@ impl Exchange<'_> {
             while !self.buf.is_empty() {
                 let (progressed, consumed) = self.consume_buffered(out, limit)?;
                 if progressed {
-                    if self.first_piece.is_none() {
-                        self.first_piece = Some(Instant::now());
+                    if !self.pieces {
+                        self.pieces = true;
+                        self.first_piece = self.last_read;
                     }
                     // The body may have ended with this piece: pool the connection now, so a
                     // caller that stops reading after the last piece does not lose it.
@@ -380,7 +388,9 @@ impl Exchange<'_> {
             let waiting = Instant::now();
             let gap = (waiting + self.gap_timeout).min(self.deadline);
             let read = read_more(conn, &mut self.buf, gap).await;
-            self.waited += waiting.elapsed();
+            let done = Instant::now();
+            self.waited += done.saturating_duration_since(waiting);
+            self.last_read = Some(done);
             let n = read.map_err(|e| {
                 self.pool_ok = false;
                 if e.kind() == std::io::ErrorKind::TimedOut {
@@ -469,6 +479,17 @@ impl Exchange<'_> {
             if self.pool_ok && self.buf.is_empty() {
                 self.client.pool.put(&self.key, conn);
             }
+        }
+    }
+
+    /// When the body's first piece arrived (metrics: time to first token), `head_at` being
+    /// when the head did: `None` while no piece was handed out; `head_at` when the first piece
+    /// came with the head (no clock read on the relay path for it).
+    pub fn first_piece_at(&self, head_at: Instant) -> Option<Instant> {
+        match (self.pieces, self.first_piece) {
+            (false, _) => None,
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(head_at),
         }
     }
 
