@@ -142,12 +142,16 @@ fn one(r: &mut Report, p: &ProviderConfig, tls: Option<&Arc<rustls::ClientConfig
         let mut s = rustls::StreamOwned::new(conn, sock);
         let t = Instant::now();
         while s.conn.is_handshaking() {
-            if let Err(e) = s.conn.complete_io(&mut s.sock) {
-                r.problem(
+            match s.conn.complete_io(&mut s.sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    r.problem(
                     format!("{label}: TLS handshake with {}: {e}", ep.host),
                     "a private CA needs ca_file = \"/path/ca.pem\" on the provider; check the name in base_url",
-                );
-                return;
+                    );
+                    return;
+                }
             }
         }
         let v = s
@@ -285,6 +289,7 @@ fn get<S: Read + Write>(
         match s.read(&mut tmp) {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // rustls reports a close without close_notify as UnexpectedEof
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => break,
             Err(e) => return Err(format!("read: {e}")),
