@@ -13,9 +13,12 @@
 //! - spend: a keyed request's governance life with its answer (usage scanned and recorded)
 //!   without the ledger, with it but no prices or budgets, with prices and a budget; and the
 //!   usage scan over a 16 KiB stream
-//!
 //! - observability: the request id, the trace's clock reads, the request metrics, the access log
 //!   off and on
+//! - header policy (`upstream::headers`): an SDK head with nothing to forward (the common case:
+//!   the provider's lines are borrowed) vs an Anthropic SDK head (version, two betas, a request
+//!   id) copied, checked and written as upstream lines; six upstream response lines renamed for
+//!   a client of another dialect
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
@@ -562,6 +565,55 @@ data: [DONE]
     g.finish();
 }
 
+fn header_policy(c: &mut Criterion) {
+    use ringgate::http::request_id::RequestId;
+    use ringgate::provider::ProviderKind;
+    use ringgate::upstream::headers::{self, ClientHeaders};
+    const ANTHROPIC_HEAD: &[u8] = b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: Anthropic/Python 0.40.0\r\nX-Stainless-Lang: python\r\nanthropic-version: 2023-06-01\r\nanthropic-beta: prompt-caching-2024-07-31\r\nanthropic-beta: token-efficient-tools-2025-02-19\r\nx-request-id: 0b7c3d4e-1f2a-4b5c-8d9e-0f1a2b3c4d5e\r\nx-api-key: sk-ant-test-0123456789\r\nContent-Length: 1234\r\n\r\n";
+    let auth: &[u8] = b"anthropic-version: 2023-06-01\r\nx-api-key: sk-provider-0123456789\r\n";
+    let mut g = c.benchmark_group("headers");
+    for (name, raw, kind) in [
+        ("openai_sdk_nothing_forwarded", HEAD, ProviderKind::OpenAi),
+        (
+            "anthropic_sdk_forwarded",
+            ANTHROPIC_HEAD,
+            ProviderKind::Anthropic,
+        ),
+    ] {
+        let h = ringgate::http::head::parse(raw, 16 * 1024, 64)
+            .ok()
+            .flatten()
+            .expect("head");
+        let id = h
+            .header(raw, &h.x_request_id)
+            .and_then(RequestId::from_client)
+            .unwrap_or_default();
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let c = ClientHeaders::capture(black_box(&h), black_box(raw), id).expect("ok");
+                black_box(c.upstream_lines(kind, auth).len())
+            })
+        });
+    }
+    let lines = b"x-upstream-request-id: req_0123456789\r\nx-ratelimit-limit-requests: 5000\r\nx-ratelimit-remaining-requests: 4999\r\nx-ratelimit-limit-tokens: 2000000\r\nx-ratelimit-remaining-tokens: 1999000\r\nx-ratelimit-reset-requests: 12ms\r\n";
+    g.bench_function("response_lines_renamed", |b| {
+        b.iter(|| {
+            let mut l = black_box(&lines[..]).to_vec();
+            headers::to_client(&mut l, Dialect::Chat, Dialect::Messages);
+            black_box(l.len())
+        })
+    });
+    // the baseline: the same lines copied and looked at for a client of the same family
+    g.bench_function("baseline_response_lines_same_family", |b| {
+        b.iter(|| {
+            let mut l = black_box(&lines[..]).to_vec();
+            headers::to_client(&mut l, Dialect::Chat, Dialect::Responses);
+            black_box(l.len())
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     head,
@@ -571,6 +623,7 @@ criterion_group!(
     vetting,
     governance,
     observability,
-    spend
+    spend,
+    header_policy
 );
 criterion_main!(benches);

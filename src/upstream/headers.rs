@@ -100,7 +100,7 @@ impl ClientHeaders {
                 request_id,
             });
         }
-        let mut items: Vec<(Passed, String)> = Vec::with_capacity(head.passed.len());
+        let mut items: Vec<(Passed, String)> = Vec::new();
         for (h, r) in &head.passed {
             let raw = buf.get(r.clone()).unwrap_or_default();
             let bad = |why: &str| {
@@ -113,6 +113,11 @@ impl ClientHeaders {
                 .map_err(|_| bad("is not ASCII"))?;
             if value.is_empty() {
                 continue; // says nothing: not forwarded
+            }
+            if *h == Passed::AnthropicVersion && value == DEFAULT_ANTHROPIC_VERSION {
+                // what every Anthropic SDK sends, and what the provider's lines carry already:
+                // nothing to replace (and nothing to copy on the common path)
+                continue;
             }
             target::header_value(value).map_err(bad)?;
             match items.iter_mut().find(|(p, _)| p == h) {
@@ -199,41 +204,32 @@ fn family(d: Dialect) -> Family {
 /// A rate-limit line's meaning, whatever its naming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Limit {
-    /// (requests or tokens, limit or remaining)
-    Count(&'static str, &'static str),
+    /// One of [`COUNTS`] (limit or remaining, of requests or tokens).
+    Count(usize),
     /// A reset time in the naming's own format.
     Reset,
     /// Anthropic-only (input/output token buckets, priority tiers…).
     Other,
 }
 
+/// Rate-limit counts in both spellings: after `x-ratelimit-`, after `anthropic-ratelimit-`.
+const COUNTS: [(&[u8], &[u8]); 4] = [
+    (b"limit-requests", b"requests-limit"),
+    (b"remaining-requests", b"requests-remaining"),
+    (b"limit-tokens", b"tokens-limit"),
+    (b"remaining-tokens", b"tokens-remaining"),
+];
+
 fn limit_of(rest: &[u8], anthropic: bool) -> Limit {
-    let lower = rest.to_ascii_lowercase();
-    /// (OpenAI spelling after `x-ratelimit-`, Anthropic's after `anthropic-ratelimit-`, meaning)
-    type Names = (&'static [u8], &'static [u8], (&'static str, &'static str));
-    let pairs: [Names; 4] = [
-        (b"limit-requests", b"requests-limit", ("requests", "limit")),
-        (
-            b"remaining-requests",
-            b"requests-remaining",
-            ("requests", "remaining"),
-        ),
-        (b"limit-tokens", b"tokens-limit", ("tokens", "limit")),
-        (
-            b"remaining-tokens",
-            b"tokens-remaining",
-            ("tokens", "remaining"),
-        ),
-    ];
-    for (openai, anth, (what, field)) in pairs {
-        if lower == if anthropic { anth } else { openai } {
-            return Limit::Count(what, field);
+    for (i, (openai, anth)) in COUNTS.iter().enumerate() {
+        if rest.eq_ignore_ascii_case(if anthropic { anth } else { openai }) {
+            return Limit::Count(i);
         }
     }
     let reset = if anthropic {
-        lower.ends_with(b"-reset")
+        rest.len() >= 6 && rest[rest.len() - 6..].eq_ignore_ascii_case(b"-reset")
     } else {
-        lower.starts_with(b"reset-")
+        starts_with_ci(rest, b"reset-")
     };
     if reset {
         Limit::Reset
@@ -244,49 +240,48 @@ fn limit_of(rest: &[u8], anthropic: bool) -> Limit {
 
 /// Rename the upstream's forwarded response lines (CRLF lines that passed [`response_header`])
 /// from `up`'s dialect to `client`'s, as the response table says. Same naming family: unchanged.
+/// No allocation but the new lines' buffer.
 pub fn to_client(lines: &mut Vec<u8>, up: Dialect, client: Dialect) {
     let (from, to) = (family(up), family(client));
     if from == to || lines.is_empty() {
         return;
     }
-    let mut out = Vec::with_capacity(lines.len() + 32);
+    let mut out = Vec::with_capacity(lines.len() + 64);
     for line in lines.split_inclusive(|&b| b == b'\n') {
         let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
         let (name, value) = (&line[..colon], &line[colon..]);
-        let mut put = |new: &[u8]| {
-            out.extend_from_slice(new);
+        let mut put = |prefix: &[u8], rest: &[u8]| {
+            out.extend_from_slice(prefix);
+            out.extend_from_slice(rest);
             out.extend_from_slice(value);
         };
         if name.eq_ignore_ascii_case(b"retry-after") {
-            put(name);
+            put(name, b"");
         } else if name.eq_ignore_ascii_case(b"x-upstream-request-id")
             || name.eq_ignore_ascii_case(b"request-id")
             || name.eq_ignore_ascii_case(b"x-request-id")
         {
             // the upstream's request id (the client's `x-request-id` is the gateway's)
-            put(if to == Family::Anthropic {
-                b"request-id"
-            } else {
-                b"x-upstream-request-id"
-            });
+            match to {
+                Family::Anthropic => put(b"request-id", b""),
+                Family::OpenAi | Family::Gemini => put(b"x-upstream-request-id", b""),
+            }
         } else if starts_with_ci(name, b"openai-") {
             // OpenAI's own (processing time, version): meaningless to other SDKs
         } else if let Some(rest) = strip_ci(name, b"x-ratelimit-") {
             match (limit_of(rest, false), to) {
-                (Limit::Count(what, field), Family::Anthropic) => {
-                    put(format!("anthropic-ratelimit-{what}-{field}").as_bytes())
-                }
-                (Limit::Count(..) | Limit::Reset, Family::OpenAi | Family::Gemini) => put(name),
+                (Limit::Count(i), Family::Anthropic) => put(b"anthropic-ratelimit-", COUNTS[i].1),
+                (Limit::Count(_) | Limit::Reset, Family::OpenAi | Family::Gemini) => put(name, b""),
                 _ => {}
             }
         } else if let Some(rest) = strip_ci(name, b"anthropic-ratelimit-") {
             match (limit_of(rest, true), to) {
-                (Limit::Count(what, field), Family::OpenAi | Family::Gemini) => {
-                    put(format!("x-ratelimit-{field}-{what}").as_bytes())
+                (Limit::Count(i), Family::OpenAi | Family::Gemini) => {
+                    put(b"x-ratelimit-", COUNTS[i].0)
                 }
-                (_, Family::Anthropic) => put(name),
+                (_, Family::Anthropic) => put(name, b""),
                 _ => {}
             }
         }
@@ -363,6 +358,9 @@ mod tests {
     #[test]
     fn nothing_to_forward_borrows() {
         let c = capture("Cookie: x\r\nUser-Agent: sdk\r\n").unwrap();
+        assert!(c.is_empty());
+        // the Anthropic SDKs' own version is the default one: nothing to replace
+        let c = capture("anthropic-version: 2023-06-01\r\n").unwrap();
         assert!(c.is_empty());
         let auth: &[u8] = b"anthropic-version: 2023-06-01\r\nx-api-key: k\r\n";
         for kind in KINDS {
