@@ -3,7 +3,8 @@
 //! - routing fields: `extract::routing_fields` (lazy sonic-rs) vs a full sonic-rs parse vs serde_json
 //! - SSE: decode + re-encode a Chat stream vs a plain memchr event split
 //! - translation overhead: passthrough (extract + splice) vs Messages→Chat→Chat request
-//!   translation, and one streamed chunk relayed vs translated Chat→Messages
+//!   translation (issue 12's agent turn too: thinking, cache markers), and one streamed chunk
+//!   relayed vs translated Chat→Messages (a content delta, a `reasoning_content` delta)
 //! - passthrough vetting: a ~1 KB non-stream answer validated whole (`vet::json`), one streamed
 //!   chunk's data validated (`vet::sse_events`), a 16 KiB relay chunk under the incremental
 //!   check (`vet::Scan`), each against copying the same bytes (what the relay does anyway)
@@ -52,6 +53,58 @@ fn messages_body(prompt_bytes: usize) -> Vec<u8> {
         "messages": [{"role": "user", "content": &text[..prompt_bytes]}]
     }))
     .unwrap_or_default()
+}
+
+/// An agent turn in the Messages dialect (~2 KB prompt): thinking on, cache markers on the
+/// system prompt, a tool and the last user block, a signed thinking block and a tool round in
+/// the history.
+fn messages_agent_body(prompt_bytes: usize) -> Vec<u8> {
+    agent_turn(prompt_bytes, true)
+}
+
+/// The same turn without issue 12's features (no thinking, markers or thinking block): the
+/// baseline of the agent-turn benches.
+fn messages_agent_plain_body(prompt_bytes: usize) -> Vec<u8> {
+    agent_turn(prompt_bytes, false)
+}
+
+fn agent_turn(prompt_bytes: usize, features: bool) -> Vec<u8> {
+    let text = "lorem ipsum dolor sit amet ".repeat(prompt_bytes / 27 + 1);
+    let cc = serde_json::json!({"type": "ephemeral"});
+    let mut body = serde_json::json!({
+        "model": "claude-on-openai",
+        "max_tokens": 20000,
+        "thinking": {"type": "enabled", "budget_tokens": 8192},
+        "system": [{"type": "text", "text": "You are a helpful assistant.", "cache_control": cc}],
+        "tools": [{"name": "get_weather", "description": "Weather",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "cache_control": cc}],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": "EqQBCgIYAhIM"},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"},
+                {"type": "text", "text": &text[..prompt_bytes], "cache_control": cc}]}]
+    });
+    if !features {
+        let strip = |v: &mut serde_json::Value| {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("cache_control");
+            }
+        };
+        if let Some(o) = body.as_object_mut() {
+            o.remove("thinking");
+        }
+        strip(&mut body["system"][0]);
+        strip(&mut body["tools"][0]);
+        strip(&mut body["messages"][2]["content"][1]);
+        if let Some(a) = body["messages"][1]["content"].as_array_mut() {
+            a.remove(0);
+        }
+    }
+    serde_json::to_vec(&body).unwrap_or_default()
 }
 
 fn head(c: &mut Criterion) {
@@ -149,6 +202,33 @@ fn translation(c: &mut Criterion) {
             translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
         })
     });
+    // Issue 12's features on: thinking, cache markers, a thinking block in the history, fitted
+    // to OpenAI's documented fields; and back, a Chat request with structured output and
+    // reasoning to Anthropic (forced answer tool, markers kept).
+    let agent = messages_agent_body(2_000);
+    let plain = messages_agent_plain_body(2_000);
+    g.bench_function("translated_messages_agent_plain_to_chat", |b| {
+        use translate::extensions::{fit_chat_upstream, ChatUpstream};
+        b.iter(|| {
+            let mut hub = translate::request_to_chat(Dialect::Messages, black_box(&plain)).ok()?;
+            fit_chat_upstream(&mut hub, ChatUpstream::OpenAi);
+            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+        })
+    });
+    g.bench_function("translated_messages_agent_to_chat", |b| {
+        use translate::extensions::{fit_chat_upstream, ChatUpstream};
+        b.iter(|| {
+            let mut hub = translate::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
+            fit_chat_upstream(&mut hub, ChatUpstream::OpenAi);
+            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+        })
+    });
+    g.bench_function("translated_messages_agent_to_messages", |b| {
+        b.iter(|| {
+            let hub = translate::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
+            translate::chat_to_request(Dialect::Messages, &hub, "claude").ok()
+        })
+    });
     g.finish();
 
     // one typical streamed chunk (a content delta)
@@ -179,6 +259,21 @@ fn translation(c: &mut Criterion) {
         b.iter(|| {
             out.clear();
             let _ = tr.push(black_box(&ev), &mut out);
+            out.len()
+        })
+    });
+    // a reasoning_content chunk (vLLM / DeepSeek) → Anthropic thinking_delta
+    let reasoning = SseEvent {
+        event: None,
+        data: r#"{"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"reasoning_content":" gate"},"logprobs":null,"finish_reason":null}]}"#.into(),
+    };
+    g.bench_function("translated_reasoning_chat_to_messages", |b| {
+        let mut tr = StreamTranslator::new(Dialect::Chat, Dialect::Messages, "claude");
+        let mut out = Vec::with_capacity(1024);
+        let _ = tr.push(&reasoning, &mut out);
+        b.iter(|| {
+            out.clear();
+            let _ = tr.push(black_box(&reasoning), &mut out);
             out.len()
         })
     });
