@@ -35,6 +35,7 @@ pub mod bridge;
 pub mod config;
 pub mod date;
 pub mod doctor;
+pub mod engine;
 pub mod error;
 pub mod extract;
 pub mod forward;

@@ -1,10 +1,11 @@
 //! The `ringgate` binary: `serve` (default), `check`, `doctor`, `mock`.
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
 use ringgate::config::Config;
+use ringgate::mock::engine::{EngineKind, EngineSpec};
 use ringgate::mock::{fault, Profile};
 use ringgate::shard::DriverChoice;
 
@@ -33,6 +34,12 @@ USAGE:
                                                      short-length bad-chunk huge-header huge-body
                                                      extra-bytes[=MS] (or: upstream model named
                                                      mock-fault-FAULT, with _ for =)
+  ringgate mock --engine vllm|sglang|llamacpp [--slots N] [--tpot-ms MS] [--prefill-us US]
+                [--kv-tokens N] [--listen ADDR]      simulate an inference engine under load:
+                                                     N concurrent sequences (default 8), a FIFO
+                                                     queue, decode slowing with the batch, a
+                                                     prefix cache, the engine's own GET /metrics
+                                                     (llama.cpp also GET /slots)
   ringgate --version | --help
 ";
 
@@ -93,6 +100,9 @@ struct Opts {
     fault_model: Option<String>,
     fault_path: Option<String>,
     seed: Option<String>,
+    // `mock --engine` only: the simulated engine.
+    engine: Option<String>,
+    engine_knobs: Vec<(String, String)>,
 }
 
 impl Opts {
@@ -122,6 +132,12 @@ impl Opts {
                 "--fault-model" => o.fault_model = Some(val()?),
                 "--fault-path" => o.fault_path = Some(val()?),
                 "--seed" => o.seed = Some(val()?),
+                "--engine" => o.engine = Some(val()?),
+                "--slots" | "--tpot-ms" | "--prefill-us" | "--kv-tokens" | "--batch-slowdown"
+                | "--model-name" => {
+                    let v = val()?;
+                    o.engine_knobs.push((key.to_string(), v));
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -323,14 +339,22 @@ fn mock(opts: &Opts) -> ExitCode {
     } else {
         format!(", faults {}", opts.faults.join(" "))
     };
+    let engine = match engine_spec(opts) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ringgate mock: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let what = match &engine {
+        Some(e) => format!("engine {} with {} slots", e.kind.as_str(), e.slots),
+        None => format!("profile {profile_name}{faults}"),
+    };
     let driver = DriverChoice::resolve("auto");
     let shards = opts.shards.unwrap_or(1);
-    match ringgate::mock::server::start_with(addr, profile, shards, driver, plan) {
+    match ringgate::mock::server::start_full(addr, profile, shards, driver, plan, engine) {
         Ok(m) => {
-            ringgate::log::info(format_args!(
-                "mock listening on http://{} (profile {profile_name}{faults})",
-                m.addr
-            ));
+            ringgate::log::info(format_args!("mock listening on http://{} ({what})", m.addr));
             m.wait();
             ExitCode::SUCCESS
         }
@@ -339,6 +363,44 @@ fn mock(opts: &Opts) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The simulated engine from `--engine` and its knobs (`None` without `--engine`).
+fn engine_spec(opts: &Opts) -> Result<Option<EngineSpec>, String> {
+    let Some(kind) = &opts.engine else {
+        if let Some((k, _)) = opts.engine_knobs.first() {
+            return Err(format!("{k} needs --engine"));
+        }
+        return Ok(None);
+    };
+    let kind = EngineKind::parse(kind)
+        .ok_or(format!("unknown engine {kind:?} (vllm, sglang, llamacpp)"))?;
+    let num = |k: &str, v: &str| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .ok_or(format!("{k} needs a number"))
+    };
+    let slots = match opts.engine_knobs.iter().find(|(k, _)| k == "--slots") {
+        Some((k, v)) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=4096).contains(n))
+            .ok_or(format!("{k} needs a number from 1 to 4096"))?,
+        None => 8,
+    };
+    let mut spec = EngineSpec::new(kind, slots);
+    for (k, v) in &opts.engine_knobs {
+        match k.as_str() {
+            "--tpot-ms" => spec.tpot = Duration::from_secs_f64(num(k, v)? / 1e3),
+            "--prefill-us" => spec.prefill_per_token = Duration::from_secs_f64(num(k, v)? / 1e6),
+            "--kv-tokens" => spec.kv_tokens = num(k, v)?.max(1.0) as u64,
+            "--batch-slowdown" => spec.batch_slowdown = num(k, v)?,
+            "--model-name" => spec.model_name = v.clone(),
+            _ => {}
+        }
+    }
+    Ok(Some(spec))
 }
 
 /// The mock's per-process fault plan from `--fault`, `--fault-rate`, `--fault-model`,

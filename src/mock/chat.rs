@@ -165,6 +165,11 @@ impl pace::Events for ChatEvents<'_> {
     }
 }
 
+/// The paced units of `req`'s stream (the engine simulator paces them itself).
+pub fn events(req: &MockRequest) -> impl pace::Events + '_ {
+    ChatEvents { req }
+}
+
 /// The whole SSE transcript without pacing (used by tests and the instant profile).
 pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
     pace::transcript(&mut ChatEvents { req })

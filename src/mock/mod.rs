@@ -8,7 +8,8 @@
 //! framing), `tools` (the tool-call decision) and `prompt` (the input token count). The
 //! standalone server (`server`) also injects
 //! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
-//! `--fault` plan), `inject` writes them in place of the `answer`. Must not: depend on the
+//! `--fault` plan), `inject` writes them in place of the `answer`; with `--engine` it
+//! simulates an inference engine under load (`engine`, its metrics pages `engine_page`). Must not: depend on the
 //! gateway pipeline — the gateway calls `respond` / `chat::respond` (its in-process mock injects
 //! no faults), the standalone server calls the same writers.
 
@@ -16,6 +17,8 @@ pub mod answer;
 pub mod anthropic;
 pub mod chat;
 pub mod embeddings;
+pub mod engine;
+pub mod engine_page;
 pub mod error;
 pub mod fault;
 pub mod gemini;

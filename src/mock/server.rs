@@ -6,6 +6,10 @@
 //! Faults (`fault`, written by `inject`): a request's `x-mock-fault` header, else the process's
 //! fault plan (`ringgate mock --fault …`), replaces the normal answer on any of these paths.
 //!
+//! Engine mode (`--engine`, `start_engine`): Chat completions go through the simulated
+//! engine (`engine`: slots, queue, prefix cache, batch-dependent decode) and `GET /metrics`
+//! (+ `/slots` for llama.cpp, `/health`) answer with its load (`engine_page`).
+//!
 //! Owns: the mock's accept loop, path dispatch (404 / 405 for anything else) and the per-shard
 //! fault dice. Must not: share state with the gateway or write any dialect's bytes itself.
 
@@ -16,6 +20,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::answer::Answer;
+use super::engine::{Engine, EngineKind, EngineSpec};
+use super::engine_page;
 use super::error::{self, Shape};
 use super::fault::{self, Dice, Plan};
 use super::inject::{self, After};
@@ -77,6 +83,32 @@ pub fn start_with(
     driver: DriverChoice,
     plan: Plan,
 ) -> io::Result<MockServer> {
+    start_full(listen, profile, shards, driver, plan, None)
+}
+
+/// A simulated inference engine (`engine`'s model; one shard: one engine) on `listen`.
+pub fn start_engine(listen: SocketAddr, spec: EngineSpec) -> io::Result<MockServer> {
+    let driver = DriverChoice::resolve("auto");
+    start_full(
+        listen,
+        Profile::Instant,
+        1,
+        driver,
+        Plan::default(),
+        Some(spec),
+    )
+}
+
+/// [`start_with`], optionally as a simulated engine (`shards` is then 1).
+pub fn start_full(
+    listen: SocketAddr,
+    profile: Profile,
+    shards: usize,
+    driver: DriverChoice,
+    plan: Plan,
+    engine: Option<EngineSpec>,
+) -> io::Result<MockServer> {
+    let shards = if engine.is_some() { 1 } else { shards };
     let (listeners, addr) = shard::bind_listeners(listen, shards)?;
     let shutdown = Shutdown::new();
     let sd = shutdown.clone();
@@ -87,8 +119,10 @@ pub fn start_with(
         move |id, std_listener, _driver| {
             let sd = sd.clone();
             let plan = plan.clone();
+            let engine = engine.clone();
             async move {
                 let local = Rc::new(Local {
+                    engine: engine.map(Engine::new),
                     draining: LocalSignal::default(),
                     conns: Cell::new(0),
                     dice: Dice::new(plan.seed, id),
@@ -121,6 +155,8 @@ pub fn start_with(
 }
 
 struct Local {
+    /// `Some` when this mock simulates an inference engine (`--engine`).
+    engine: Option<Rc<Engine>>,
     draining: LocalSignal,
     conns: Cell<usize>,
     plan: Plan,
@@ -152,6 +188,10 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         let method = head.method;
         let route = Route::of(head.path(&conn.buf), head.query(&conn.buf));
         let asked = fault::from_header(conn.buf.get(..head.len).unwrap_or_default());
+        let page = local
+            .engine
+            .as_ref()
+            .and_then(|e| engine_page(e, method, head.path(&conn.buf)));
         let path = if local.plan.is_empty() {
             Vec::new()
         } else {
@@ -175,6 +215,17 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
                 return;
             }
         };
+        if let Some((status, ctype, page)) = page {
+            let mut out = Vec::with_capacity(page.len() + 160);
+            let framing = crate::http::response::Framing::Length(page.len());
+            crate::http::response::write_head(&mut out, status, ctype, framing, keep_alive, b"");
+            out.extend_from_slice(page.as_bytes());
+            let (r, _) = crate::http::io::write_all(&mut conn.stream, out).await;
+            if r.is_err() || !keep_alive {
+                return;
+            }
+            continue;
+        }
         let answer = answer(method, route, &body);
         let fault = match asked {
             Ok(Some(f)) => Some(f),
@@ -214,13 +265,40 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
             },
         };
         let ok = match after {
-            After::Normal => answer.write(s, profile, keep_alive).await.is_ok(),
+            After::Normal => match (&local.engine, &answer) {
+                (
+                    Some(e),
+                    Answer::Generate {
+                        dialect: Dialect::Chat,
+                        req,
+                        ..
+                    },
+                ) => e.serve(s, req, &body, keep_alive).await.is_ok(),
+                _ => answer.write(s, profile, keep_alive).await.is_ok(),
+            },
             After::Keep => true,
             After::Close => false,
         };
         if !ok || !keep_alive {
             return;
         }
+    }
+}
+
+/// A simulated engine's own pages: `GET /metrics`, llama.cpp's `GET /slots`, `GET /health`.
+fn engine_page(e: &Engine, method: Method, path: &[u8]) -> Option<(u16, &'static [u8], String)> {
+    if method != Method::Get {
+        return None;
+    }
+    let text: &'static [u8] = b"text/plain; version=0.0.4; charset=utf-8";
+    let json: &'static [u8] = b"application/json";
+    match path {
+        b"/metrics" => Some((200, text, engine_page::metrics(&e.spec, &e.load()))),
+        b"/slots" if e.spec.kind == EngineKind::Llamacpp => {
+            Some((200, json, engine_page::slots(&e.spec, &e.load())))
+        }
+        b"/health" => Some((200, json, r#"{"status":"ok"}"#.into())),
+        _ => None,
     }
 }
 
