@@ -18,10 +18,12 @@ use crate::provider::ProviderKind;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::target;
 
+pub mod cache;
 pub mod keys;
 pub mod limits;
 pub mod log;
 pub mod routing;
+pub use cache::CacheConfig;
 pub use keys::{AuthMode, KeyConfig};
 pub use limits::LimitsConfig;
 pub use log::{AccessLog, LogConfig};
@@ -62,6 +64,9 @@ pub struct Config {
     /// README "Admin API").
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// `[cache]`: the response cache (see `config::cache`, README "Response cache").
+    #[serde(default)]
+    pub cache: CacheConfig,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -282,6 +287,18 @@ pub struct ModelConfig {
     /// USD per 1M output tokens (a deployment's own price wins).
     #[serde(default)]
     pub price_output_per_mtok: Option<f64>,
+    /// Response cache: `off` (default) | `exact` | `semantic` (needs `[cache] enabled`).
+    #[serde(default)]
+    pub cache: Option<Spanned<String>>,
+    /// Semantic cache: cosine similarity at or above which an entry answers. Default 0.95.
+    #[serde(default)]
+    pub semantic_threshold: Option<f64>,
+    /// Semantic cache: the model (routed by this gateway) that embeds the last user message.
+    #[serde(default)]
+    pub embedding_model: Option<String>,
+    /// Response cache: this model's entries' time to live, seconds (default `[cache] ttl_s`).
+    #[serde(default)]
+    pub cache_ttl_s: Option<u64>,
 }
 
 /// First 16 hex digits of the SHA-256 of `text`.
@@ -397,6 +414,7 @@ impl Config {
             log: LogConfig::default(),
             hash: String::new(),
             admin: None,
+            cache: CacheConfig::default(),
         }
     }
 
@@ -449,6 +467,9 @@ impl Config {
         };
         if let Err(e) = self.admission.validate() {
             err(0..0, e);
+        }
+        for (span, e) in cache::validate(self) {
+            err(span, e);
         }
         if let Err(e) = self.listen_addr() {
             err(self.server.listen.span(), e);

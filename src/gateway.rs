@@ -178,6 +178,17 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
+    let cache = crate::cache::Cache::build(&cfg, n).map(Arc::new);
+    if let Some(c) = &cache {
+        let c = c.clone();
+        let _ = hub
+            .process
+            .extra
+            .set(crate::metrics::process::Extra(Arc::new(
+                move |out: &mut String| c.stats.render(c.settings.max_bytes, out),
+            )));
+    }
+    let admin_cache = cache.clone();
     let tag = request_id::process_tag();
     let dropped = hub.process.access_log_dropped.clone();
     let (access_log, log_writer) = match AccessLog::start(&cfg.log.access(), dropped)? {
@@ -202,6 +213,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
             let access_log = ShardLog::new(access_log.clone());
+            let cache = cache.clone();
             async move {
                 let s = &cfg.server;
                 let routes = RouteTable::build(&cfg);
@@ -243,6 +255,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     access_log,
                     stopping: sd.clone(),
                     metrics_here,
+                    cache,
                 });
                 drop(cfg);
                 if let Some(t) = &tls_listeners {
@@ -264,6 +277,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 drain: shutdown.clone(),
                 drain_timeout_ms,
                 exit: exit.clone(),
+                cache: admin_cache,
             },
         )?),
         None => None,

@@ -32,6 +32,7 @@ pub mod accesslog;
 pub mod admin;
 pub mod admit;
 pub mod bridge;
+pub mod cache;
 pub mod config;
 pub mod date;
 pub mod doctor;

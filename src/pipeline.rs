@@ -107,6 +107,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // an idle connection's task stays small.
         let keep = Box::pin(handle(&mut conn, head, &shard)).await;
         conn.resp_headers.clear();
+        conn.capture = None;
         // The response buffer is request memory (inside the permit's `response_reserve`): it
         // goes when the request ends, not when the connection has idled for `idle_release_ms`.
         conn.out = Vec::new();
@@ -287,6 +288,13 @@ async fn serve(
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
     let caller = shard.governance.identify(&head, &conn.buf);
     req.trace.key = caller.key();
+    // the response cache's directives and tenant, read off the head (nothing when it is off)
+    let cache_ask = match (&shard.cache, &target) {
+        (Some(c), Ok(Target::Api(..))) => {
+            Some(crate::cache::serve::ask_of(c, &head, conn, shard, caller))
+        }
+        _ => None,
+    };
     let mut preflight = None;
     if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
         let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
@@ -347,6 +355,11 @@ async fn serve(
         BodyFraming::Length(n) => n,
         _ => 0,
     };
+    if let Some(c) = &shard.cache {
+        // entries removed elsewhere give their bytes back; a short budget sheds this shard's
+        let need = declared.saturating_add(shard.admission.response_reserve());
+        c.settle(shard.id, shard.admission.budget(), need);
+    }
     let permit = shard
         .admission
         .admit(declared)
@@ -398,6 +411,22 @@ async fn serve(
         fields.metered = true;
     }
 
+    // cache: a stored answer replayed here, or a miss whose answer is recorded
+    let mut miss = None;
+    if let (Some(c), Some(ask)) = (shard.cache.as_deref(), cache_ask.as_ref()) {
+        let call = (dialect, op);
+        use crate::cache::serve::{lookup, Lookup};
+        match lookup(
+            c, conn, shard, route, call, &body, &fields, ask, &permit, keep_alive,
+        )
+        .await
+        {
+            Lookup::Hit(o) => return Ok(o),
+            Lookup::Miss(m) => miss = Some(m),
+            Lookup::Pass => {}
+        }
+    }
+
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
     let mut tried = Tried::default();
@@ -439,6 +468,9 @@ async fn serve(
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
     req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
     drop(opened);
+    if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {
+        crate::cache::serve::store(c, conn, shard, m, outcome.status);
+    }
     drop(permit);
     Ok(outcome)
 }

@@ -18,6 +18,7 @@
 //! shard's state (it sees the key registry, the published metrics snapshots and the shutdown
 //! signal only).
 
+mod cache;
 mod keys;
 mod usage;
 
@@ -67,6 +68,8 @@ pub struct Ctx {
     pub drain_timeout_ms: u64,
     /// Fired when the process ends: this listener closes.
     pub exit: Shutdown,
+    /// The response cache (`/admin/cache`, `/admin/cache/purge`), when on.
+    pub cache: Option<Arc<crate::cache::Cache>>,
 }
 
 /// A started admin listener.
@@ -334,6 +337,9 @@ fn route(
                 &serde_json::json!({"status": "draining", "drain_timeout_ms": ctx.drain_timeout_ms}),
             )
         });
+    }
+    if path.starts_with("/admin/cache") {
+        return cache::route(ctx, method, path, body);
     }
     if path == "/admin/usage" {
         return only(method, Method::Get, || usage::all(ctx));

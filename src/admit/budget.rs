@@ -315,6 +315,24 @@ impl Budget {
         }
     }
 
+    /// Holds `bytes` for a holder that outlives requests (the response cache), without a slot,
+    /// only while at least `keep_free` bytes stay available after it; false otherwise (the
+    /// holder skips or evicts: it never takes what requests need).
+    pub fn try_hold(&self, bytes: u64, keep_free: u64) -> bool {
+        if bytes.saturating_add(keep_free) > self.available() {
+            return false;
+        }
+        let used = self.inner.used.get().saturating_add(bytes);
+        self.inner.used.set(used);
+        self.bump_peak(used);
+        true
+    }
+
+    /// Returns bytes taken by [`Budget::try_hold`].
+    pub fn release_hold(&self, bytes: u64) {
+        self.release(bytes, 0);
+    }
+
     fn bump_peak(&self, used: u64) {
         if used > self.inner.peak.get() {
             self.inner.peak.set(used);

@@ -111,6 +111,8 @@ pub struct ClientConn {
     pub request_id: RequestId,
     /// Bytes written to the client since the current request started.
     pub bytes_out: u64,
+    /// A copy of the current answer as written (set by the response cache on a miss).
+    pub capture: Option<Tee>,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -135,6 +137,7 @@ impl ClientConn {
             resp_headers: Vec::new(),
             request_id: RequestId::default(),
             bytes_out: 0,
+            capture: None,
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
@@ -278,6 +281,9 @@ impl ClientConn {
         );
         out.extend_from_slice(body);
         self.bytes_out += out.len() as u64;
+        if let Some(t) = self.capture.as_mut() {
+            t.take(&out);
+        }
         match write_all_timeout(&mut self.stream, out, write_timeout).await {
             Ok(back) => {
                 self.out = back;
@@ -324,8 +330,43 @@ impl ClientConn {
     /// Write raw bytes (already framed). Returns the buffer for reuse, or None if the client is gone.
     pub async fn write_raw(&mut self, data: Vec<u8>, timeout: Duration) -> Option<Vec<u8>> {
         self.bytes_out += data.len() as u64;
+        if let Some(t) = self.capture.as_mut() {
+            t.take(&data);
+        }
         write_all_timeout(&mut self.stream, data, timeout)
             .await
             .ok()
+    }
+}
+
+/// The bytes of one answer as they were written to the client (head and framed body), up to
+/// `cap`; past it the copy is dropped and `over` says so. What the response cache records a
+/// miss from (`cache::answer::record`).
+#[derive(Debug, Default)]
+pub struct Tee {
+    pub buf: Vec<u8>,
+    pub cap: usize,
+    pub over: bool,
+}
+
+impl Tee {
+    pub fn new(cap: usize) -> Tee {
+        Tee {
+            buf: Vec::new(),
+            cap,
+            over: false,
+        }
+    }
+
+    fn take(&mut self, data: &[u8]) {
+        if self.over {
+            return;
+        }
+        if self.buf.len() + data.len() > self.cap {
+            self.over = true;
+            self.buf = Vec::new();
+        } else {
+            self.buf.extend_from_slice(data);
+        }
     }
 }

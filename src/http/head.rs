@@ -92,6 +92,10 @@ pub struct RequestHead {
     pub ac_request_headers: Option<Range<usize>>,
     /// `x-request-id` value (kept as the request's id when acceptable, see `request_id`).
     pub x_request_id: Option<Range<usize>>,
+    /// `Cache-Control` value (`no-cache` / `no-store` steer the response cache).
+    pub cache_control: Option<Range<usize>>,
+    /// `x-ringgate-cache` value (`refresh`: answer from upstream, store the new answer).
+    pub x_ringgate_cache: Option<Range<usize>>,
     /// Where the `Passed` headers are, every occurrence in order (usually none).
     pub passed: smallvec::SmallVec<[(Passed, Range<usize>); 2]>,
 }
@@ -200,6 +204,8 @@ pub fn parse(
     let mut ac_request_method = false;
     let mut ac_request_headers = None;
     let mut x_request_id = None;
+    let mut cache_control = None;
+    let mut x_ringgate_cache = None;
     let mut passed = smallvec::SmallVec::new();
 
     for h in req.headers.iter() {
@@ -241,6 +247,8 @@ pub fn parse(
             }
             12 if is(b"x-request-id") => x_request_id = Some(range_of(buf, value)),
             13 if is(b"authorization") => first(&mut authorization, value),
+            13 if is(b"cache-control") => cache_control = Some(range_of(buf, value)),
+            16 if is(b"x-ringgate-cache") => x_ringgate_cache = Some(range_of(buf, value)),
             14 if is(b"content-length") => {
                 if content_length.is_some() {
                     return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
@@ -335,6 +343,8 @@ pub fn parse(
         ac_request_method,
         ac_request_headers,
         x_request_id,
+        cache_control,
+        x_ringgate_cache,
         passed,
     }))
 }

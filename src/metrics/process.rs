@@ -17,6 +17,18 @@ pub struct ProcessMetrics {
     reloads_failed: AtomicU64,
     /// Access-log lines dropped (shared with the access log, which counts them).
     pub access_log_dropped: Arc<AtomicU64>,
+    /// Process-wide lines of a part that lives above this module (the response cache).
+    pub extra: std::sync::OnceLock<Extra>,
+}
+
+/// Renders more process-wide lines.
+#[derive(Clone)]
+pub struct Extra(pub Arc<dyn Fn(&mut String) + Send + Sync>);
+
+impl std::fmt::Debug for Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Extra")
+    }
 }
 
 impl ProcessMetrics {
@@ -77,5 +89,8 @@ impl ProcessMetrics {
         );
         let dropped = self.access_log_dropped.load(Ordering::Relaxed);
         let _ = writeln!(out, "ringgate_access_log_dropped_total {dropped}");
+        if let Some(f) = self.extra.get() {
+            (f.0)(out);
+        }
     }
 }

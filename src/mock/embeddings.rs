@@ -1,6 +1,9 @@
-//! The mock's OpenAI Embeddings dialect (`POST /v1/embeddings`): one deterministic 8-dimension
+//! The mock's OpenAI Embeddings dialect (`POST /v1/embeddings`): one deterministic 64-dimension
 //! float vector per input (a string, an array of strings, a token array, or an array of token
-//! arrays), derived from a hash of the input's JSON text. With `encoding_format: "base64"` (what
+//! arrays) that approximates meaning well enough to test a semantic cache: a bag of normalised
+//! words (filler dropped, plurals folded) where numbers and negations weigh three times a word,
+//! so a paraphrase scores ≥ 0.95 by cosine and a prompt differing only in a number or a "not"
+//! scores far below (see `vector`). With `encoding_format: "base64"` (what
 //! openai-node and LangChain JS ask for by default) each vector is the base64 of its components
 //! as little-endian `f32`s, as OpenAI sends it; `"float"` or no field: a JSON number array.
 //!
@@ -15,25 +18,117 @@ use super::{error, pace, Profile};
 use crate::error::push_json_str;
 
 /// Vector length.
-pub const DIMS: usize = 8;
+pub const DIMS: usize = 64;
 
-/// The deterministic vector for one input (its compact JSON text), components in [-1, 1].
-pub fn vector(input: &str) -> [f64; DIMS] {
-    // FNV-1a seed, then splitmix64 per component.
+/// Weight of a number or a negation against an ordinary word's 1.0: prompts that differ only
+/// in a number or a "not" must not look alike.
+pub const HEAVY: f64 = 3.0;
+
+/// Words that carry no meaning of their own for the mock (politeness, question framing,
+/// articles, auxiliaries): "What is the capital of France?" and "Please tell me the capital of
+/// France" have the same features.
+const FILLER: &[&str] = &[
+    "a", "about", "am", "an", "and", "are", "at", "be", "been", "briefly", "by", "can", "could",
+    "did", "do", "does", "for", "give", "hello", "hey", "hi", "i", "in", "into", "is", "it", "its",
+    "just", "kindly", "know", "let", "me", "my", "of", "on", "or", "please", "quick", "quickly",
+    "say", "so", "tell", "that", "the", "there", "this", "to", "us", "want", "was", "were", "what",
+    "whats", "which", "will", "would", "you", "your",
+];
+
+const NEGATIONS: &[&str] = &[
+    "not", "no", "never", "none", "nothing", "neither", "nor", "without",
+];
+
+const NUMBER_WORDS: &[&str] = &[
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+];
+
+/// The features of a text with their weights: content words (lowercased, a plural `s` or
+/// `ies` and a possessive `'s` taken off) weigh 1; numbers (digits, or number words as digits)
+/// and negations (`not`, `no`, `never`, `n't`, ...) weigh [`HEAVY`]; filler words are dropped.
+pub fn features(text: &str) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    let mut add = |f: String, w: f64| match out.iter_mut().find(|(g, _)| *g == f) {
+        Some((_, x)) => *x += w,
+        None => out.push((f, w)),
+    };
+    let lower = text.to_lowercase().replace('\u{2019}', "'");
+    for raw in lower.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '.')) {
+        let mut w = raw.trim_matches(|c| c == '\'' || c == '.').to_string();
+        if w.is_empty() {
+            continue;
+        }
+        if w.chars().any(|c| c.is_ascii_digit()) {
+            add(format!("#{}", w.trim_end_matches('.')), HEAVY);
+            continue;
+        }
+        w.retain(|c| c != '.');
+        if let Some(stem) = w.strip_suffix("n't") {
+            add("not".into(), HEAVY);
+            w = stem.to_string();
+        } else if w == "cannot" {
+            add("not".into(), HEAVY);
+            continue;
+        }
+        if let Some(stem) = w.strip_suffix("'s") {
+            w = stem.to_string();
+        }
+        w.retain(|c| c != '\'');
+        if NEGATIONS.contains(&w.as_str()) {
+            add("not".into(), HEAVY);
+            continue;
+        }
+        if let Some(n) = NUMBER_WORDS.iter().position(|n| *n == w) {
+            add(format!("#{n}"), HEAVY);
+            continue;
+        }
+        if w.is_empty() || FILLER.contains(&w.as_str()) {
+            continue;
+        }
+        if let Some(stem) = w.strip_suffix("ies").filter(|s| s.len() > 2) {
+            w = format!("{stem}y");
+        } else if w.len() > 3 && w.ends_with('s') && !w.ends_with("ss") {
+            w.pop();
+        }
+        add(w, 1.0);
+    }
+    out
+}
+
+fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in input.as_bytes() {
+    for &b in s.as_bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    h
+}
+
+/// The deterministic, meaning-approximating vector for one input (its compact JSON text):
+/// the text's [`features`] hashed into [`DIMS`] signed components (bag of normalised words),
+/// scaled to unit length and rounded to 6 decimals. Paraphrases that keep the content words
+/// score near 1 by cosine; a different number or an added negation moves the vector far
+/// (both weigh [`HEAVY`]). A text without features (or a token array) gets a vector hashed
+/// from the whole input.
+pub fn vector(input: &str) -> [f64; DIMS] {
+    let text = serde_json::from_str::<String>(input).unwrap_or_else(|_| input.to_string());
     let mut v = [0.0; DIMS];
-    for x in &mut v {
-        h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = h;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        *x = ((unit * 2.0 - 1.0) * 1e6).round() / 1e6;
+    let f = features(&text);
+    if f.is_empty() {
+        let h = fnv(input);
+        v[(h % DIMS as u64) as usize] = 1.0;
+        return v;
+    }
+    for (name, w) in &f {
+        let h = fnv(name);
+        let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
+        v[(h % DIMS as u64) as usize] += sign * w;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        for x in &mut v {
+            *x = (*x / norm * 1e6).round() / 1e6;
+        }
     }
     v
 }
@@ -199,5 +294,39 @@ mod tests {
         let float: serde_json::Value = serde_json::from_slice(&float).unwrap();
         assert_eq!(float["data"][0]["embedding"][0], vector("\"a\"")[0]);
         assert!(embeddings_body(br#"{"model":"e","input":"a","encoding_format":"hex"}"#).is_err());
+    }
+
+    fn cosine(a: &str, b: &str) -> f64 {
+        let (x, y) = (vector(&format!("{a:?}")), vector(&format!("{b:?}")));
+        x.iter().zip(&y).map(|(p, q)| p * q).sum()
+    }
+
+    #[test]
+    fn paraphrases_score_high_numbers_and_negations_low() {
+        let base = "What is the capital of France?";
+        for p in [
+            "Please tell me the capital of France.",
+            "what's the capital of france",
+            "Capital of France?",
+        ] {
+            assert!(cosine(base, p) >= 0.95, "{p}: {}", cosine(base, p));
+        }
+        let n = cosine("List 3 facts about the Moon", "List 5 facts about the Moon");
+        assert!(n < 0.8, "number: {n}");
+        let n = cosine(
+            "Is Paris the capital of France?",
+            "Is Paris not the capital of France?",
+        );
+        assert!(n < 0.8, "not: {n}");
+        let n = cosine(
+            "Paris is the capital of France",
+            "Paris isn't the capital of France",
+        );
+        assert!(n < 0.8, "n't: {n}");
+        assert!(cosine("capital of France", "recipe for pancakes") < 0.5);
+        assert_eq!(
+            features("two dogs"),
+            vec![("#2".into(), HEAVY), ("dog".into(), 1.0)]
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The standalone mock server behind `ringgate mock --listen ADDR --profile P`: the same shard
 //! machinery as the gateway, answering each dialect's standard path: `/v1/chat/completions`,
 //! `/v1/responses`, `/v1/messages` (+ `/count_tokens`), `/v1beta/models/{model}:generateContent`
-//! / `:streamGenerateContent[?alt=sse]`, `/v1/embeddings`, `GET /v1/models`.
+//! / `:streamGenerateContent[?alt=sse]`, `/v1/embeddings`, `GET /v1/models`, and
+//! `GET /mock/requests` (generation and embedding requests answered so far, process-wide
+//! counters: tests check what reached the upstream).
 //!
 //! Faults (`fault`, written by `inject`): a request's `x-mock-fault` header, else the process's
 //! fault plan (`ringgate mock --fault …`), replaces the normal answer on any of these paths.
@@ -316,8 +318,15 @@ enum Route {
     GeminiCount,
     Embeddings,
     Models,
+    /// `GET /mock/requests`: how many generation and embedding requests this process answered
+    /// (tests check what reached the upstream, e.g. that a cache hit did not).
+    Requests,
     Unknown,
 }
+
+/// Requests answered by this mock process: generation calls (every dialect), embeddings.
+static GENERATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static EMBEDDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Route {
     fn of(path: &[u8], query: Option<&[u8]>) -> Route {
@@ -328,6 +337,7 @@ impl Route {
             b"/v1/messages/count_tokens" => return Route::CountTokens,
             b"/v1/embeddings" => return Route::Embeddings,
             b"/v1/models" => return Route::Models,
+            b"/mock/requests" => return Route::Requests,
             _ => {}
         }
         if let Some(dep) = path
@@ -375,7 +385,22 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
         paced,
     };
     let invalid = |shape, msg: String| json(400, error::body(shape, 400, &msg), shape, false);
+    use std::sync::atomic::Ordering::Relaxed;
+    match (method, &route) {
+        (Method::Post, Route::Dialect(_) | Route::Azure(_) | Route::Gemini(..)) => {
+            GENERATED.fetch_add(1, Relaxed);
+        }
+        (Method::Post, Route::Embeddings) => {
+            EMBEDDED.fetch_add(1, Relaxed);
+        }
+        _ => {}
+    }
     match (method, route) {
+        (Method::Get, Route::Requests) => {
+            let (g, e) = (GENERATED.load(Relaxed), EMBEDDED.load(Relaxed));
+            let body = format!("{{\"generate\":{g},\"embeddings\":{e}}}");
+            json(200, body.into_bytes(), Shape::OpenAi, false)
+        }
         (Method::Post, Route::Dialect(d)) => match MockRequest::parse_dialect(d, "", body) {
             Ok(req) => Answer::generate(d, req),
             Err(msg) => invalid(Shape::of(d), msg),

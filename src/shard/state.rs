@@ -57,4 +57,6 @@ pub struct Shard {
     pub stopping: crate::shutdown::Shutdown,
     /// `/metrics` is served on this listener (loopback, or `server.metrics_on_main`).
     pub metrics_here: bool,
+    /// The response cache, shared by every shard (`None`: off; see `cache`).
+    pub cache: Option<std::sync::Arc<crate::cache::Cache>>,
 }

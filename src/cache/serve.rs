@@ -1,0 +1,332 @@
+//! The response cache on the request path: `ask` (on the head: directives and tenant),
+//! `lookup` (after routing and governance: a hit is answered here, a miss arranges for its
+//! answer to be recorded), `store` (after the answer went out: the recording becomes an entry).
+//!
+//! Response header `x-ringgate-cache`: `hit`, `semantic-hit (0.973)`, `miss`, or `skip` (a
+//! cached model's request the cache did not take part in).
+//!
+//! Owns: the order of those steps. Must not: forward upstream requests itself (the semantic
+//! layer's embedding call goes through `semantic`, which uses `forward`), or touch other
+//! shards' budgets.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::answer;
+use super::key::{self, Directives, Key};
+use super::metrics::Skip;
+use super::store::Entry;
+use super::{semantic, Cache, Mode};
+use crate::admit::Permit;
+use crate::extract::{RoutingFields, UsageOption};
+use crate::http::conn::{ClientConn, Tee};
+use crate::http::RequestHead;
+use crate::outcome::Outcome;
+use crate::provider::Op;
+use crate::route::Route;
+use crate::shard::Shard;
+use crate::translate::Dialect;
+
+/// What the request head says to the cache, read while it is in the buffer.
+#[derive(Debug, Clone, Default)]
+pub struct Ask {
+    /// `key:<virtual key>` | `client:<hash of the credential>` | `shared` | none (not cached).
+    pub tenant: Option<Arc<str>>,
+    pub directives: Directives,
+}
+
+/// [`ask`] for a request on `shard` from `caller`.
+pub fn ask_of(
+    cache: &Cache,
+    head: &RequestHead,
+    conn: &ClientConn,
+    shard: &Shard,
+    caller: crate::governance::Caller,
+) -> Ask {
+    let name = caller
+        .key()
+        .and_then(|k| shard.governance.key_name(k).map(|n| n.to_string()));
+    ask(cache, head, &conn.buf, name.as_deref())
+}
+
+/// Read the directives and the tenant off `head`; `key_name`: the caller's virtual key.
+pub fn ask(cache: &Cache, head: &RequestHead, buf: &[u8], key_name: Option<&str>) -> Ask {
+    let directives = Directives::of(
+        head.header(buf, &head.cache_control),
+        head.header(buf, &head.x_ringgate_cache),
+    );
+    let tenant = if let Some(k) = key_name {
+        Some(format!("key:{k}"))
+    } else {
+        let mut cred = Vec::new();
+        for r in [
+            &head.authorization,
+            &head.x_api_key,
+            &head.api_key,
+            &head.x_goog_api_key,
+        ] {
+            if let Some(v) = head.header(buf, r) {
+                cred.extend_from_slice(v);
+                cred.push(0);
+            }
+        }
+        if !cred.is_empty() {
+            Some(key::client_tenant(&cred))
+        } else if cache.settings.shared_namespace {
+            Some("shared".to_string())
+        } else {
+            None
+        }
+    };
+    Ask {
+        tenant: tenant.map(Arc::from),
+        directives,
+    }
+}
+
+/// What `lookup` decided.
+pub enum Lookup {
+    /// Not a cached request: go on as if there were no cache.
+    Pass,
+    /// Answered from the cache.
+    Hit(Outcome),
+    /// Go upstream; `store` the answer afterwards.
+    Miss(Miss),
+}
+
+/// A miss waiting for its answer.
+pub struct Miss {
+    key: Key,
+    tenant: Arc<str>,
+    model: Arc<str>,
+    dialect: Dialect,
+    ttl: std::time::Duration,
+    semantic: Option<(Key, Box<[f32]>)>,
+    store: bool,
+}
+
+fn header(conn: &mut ClientConn, value: &str) {
+    conn.resp_headers.extend_from_slice(b"x-ringgate-cache: ");
+    conn.resp_headers.extend_from_slice(value.as_bytes());
+    conn.resp_headers.extend_from_slice(b"\r\n");
+}
+
+/// Look the request up. A hit is written to the client here.
+#[allow(clippy::too_many_arguments)]
+pub async fn lookup(
+    cache: &Cache,
+    conn: &mut ClientConn,
+    shard: &Shard,
+    route: &Route,
+    (dialect, op): (Dialect, Op),
+    body: &[u8],
+    fields: &RoutingFields,
+    ask: &Ask,
+    permit: &Permit,
+    keep_alive: bool,
+) -> Lookup {
+    if op != Op::Generate || dialect == Dialect::Gemini {
+        return Lookup::Pass;
+    }
+    let Some(policy) = cache.policy(&route.name) else {
+        return Lookup::Pass;
+    };
+    let skip = |conn: &mut ClientConn, why: Skip| {
+        cache.stats.skip(why);
+        header(conn, "skip");
+        Lookup::Pass
+    };
+    if ask.directives.no_store {
+        return skip(conn, Skip::NoStore);
+    }
+    let Some(tenant) = ask.tenant.clone() else {
+        return skip(conn, Skip::NoTenant);
+    };
+    let Some(canon) = key::canonical(body) else {
+        return skip(conn, Skip::Uncacheable);
+    };
+    if fields.model.is_empty() || several_choices(body) {
+        return skip(conn, Skip::Uncacheable);
+    }
+    let key = key::exact_key(&tenant, &fields.model, dialect, &canon);
+    drop(canon);
+    let look = !ask.directives.no_lookup;
+    if look {
+        let t0 = Instant::now();
+        let found = cache
+            .with_store(|s, freed| s.get(&key, t0, freed))
+            .flatten();
+        cache.stats.lookup(t0.elapsed());
+        if let Some(e) = found {
+            if let Some(o) =
+                answer_with(conn, shard, route, &e, dialect, fields, "hit", keep_alive).await
+            {
+                cache
+                    .stats
+                    .hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Lookup::Hit(o);
+            }
+        }
+    }
+    let mut vector = None;
+    if policy.mode == Mode::Semantic {
+        if let Some(q) = semantic::Query::of(cache, dialect, body, &tenant, &fields.model) {
+            match semantic::embed(cache, shard, conn, permit, &policy, &q.text).await {
+                Some(v) => {
+                    if look {
+                        let now = Instant::now();
+                        let best = cache
+                            .with_store(|s, freed| {
+                                let (k, score) = s.nearest(&q.group, &v, now)?;
+                                Some((s.get(&k, now, freed)?, score))
+                            })
+                            .flatten();
+                        if let Some((e, score)) = best.filter(|(_, s)| *s >= policy.threshold) {
+                            let label = format!("semantic-hit ({score:.3})");
+                            if let Some(o) = answer_with(
+                                conn, shard, route, &e, dialect, fields, &label, keep_alive,
+                            )
+                            .await
+                            {
+                                cache
+                                    .stats
+                                    .semantic_hits
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                return Lookup::Hit(o);
+                            }
+                        }
+                    }
+                    vector = Some((q.group, v));
+                }
+                None => {
+                    cache
+                        .stats
+                        .embedding_failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    cache
+        .stats
+        .misses
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    header(conn, "miss");
+    // The recording of the answer is request memory: charged to the permit, or not kept.
+    let cap = (cache.settings.max_entry_bytes as usize).saturating_mul(4);
+    let store = permit.grow(cap as u64).is_ok();
+    if store {
+        conn.capture = Some(Tee::new(cap));
+    }
+    Lookup::Miss(Miss {
+        key,
+        tenant,
+        model: Arc::from(fields.model.as_str()),
+        dialect,
+        ttl: policy.ttl,
+        semantic: vector,
+        store,
+    })
+}
+
+/// `n` > 1 answers several choices: not cached.
+fn several_choices(body: &[u8]) -> bool {
+    sonic_rs::get(body, &["n"])
+        .ok()
+        .and_then(|v| sonic_rs::JsonValueTrait::as_u64(&v))
+        .is_some_and(|n| n > 1)
+}
+
+/// Write entry `e` to the client (`label` in `x-ringgate-cache`); `None` when it cannot be
+/// replayed in this mode (then the request goes upstream).
+#[allow(clippy::too_many_arguments)]
+async fn answer_with(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    route: &Route,
+    e: &Entry,
+    dialect: Dialect,
+    fields: &RoutingFields,
+    label: &str,
+    keep_alive: bool,
+) -> Option<Outcome> {
+    let chat_usage = matches!(fields.usage_option, UsageOption::Asked);
+    let (body, ct) =
+        answer::replay(&e.body, dialect, fields.stream, &fields.model, chat_usage).ok()?;
+    header(conn, label);
+    let (i, o) = (
+        e.usage.prompt_tokens.unwrap_or(0),
+        e.usage.completion_tokens.unwrap_or(0),
+    );
+    let price = route.deployments.first().map_or(route.price, |d| d.price);
+    let pico = i
+        .saturating_mul(price.input_pico)
+        .saturating_add(o.saturating_mul(price.output_pico));
+    if let Some(c) = &shard.cache {
+        c.stats.saved(i, o, pico);
+    }
+    let wt = shard.limits.write_timeout;
+    let ok = conn.respond(200, ct, b"", &body, keep_alive, wt).await;
+    Some(Outcome {
+        status: 200,
+        keep_alive: ok && keep_alive,
+    })
+}
+
+/// The answer to `miss` went out with `status`: keep it when complete, within the entry size,
+/// the store's bytes and this shard's budget.
+pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, status: u16) {
+    let tee = conn.capture.take();
+    if !miss.store {
+        return;
+    }
+    let refused = || {
+        cache
+            .stats
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let Some(tee) = tee.filter(|t| status == 200 && !t.over) else {
+        return refused();
+    };
+    let stored = match answer::record(
+        &tee.buf,
+        miss.dialect,
+        &miss.model,
+        cache.settings.allow_length,
+    ) {
+        Ok(s) if s.body.len() as u64 <= cache.settings.max_entry_bytes => s,
+        _ => return refused(),
+    };
+    drop(tee);
+    let entry = Entry {
+        body: stored.body.into(),
+        tenant: miss.tenant,
+        model: miss.model,
+        usage: stored.usage,
+        expires: Instant::now() + miss.ttl,
+        owner: shard.id,
+        semantic: miss.semantic,
+    };
+    let size = entry.size();
+    let budget = shard.admission.budget();
+    // the cache only takes memory requests are not using: half the shard's budget stays free
+    if !budget.try_hold(size, budget.capacity() / 2) {
+        return refused();
+    }
+    let max = cache.settings.max_bytes;
+    let key = miss.key;
+    let inserted = cache
+        .with_store(|s, freed| s.insert(key, entry, max, freed))
+        .unwrap_or(false);
+    if inserted {
+        cache
+            .stats
+            .stores
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    } else {
+        budget.release_hold(size);
+        refused();
+    }
+}
