@@ -80,12 +80,14 @@ fn parse(text: &str) -> (Vec<Sample>, Meta) {
     (samples, meta)
 }
 
-/// A gateway with two shards in front of `upstream` (models as in `start_gateway`).
+/// A gateway with two shards in front of `upstream` (models as in `start_gateway`), the response
+/// cache on for `gpt-4o-mini` (its families in every scrape; requests without a key skip it).
 fn two_shards(upstream: SocketAddr) -> ringgate::gateway::Running {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshards = 2\npin = false\ndriver = \"epoll\"\n\
+         [cache]\nenabled = true\n\
          [[provider]]\nname = \"local\"\nkind = \"openai\"\nbase_url = \"http://{upstream}/v1\"\n\
-         [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\n\
+         [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\ncache = \"exact\"\n\
          [[model]]\nname = \"alias\"\nprovider = \"local\"\nupstream_model = \"real-model\"\n"
     );
     ringgate::gateway::start(ringgate::config::Config::parse(&text).unwrap()).unwrap()

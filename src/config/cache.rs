@@ -111,3 +111,52 @@ pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
     }
     errs
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    /// The issue's config contract, as written.
+    #[test]
+    fn contract_shape_parses() {
+        let text = r#"
+[cache]
+enabled = true
+max_bytes = "64MiB"            # charged to the admission budget
+ttl_s = 3600
+store = "memory"               # "memory" | "redis" (exact layer)
+
+[[provider]]
+name = "local"
+kind = "mock"
+
+[[model]]
+name = "gpt-4o-mini"
+provider = "local"
+cache = "exact"                # "off" | "exact" | "semantic"
+semantic_threshold = 0.95
+embedding_model = "text-embedding-3-small"   # a model name routed by this gateway
+"#;
+        let cfg = Config::parse(text).unwrap();
+        assert!(cfg.cache.enabled);
+        assert_eq!(cfg.cache.max_bytes.bytes(), 64 << 20);
+        let c = crate::cache::Cache::build(&cfg, 2).unwrap();
+        let p = c.policy("gpt-4o-mini").unwrap();
+        assert_eq!(p.mode, crate::cache::Mode::Exact);
+        assert_eq!(p.ttl.as_secs(), 3600);
+        let bad = text.replace("cache = \"exact\"", "cache = \"fuzzy\"");
+        assert!(Config::parse(&bad).is_err());
+        let sem = text.replace(
+            "embedding_model = \"text-embedding-3-small\"   # a model name routed by this gateway",
+            "",
+        );
+        let sem = sem.replace("cache = \"exact\"", "cache = \"semantic\"");
+        assert!(
+            Config::parse(&sem).is_err(),
+            "semantic needs embedding_model"
+        );
+        // off unless enabled
+        let off = text.replace("enabled = true", "enabled = false");
+        assert!(crate::cache::Cache::build(&Config::parse(&off).unwrap(), 2).is_none());
+    }
+}
