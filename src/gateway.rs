@@ -189,6 +189,15 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             )));
     }
     let admin_cache = cache.clone();
+    // the exact layer in the [limits] Redis (whether or not the limits use it)
+    let cache_redis = match (&cache, cfg.cache.redis()) {
+        (Some(_), true) => {
+            let mut l = cfg.limits.clone();
+            l.store = toml::Spanned::new(0..0, "redis".into());
+            governance::store::Settings::from_config(&l).map_err(invalid)?
+        }
+        _ => None,
+    };
     let tag = request_id::process_tag();
     let dropped = hub.process.access_log_dropped.clone();
     let (access_log, log_writer) = match AccessLog::start(&cfg.log.access(), dropped)? {
@@ -214,6 +223,9 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let book = book.clone();
             let access_log = ShardLog::new(access_log.clone());
             let cache = cache.clone();
+            let cache_remote = cache_redis
+                .clone()
+                .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
             async move {
                 let s = &cfg.server;
                 let routes = RouteTable::build(&cfg);
@@ -256,6 +268,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     stopping: sd.clone(),
                     metrics_here,
                     cache,
+                    cache_remote,
                 });
                 drop(cfg);
                 if let Some(t) = &tls_listeners {
@@ -308,6 +321,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     }
     if shard.access_log.on() {
         monoio::spawn(flush_access_log(shard.clone()));
+    }
+    if let Some(r) = shard.cache_remote.clone() {
+        monoio::spawn(async move { r.maintain().await });
     }
     let name = format!("shard {}", shard.id);
     let open = || shard.metrics.connections.get();

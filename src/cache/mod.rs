@@ -24,6 +24,7 @@ pub mod answer;
 pub mod hub_stream;
 pub mod key;
 pub mod metrics;
+pub mod redis;
 pub mod semantic;
 pub mod serve;
 pub mod store;

@@ -153,9 +153,20 @@ pub async fn lookup(
     let look = !ask.directives.no_lookup;
     if look {
         let t0 = Instant::now();
-        let found = cache
-            .with_store(|s, freed| s.get(&key, t0, freed))
-            .flatten();
+        let found = match &shard.cache_remote {
+            Some(r) => r.get(&key).await.map(|(body, usage)| Entry {
+                body: body.into(),
+                tenant: tenant.clone(),
+                model: Arc::from(fields.model.as_str()),
+                usage,
+                expires: t0,
+                owner: shard.id,
+                semantic: None,
+            }),
+            None => cache
+                .with_store(|s, freed| s.get(&key, t0, freed))
+                .flatten(),
+        };
         cache.stats.lookup(t0.elapsed());
         if let Some(e) = found {
             if let Some(o) =
@@ -300,6 +311,20 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         _ => return refused(),
     };
     drop(tee);
+    if let Some(r) = &shard.cache_remote {
+        // the exact layer lives in Redis; only semantic entries (vectors) stay here too
+        if r.set(&miss.key, &stored.body, stored.usage, miss.ttl) {
+            cache
+                .stats
+                .stores
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            refused();
+        }
+        if miss.semantic.is_none() {
+            return;
+        }
+    }
     let entry = Entry {
         body: stored.body.into(),
         tenant: miss.tenant,

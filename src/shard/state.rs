@@ -59,4 +59,6 @@ pub struct Shard {
     pub metrics_here: bool,
     /// The response cache, shared by every shard (`None`: off; see `cache`).
     pub cache: Option<std::sync::Arc<crate::cache::Cache>>,
+    /// This shard's connection to the cache's Redis (`[cache] store = "redis"`).
+    pub cache_remote: Option<std::rc::Rc<crate::cache::redis::Remote>>,
 }

@@ -321,6 +321,20 @@ impl Store {
         fault
     }
 
+    /// One plain command (not the limits script) and its reply, within `redis_timeout_ms`;
+    /// for other users of the same store (the response cache's exact layer).
+    pub async fn call(&self, args: &[Arg<'_>]) -> Result<Reply, Fault> {
+        if !self.up.get() {
+            return Err(Fault::Down);
+        }
+        self.command(args, Instant::now() + self.s.timeout).await
+    }
+
+    /// Queue one plain command without waiting for its reply (false: not connected).
+    pub fn send_command(&self, args: &[Arg<'_>]) -> bool {
+        self.up.get() && self.pipe.send(|out| resp::command(out, args))
+    }
+
     /// Send one plain command and wait for its reply until `deadline`.
     async fn command(&self, args: &[Arg<'_>], deadline: Instant) -> Result<Reply, Fault> {
         let slot = self.pipe.call(|out| resp::command(out, args))?;
