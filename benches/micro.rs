@@ -20,6 +20,9 @@
 //!   the provider's lines are borrowed) vs an Anthropic SDK head (version, two betas, a request
 //!   id) copied, checked and written as upstream lines; six upstream response lines renamed for
 //!   a client of another dialect
+//! - engine load (`lb = "load"`, issue 13): a prompt's block hashes (2 KB system prompt +
+//!   a user turn), the load pick over two engines with prefix lookup + index insert, vs the
+//!   p2c pick it replaces
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
@@ -709,8 +712,63 @@ fn header_policy(c: &mut Criterion) {
     g.finish();
 }
 
+fn engine_load(c: &mut Criterion) {
+    use ringgate::engine::load::{LoadPick, LoadPicker, LoadSettings};
+    use ringgate::engine::prefix::prompt_blocks;
+    use ringgate::engine::signal::{EngineCell, EngineKind, Sample};
+    use ringgate::forward::balance::{Balancer, EWMA_DECAY};
+    use ringgate::forward::{policy::Lb, rng::Rng};
+    use std::sync::Arc;
+    let sys = "You are the support assistant of ACME. ".repeat(52);
+    let body = format!(
+        r#"{{"model":"llama-3.1-8b","stream":true,"messages":[{{"role":"system","content":"{sys}"}},{{"role":"user","content":"my order 1234 is late, what now?"}}]}}"#
+    );
+    let mut g = c.benchmark_group("engine_load");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("prompt_blocks_2kb", |b| {
+        b.iter(|| black_box(prompt_blocks(black_box(body.as_bytes())).len()))
+    });
+    let cells: Vec<Arc<EngineCell>> = (0..2)
+        .map(|i| {
+            let c = Arc::new(EngineCell::new(EngineKind::Vllm, true, u64::MAX / 2));
+            let s = Sample {
+                waiting: i,
+                running: 4,
+                kv: Some(0.3),
+            };
+            c.publish(s, 1);
+            c
+        })
+        .collect();
+    let picker = LoadPicker::new(
+        LoadSettings {
+            max_waiting: Some(8),
+            ..LoadSettings::default()
+        },
+        cells.iter().cloned().map(Some).collect(),
+    );
+    let blocks = prompt_blocks(body.as_bytes());
+    let rng = Rng::new(1);
+    g.bench_function("load_pick_and_route_2_engines", |b| {
+        b.iter(|| {
+            if let LoadPick::Pick(d) = picker.pick(100, black_box(&blocks), &rng, |_| true, |_| 0) {
+                picker.routed(d, &blocks, 100);
+                cells[d].start(500);
+                cells[d].end();
+            }
+        })
+    });
+    let p2c = Balancer::new(Lb::P2c, &[1, 1], EWMA_DECAY);
+    let now = std::time::Instant::now();
+    g.bench_function("baseline_p2c_pick", |b| {
+        b.iter(|| black_box(p2c.pick(now, &rng, |_| true)))
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    engine_load,
     head,
     extract,
     sse,

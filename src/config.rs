@@ -19,6 +19,7 @@ use crate::upstream::endpoint::Endpoint;
 use crate::upstream::target;
 
 pub mod cache;
+pub mod engines;
 pub mod keys;
 pub mod limits;
 pub mod log;
@@ -67,6 +68,10 @@ pub struct Config {
     /// `[cache]`: the response cache (see `config::cache`, README "Response cache").
     #[serde(default)]
     pub cache: CacheConfig,
+    /// The engine load-signal cells (started by the gateway, `engine::Engines::start`;
+    /// empty elsewhere).
+    #[serde(skip)]
+    pub engines: crate::engine::Engines,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -249,6 +254,20 @@ pub struct ProviderConfig {
     /// `stream_options`, so streamed usage is not requested from it).
     #[serde(default)]
     pub quirks: Vec<String>,
+    /// The self-hosted inference engine behind this provider (`vllm`, `sglang`, `llamacpp`,
+    /// `ollama`, `tgi`): its load signal is polled for `lb = "load"` (see `engine`).
+    #[serde(default)]
+    pub engine: Option<Spanned<crate::engine::signal::EngineKind>>,
+    /// The engine's load-signal URL (`http://`); default: the engine's usual path on the
+    /// base URL's host (`/metrics`; llama.cpp `/slots`; Ollama has none).
+    #[serde(default)]
+    pub metrics_url: Option<Spanned<String>>,
+    /// How often the load signal is polled (default 100 ms, at least 10).
+    #[serde(default)]
+    pub poll_ms: Option<Spanned<u64>>,
+    /// A signal older than this counts as saturated (default max(1000, 3 × poll_ms)).
+    #[serde(default)]
+    pub stale_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -299,6 +318,32 @@ pub struct ModelConfig {
     /// Response cache: this model's entries' time to live, seconds (default `[cache] ttl_s`).
     #[serde(default)]
     pub cache_ttl_s: Option<u64>,
+    /// `lb = "load"`: a deployment is full when one more request would make its engine's
+    /// waiting queue exceed this; all full → 429 + Retry-After at the gateway.
+    #[serde(default)]
+    pub max_waiting: Option<Spanned<u32>>,
+    /// `lb = "load"`: a deployment is full at this many of the gateway's requests on it.
+    #[serde(default)]
+    pub max_in_flight: Option<Spanned<u32>>,
+    /// `lb = "load"`: weights of the queue, KV-cache and prefix scores (default 2 / 2 / 3).
+    #[serde(default)]
+    pub load_weights: Option<LoadWeights>,
+    /// `lb = "load"`: prefix affinity holds while the engine's queue is at most this many
+    /// requests longer than the shortest (default 4).
+    #[serde(default)]
+    pub affinity_slack: Option<u32>,
+}
+
+/// `load_weights = { queue = 2, kv = 2, prefix = 3 }`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadWeights {
+    #[serde(default)]
+    pub queue: Option<f64>,
+    #[serde(default)]
+    pub kv: Option<f64>,
+    #[serde(default)]
+    pub prefix: Option<f64>,
 }
 
 /// First 16 hex digits of the SHA-256 of `text`.
@@ -409,6 +454,7 @@ impl Config {
             routing: RoutingConfig::default(),
             providers: Vec::new(),
             models: Vec::new(),
+            engines: Default::default(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
@@ -658,6 +704,7 @@ impl Config {
             }
         }
         routing::validate(self, &mut err);
+        engines::validate(self, &mut err);
         keys::validate(self, &mut err);
         limits::validate(self, &mut err);
         errs

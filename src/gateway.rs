@@ -174,6 +174,9 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     // the plain and the TLS listener alike), or when the config asks for it
     let metrics_here = (loopback && tls_loopback.unwrap_or(true)) || cfg.server.metrics_on_main;
     let drain_timeout_ms = cfg.server.drain_timeout_ms;
+    // engine load signals: one poller thread per engine provider (none without `engine`)
+    let mut cfg = cfg;
+    cfg.engines = crate::engine::Engines::start(&cfg, None);
     let cfg = Arc::new(cfg);
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();

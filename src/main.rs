@@ -35,7 +35,8 @@ USAGE:
                                                      extra-bytes[=MS] (or: upstream model named
                                                      mock-fault-FAULT, with _ for =)
   ringgate mock --engine vllm|sglang|llamacpp [--slots N] [--tpot-ms MS] [--prefill-us US]
-                [--kv-tokens N] [--listen ADDR]      simulate an inference engine under load:
+                [--kv-tokens N] [--cache-blocks N] [--batch-slowdown F] [--model-name M]
+                [--listen ADDR]                      simulate an inference engine under load:
                                                      N concurrent sequences (default 8), a FIFO
                                                      queue, decode slowing with the batch, a
                                                      prefix cache, the engine's own GET /metrics
@@ -134,7 +135,7 @@ impl Opts {
                 "--seed" => o.seed = Some(val()?),
                 "--engine" => o.engine = Some(val()?),
                 "--slots" | "--tpot-ms" | "--prefill-us" | "--kv-tokens" | "--batch-slowdown"
-                | "--model-name" => {
+                | "--cache-blocks" | "--model-name" => {
                     let v = val()?;
                     o.engine_knobs.push((key.to_string(), v));
                 }
@@ -395,6 +396,7 @@ fn engine_spec(opts: &Opts) -> Result<Option<EngineSpec>, String> {
             "--tpot-ms" => spec.tpot = Duration::from_secs_f64(num(k, v)? / 1e3),
             "--prefill-us" => spec.prefill_per_token = Duration::from_secs_f64(num(k, v)? / 1e6),
             "--kv-tokens" => spec.kv_tokens = num(k, v)?.max(1.0) as u64,
+            "--cache-blocks" => spec.cache_blocks = num(k, v)? as usize,
             "--batch-slowdown" => spec.batch_slowdown = num(k, v)?,
             "--model-name" => spec.model_name = v.clone(),
             _ => {}

@@ -265,6 +265,7 @@ mod tests {
             mock_profile: Profile::Instant,
             api_version: None,
             no_stream_options: quirk,
+            engine: None,
         }
     }
 

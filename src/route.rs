@@ -45,6 +45,9 @@ pub struct Provider {
     pub api_version: Option<String>,
     /// Do not send `stream_options` (engines that reject it).
     pub no_stream_options: bool,
+    /// The engine's load signal (`engine = …` and a started `engine::Engines`), shared by
+    /// every shard.
+    pub engine: Option<std::sync::Arc<crate::engine::signal::EngineCell>>,
 }
 
 impl Provider {
@@ -115,7 +118,9 @@ impl RouteTable {
         let mut table = RouteTable::default();
         let mut by_name: HashMap<&str, Rc<Provider>> = HashMap::new();
         for (index, p) in cfg.providers.iter().enumerate() {
-            let prov = Rc::new(build_provider(p, index));
+            let mut prov = build_provider(p, index);
+            prov.engine = cfg.engines.cell(p.name.get_ref());
+            let prov = Rc::new(prov);
             table.providers.push(prov.clone());
             by_name.entry(p.name.get_ref().as_str()).or_insert(prov);
         }
@@ -276,6 +281,7 @@ fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
             .unwrap_or(Profile::Instant),
         api_version: p.api_version.as_ref().map(|v| v.get_ref().clone()),
         no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
+        engine: None,
     }
 }
 

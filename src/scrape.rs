@@ -19,6 +19,14 @@ pub fn render(shard: &Shard) -> String {
     render_shard(shard, &mut own);
     let mut global = String::with_capacity(512);
     shard.hub.process.render(&mut global);
+    // engine load signals are process-wide: rendered once, by the shard that serves the scrape
+    let engines: Vec<(&str, &crate::engine::signal::EngineCell)> = shard
+        .routes
+        .providers()
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), &**p.engine.as_ref()?)))
+        .collect();
+    crate::engine::render(&engines, &mut global);
     shard.hub.scrape(Some(shard.id), &own, &global)
 }
 

@@ -238,6 +238,7 @@ impl Config {
                 first_byte.map_or(self.upstream.first_byte_timeout_ms, |t| *t.get_ref())
             ),
             fallbacks: Vec::new(),
+            load: super::engines::load_settings(m),
         }
     }
 }

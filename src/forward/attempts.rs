@@ -51,6 +51,9 @@ pub enum Stop {
     /// No candidate left: every deployment tried, its breaker open, or its keys cooling past
     /// the deadline. With `Attempts::attempts() == 0`: nothing was available at all.
     Exhausted,
+    /// `lb = "load"`: every deployment is full (`max_waiting` / `max_in_flight`) and nothing
+    /// was sent: shed with 429 + Retry-After.
+    Full,
 }
 
 /// One attempt: where to send it. Report its outcome with `Attempts::succeeded` or
@@ -88,6 +91,9 @@ impl Candidate<'_> {
 impl Drop for Candidate<'_> {
     fn drop(&mut self) {
         self.state.balancer.end(self.deployment_index);
+        if let Some(cell) = &self.deployment.provider.engine {
+            cell.end();
+        }
         if self.probe && !self.settled.get() {
             if let Some(b) = self.state.breakers.get(self.deployment_index) {
                 b.release_probe();
@@ -112,6 +118,11 @@ pub struct Attempts<'a> {
     limited: SmallVec<[(usize, usize); 4]>,
     /// Stage of the last attempt (0: requested model, k: `route.chain[k - 1]`).
     last_stage: Option<usize>,
+    /// `lb = "load"`: the prompt's block hashes (prefix affinity) and estimated tokens.
+    blocks: crate::engine::prefix::Blocks,
+    tokens: u64,
+    /// A `load` stage found every deployment full.
+    full: bool,
 }
 
 impl<'a> Attempts<'a> {
@@ -134,7 +145,17 @@ impl<'a> Attempts<'a> {
             tried: SmallVec::new(),
             limited: SmallVec::new(),
             last_stage: None,
+            blocks: Default::default(),
+            tokens: 0,
+            full: false,
         }
+    }
+
+    /// The request's prompt for `lb = "load"`: block hashes (`engine::prefix`) and estimated
+    /// prompt tokens (counted toward the engine's reserved tokens).
+    pub fn set_prompt(&mut self, blocks: crate::engine::prefix::Blocks, tokens: u64) {
+        self.blocks = blocks;
+        self.tokens = tokens;
     }
 
     pub fn attempts(&self) -> u32 {
@@ -190,11 +211,30 @@ impl<'a> Attempts<'a> {
                         .get(d)
                         .is_some_and(|dep| st.key_ready(dep.provider.index, now))
             };
-            if let Some(d) = ms.balancer.pick(now, st.rng(), eligible) {
+            let picked = match &ms.load {
+                None => ms.balancer.pick(now, st.rng(), eligible),
+                Some(load) => {
+                    let ms_now = crate::engine::signal::ms_of(now);
+                    let inflight = |d| ms.balancer.in_flight(d);
+                    match load.pick(ms_now, &self.blocks, st.rng(), eligible, inflight) {
+                        crate::engine::load::LoadPick::Pick(d) => Some(d),
+                        crate::engine::load::LoadPick::Full => {
+                            self.full = true;
+                            None
+                        }
+                        crate::engine::load::LoadPick::None => None,
+                    }
+                }
+            };
+            if let Some(d) = picked {
                 if let Some(c) = self.launch(s, d, now) {
                     return Step::Try(c);
                 }
             }
+        }
+        if self.full && self.attempts == 0 {
+            // shed: every deployment of a load-balanced stage is full and nothing else is free
+            return Step::Stop(Stop::Full);
         }
         // Deployments held back only by key cooldowns.
         let mut soonest: Option<Instant> = None;
@@ -216,6 +256,8 @@ impl<'a> Attempts<'a> {
                     Some(KeyPick::Cooling { until, .. }) => {
                         soonest = Some(soonest.map_or(until, |s| s.min(until)));
                     }
+                    // a load-balanced deployment the picker passed over is full or out
+                    _ if ms.load.is_some() && !self.limited.contains(&id) => {}
                     _ => {
                         self.limited.retain(|l| *l != id);
                         if let Some(c) = self.launch(s, d, now) {
@@ -261,6 +303,12 @@ impl<'a> Attempts<'a> {
             None => 0,
         };
         ms.balancer.start(d);
+        if let Some(cell) = &dep.provider.engine {
+            cell.start(self.tokens);
+        }
+        if let Some(load) = &ms.load {
+            load.routed(d, &self.blocks, crate::engine::signal::ms_of(now));
+        }
         self.attempts += 1;
         st.metrics.attempt(r.index, d);
         if s > 0 && self.last_stage != Some(s) {

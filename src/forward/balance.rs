@@ -118,7 +118,8 @@ impl Balancer {
     pub fn pick(&self, now: Instant, rng: &Rng, eligible: impl Fn(usize) -> bool) -> Option<usize> {
         match self.lb {
             Lb::Weighted => self.pick_weighted(&eligible),
-            Lb::P2c => self.pick_p2c(now, rng, &eligible),
+            // `load` picks through `engine::load`; its balancer is the p2c fallback
+            Lb::P2c | Lb::Load => self.pick_p2c(now, rng, &eligible),
         }
     }
 

@@ -46,6 +46,8 @@ pub struct ModelState {
     pub balancer: Balancer,
     /// One per deployment, same order as `Route::deployments`.
     pub breakers: Vec<Breaker>,
+    /// `lb = "load"` only: the engine-aware picker (`engine::load`).
+    pub load: Option<crate::engine::load::LoadPicker>,
 }
 
 /// All routing runtime state of one shard, parallel to its `RouteTable` (rebuild both
@@ -75,6 +77,15 @@ impl ForwardState {
                             .iter()
                             .map(|_| Breaker::new(r.policy.breaker))
                             .collect(),
+                        load: (r.policy.lb == Lb::Load).then(|| {
+                            crate::engine::load::LoadPicker::new(
+                                r.policy.load,
+                                r.deployments
+                                    .iter()
+                                    .map(|d| d.provider.engine.clone())
+                                    .collect(),
+                            )
+                        }),
                     }
                 })
                 .collect(),

@@ -111,6 +111,14 @@ pub async fn open<'s>(
 ) -> Result<Opened<'s>, NoHead> {
     let start = Instant::now();
     let mut attempts = Attempts::new(&shard.routes, &shard.forward, route, &fields.model, start);
+    if shard
+        .forward
+        .model(route.index)
+        .is_some_and(|m| m.load.is_some())
+    {
+        let blocks = crate::engine::prefix::prompt_blocks(body);
+        attempts.set_prompt(blocks, body.len() as u64 / 4);
+    }
     let mut step = attempts.next(start);
     let mut last: Option<Error> = None;
     loop {
@@ -213,6 +221,14 @@ fn stopped(stop: Stop, last: Option<Error>, route: &Route, shard: &Shard) -> Err
     let secs = |until: Instant| until.saturating_duration_since(now).as_secs_f64().ceil() as u32;
     match (stop, last) {
         (_, Some(e)) => e,
+        (Stop::Full, None) => Error::new(
+            Kind::RateLimited,
+            format!(
+                "every deployment of `{}` is at capacity (its engines' queues are full); retry later",
+                route.name
+            ),
+        )
+        .retry_after(1),
         (Stop::Deadline, None) => Error::new(
             Kind::UpstreamTimeout,
             format!("no deployment of `{}` answered in time", route.name),

@@ -17,6 +17,9 @@ pub enum Lb {
     P2c,
     /// Smooth weighted round-robin (nginx): deterministic, exact over a full cycle.
     Weighted,
+    /// Engine-aware: queue, KV usage and prefix affinity from the engines' own load signals
+    /// (`engine::load`), with shedding (`max_waiting`, `max_in_flight`).
+    Load,
 }
 
 impl Lb {
@@ -24,6 +27,7 @@ impl Lb {
         match self {
             Lb::P2c => "p2c",
             Lb::Weighted => "weighted",
+            Lb::Load => "load",
         }
     }
 }
@@ -198,6 +202,8 @@ pub struct Policy {
     /// Direct fallbacks in config order. The attempt plan follows them transitively
     /// (breadth-first, each model once); the config rejects cycles.
     pub fallbacks: Vec<Fallback>,
+    /// `lb = "load"` knobs (weights, affinity slack, `max_waiting`, `max_in_flight`).
+    pub load: crate::engine::load::LoadSettings,
 }
 
 impl Policy {
@@ -218,6 +224,7 @@ impl Default for Policy {
             deadline: Duration::from_millis(900_000),
             first_byte_timeout: Duration::from_millis(300_000),
             fallbacks: Vec::new(),
+            load: Default::default(),
         }
     }
 }

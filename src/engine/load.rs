@@ -1,0 +1,337 @@
+//! `lb = "load"`: pick the deployment whose engine is least loaded and whose prefix cache is
+//! warmest for this prompt, and shed before the engine when every deployment is full.
+//!
+//! Per candidate (eligible: breaker closed, not tried, keys free; engines whose last poll
+//! failed are out while any other engine is up):
+//! - queue `q` = the engine's waiting requests + this gateway's requests sent since its last
+//!   poll and still in flight (the herd between polls: the engine has not reported them yet;
+//!   those already answered load it no more); KV `kv` = its KV usage, grown by
+//!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (worst
+//!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
+//!   the gateway's own in-flight count as their queue.
+//! - full when one more request would make its waiting exceed `max_waiting` (waiting + sent
+//!   since the poll while it queues), or its in-flight (this gateway's, all shards) reach
+//!   `max_in_flight`. Full deployments are not picked; all full → `LoadPick::Full` (the
+//!   caller answers 429 + Retry-After before anything goes upstream).
+//! - score (the Gateway API inference extension's EPP scorers): queue `(max q − q) / (max q −
+//!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks this shard
+//!   routed there recently / prompt blocks, counted only while the deployment's queue is
+//!   within `affinity_slack` of the shortest (bounded load). Weighted sum (default 2/2/3);
+//!   highest wins, ties broken at random.
+//!
+//! The prefix index is per shard (`PrefixIndex`, approximate by design); the engine signals
+//! are process-wide (`EngineCell`).
+//!
+//! Owns: `LoadPicker`, `LoadSettings`, `LoadPick`. Must not: read clocks (callers pass
+//! `now_ms`), do IO, or decide retries.
+
+use std::sync::Arc;
+
+use super::prefix::PrefixIndex;
+use super::signal::{EngineCell, View};
+use crate::forward::rng::Rng;
+
+/// Prefix-index capacity per deployment and shard (block hashes).
+pub const INDEX_BLOCKS: usize = 16_384;
+/// How long a routed prefix is assumed warm at the engine.
+pub const INDEX_TTL_MS: u64 = 120_000;
+
+/// A model's `lb = "load"` knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSettings {
+    /// Weights of the queue, KV and prefix scores (default 2, 2, 3).
+    pub weights: [f64; 3],
+    /// Prefix affinity counts while the queue is at most this much above the shortest.
+    pub affinity_slack: u32,
+    pub max_waiting: Option<u32>,
+    pub max_in_flight: Option<u32>,
+}
+
+impl Default for LoadSettings {
+    fn default() -> Self {
+        LoadSettings {
+            weights: [2.0, 2.0, 3.0],
+            affinity_slack: 4,
+            max_waiting: None,
+            max_in_flight: None,
+        }
+    }
+}
+
+/// What `pick` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadPick {
+    Pick(usize),
+    /// Candidates existed, every one of them full.
+    Full,
+    /// No candidate at all.
+    None,
+}
+
+#[derive(Debug)]
+struct Dep {
+    cell: Option<Arc<EngineCell>>,
+    index: PrefixIndex,
+}
+
+/// One model's load-aware picker on one shard.
+#[derive(Debug)]
+pub struct LoadPicker {
+    pub settings: LoadSettings,
+    deps: Vec<Dep>,
+}
+
+struct Cand {
+    d: usize,
+    q: f64,
+    kv: f64,
+    matched: usize,
+}
+
+impl LoadPicker {
+    /// `cells[i]`: deployment i's engine signal, if its provider has one.
+    pub fn new(settings: LoadSettings, cells: Vec<Option<Arc<EngineCell>>>) -> LoadPicker {
+        LoadPicker {
+            settings,
+            deps: cells
+                .into_iter()
+                .map(|cell| Dep {
+                    cell,
+                    index: PrefixIndex::new(INDEX_BLOCKS, INDEX_TTL_MS),
+                })
+                .collect(),
+        }
+    }
+
+    fn view(&self, d: usize, now_ms: u64, local_in_flight: u32) -> View {
+        match self.deps.get(d).and_then(|x| x.cell.as_ref()) {
+            Some(c) => {
+                let mut v = c.view(now_ms);
+                if !c.polled {
+                    v.waiting = v.in_flight;
+                    v.sent_since = 0;
+                }
+                v
+            }
+            None => View {
+                age_ms: 0,
+                up: true,
+                waiting: local_in_flight,
+                running: 0,
+                kv: None,
+                in_flight: local_in_flight,
+                sent_since: 0,
+                tokens_since: 0,
+            },
+        }
+    }
+
+    fn stale(&self, d: usize, v: &View) -> bool {
+        self.deps
+            .get(d)
+            .and_then(|x| x.cell.as_ref())
+            .is_some_and(|c| c.polled && v.age_ms > c.stale_ms)
+    }
+
+    /// Pick a deployment for a prompt with `blocks` (see the module doc).
+    pub fn pick(
+        &self,
+        now_ms: u64,
+        blocks: &[u64],
+        rng: &Rng,
+        eligible: impl Fn(usize) -> bool,
+        local_in_flight: impl Fn(usize) -> u32,
+    ) -> LoadPick {
+        let s = &self.settings;
+        let mut cands: smallvec::SmallVec<[(usize, View); 8]> = (0..self.deps.len())
+            .filter(|&d| eligible(d))
+            .map(|d| (d, self.view(d, now_ms, local_in_flight(d))))
+            .collect();
+        if cands.is_empty() {
+            return LoadPick::None;
+        }
+        // engines whose metrics fail are out while another one answers its polls
+        if cands.iter().any(|(_, v)| v.up) {
+            cands.retain(|(_, v)| v.up);
+        }
+        let mut live: smallvec::SmallVec<[Cand; 8]> = smallvec::SmallVec::new();
+        for (d, v) in &cands {
+            let stale = self.stale(*d, v);
+            let unseen = v.sent_since.min(v.in_flight);
+            let queued = if v.waiting > 0 { unseen } else { 0 };
+            let waiting_est = v.waiting.saturating_add(queued);
+            let full = (stale && (s.max_waiting.is_some() || s.max_in_flight.is_some()))
+                || s.max_waiting.is_some_and(|m| waiting_est >= m)
+                || s.max_in_flight.is_some_and(|m| v.in_flight >= m);
+            if full {
+                continue;
+            }
+            let (q, kv) = if stale {
+                (1e9, 1.0)
+            } else {
+                let kv = v.kv.map_or(0.0, |k| {
+                    let per = if v.running > 0 {
+                        k / f64::from(v.running)
+                    } else {
+                        0.0
+                    };
+                    (k + per * f64::from(unseen)).min(1.0)
+                });
+                (f64::from(v.waiting) + f64::from(unseen), kv)
+            };
+            let matched = match (blocks.is_empty(), self.deps.get(*d)) {
+                (false, Some(dep)) => dep.index.matched(blocks, now_ms),
+                _ => 0,
+            };
+            live.push(Cand {
+                d: *d,
+                q,
+                kv,
+                matched,
+            });
+        }
+        if live.is_empty() {
+            return LoadPick::Full;
+        }
+        let min_q = live.iter().map(|c| c.q).fold(f64::INFINITY, f64::min);
+        let max_q = live.iter().map(|c| c.q).fold(0.0, f64::max);
+        let [wq, wk, wp] = s.weights;
+        let mut best: Option<(f64, usize)> = None;
+        let mut ties = 0usize;
+        for c in &live {
+            let sq = if max_q > min_q {
+                (max_q - c.q) / (max_q - min_q)
+            } else {
+                1.0
+            };
+            let sp = if blocks.is_empty() || c.q > min_q + f64::from(s.affinity_slack) {
+                0.0
+            } else {
+                c.matched as f64 / blocks.len() as f64
+            };
+            let score = wq * sq + wk * (1.0 - c.kv) + wp * sp;
+            match best {
+                Some((b, _)) if score < b - 1e-9 => {}
+                Some((b, _)) if score <= b + 1e-9 => {
+                    ties += 1;
+                    if rng.below(ties + 1) == 0 {
+                        best = Some((b, c.d));
+                    }
+                }
+                _ => {
+                    best = Some((score, c.d));
+                    ties = 0;
+                }
+            }
+        }
+        best.map_or(LoadPick::None, |(_, d)| LoadPick::Pick(d))
+    }
+
+    /// The request with `blocks` went to deployment `d`: its prefix is now warm there.
+    pub fn routed(&self, d: usize, blocks: &[u64], now_ms: u64) {
+        if let Some(dep) = self.deps.get(d) {
+            if !blocks.is_empty() {
+                dep.index.insert(blocks, now_ms);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::signal::{EngineKind, Sample};
+
+    fn cell(waiting: u32, running: u32, kv: f64, at: u64) -> Arc<EngineCell> {
+        let c = Arc::new(EngineCell::new(EngineKind::Vllm, true, 1_000));
+        c.publish(
+            Sample {
+                waiting,
+                running,
+                kv: Some(kv),
+            },
+            at,
+        );
+        c
+    }
+
+    fn picker(cells: Vec<Arc<EngineCell>>, s: LoadSettings) -> LoadPicker {
+        LoadPicker::new(s, cells.into_iter().map(Some).collect())
+    }
+
+    fn share(p: &LoadPicker, blocks: &[u64], n: usize) -> Vec<usize> {
+        let rng = Rng::new(7);
+        let mut got = vec![0; 2];
+        for _ in 0..n {
+            if let LoadPick::Pick(d) = p.pick(100, blocks, &rng, |_| true, |_| 0) {
+                got[d] += 1;
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn the_idle_engine_wins_and_ties_split() {
+        let p = picker(
+            vec![cell(20, 8, 0.9, 100), cell(0, 1, 0.1, 100)],
+            LoadSettings::default(),
+        );
+        assert_eq!(share(&p, &[], 100), vec![0, 100]);
+        let p = picker(
+            vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100)],
+            LoadSettings::default(),
+        );
+        let got = share(&p, &[], 1_000);
+        assert!(got[0] > 400 && got[1] > 400, "{got:?}");
+    }
+
+    #[test]
+    fn prefix_affinity_sticks_within_the_slack_only() {
+        let (a, b) = (cell(0, 1, 0.1, 100), cell(0, 1, 0.1, 100));
+        let p = picker(vec![a, b.clone()], LoadSettings::default());
+        let blocks = [1u64, 2, 3, 4];
+        p.routed(1, &blocks, 100);
+        assert_eq!(share(&p, &blocks, 100), vec![0, 100]);
+        // the warm engine queues far beyond the slack: the cold one wins
+        b.publish(
+            Sample {
+                waiting: 10,
+                running: 8,
+                kv: Some(0.9),
+            },
+            100,
+        );
+        assert_eq!(share(&p, &blocks, 100), vec![100, 0]);
+    }
+
+    #[test]
+    fn full_stale_and_down_engines() {
+        let s = LoadSettings {
+            max_waiting: Some(8),
+            ..LoadSettings::default()
+        };
+        let rng = Rng::new(1);
+        let p = picker(vec![cell(8, 8, 1.0, 100), cell(9, 4, 1.0, 100)], s);
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+        assert_eq!(p.pick(100, &[], &rng, |_| false, |_| 0), LoadPick::None);
+        // stale (> 1,000 ms): saturated, hence full
+        let p = picker(vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100)], s);
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+        // a failed poll takes an engine out while the other answers
+        let (a, b) = (cell(0, 0, 0.0, 100), cell(5, 8, 0.9, 100));
+        a.fail();
+        let p = picker(vec![a.clone(), b], LoadSettings::default());
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        // the herd between polls: sends since the poll count as queue
+        let (a, b) = (cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100));
+        let p = picker(vec![a.clone(), b.clone()], LoadSettings::default());
+        for _ in 0..10 {
+            match p.pick(100, &[], &rng, |_| true, |_| 0) {
+                LoadPick::Pick(0) => a.start(10),
+                LoadPick::Pick(_) => b.start(10),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(a.view(100).sent_since, 5);
+    }
+}

@@ -1,0 +1,312 @@
+//! Engine load signals: which series each engine reports, their normalised form (`Sample`:
+//! waiting, running, KV usage), and the process-wide `EngineCell` one poller writes and every
+//! shard reads.
+//!
+//! `EngineCell` is a handful of atomics, not a locked snapshot: the poller stores the fields
+//! and then the stamp (`Release`); a shard reads the stamp (`Acquire`) and the fields, so it
+//! sees a whole poll or — rarely — fields of the next one with the previous stamp (harmless:
+//! newer). The gateway's own counts (requests in flight to the engine, requests and prompt
+//! tokens sent since the last poll) are `Relaxed` counters touched only for providers with an
+//! `engine` — nothing is shared or written for the others.
+//!
+//! Owns: `EngineKind`, `Sample`, `normalise`, `EngineCell`, the process clock in ms
+//! (`now_ms`). Must not: do IO (the poller does) or decide routing (`load` does).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use super::prom::{scan, Fold};
+
+/// A provider's inference engine (`engine = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+    Llamacpp,
+    Ollama,
+    Tgi,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+            EngineKind::Llamacpp => "llamacpp",
+            EngineKind::Ollama => "ollama",
+            EngineKind::Tgi => "tgi",
+        }
+    }
+
+    /// The engine's usual load-signal path on the base URL's host (`None`: Ollama has none).
+    pub fn default_metrics_path(self) -> Option<&'static str> {
+        match self {
+            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Tgi => Some("/metrics"),
+            // on by default in llama-server (`/metrics` needs `--metrics`)
+            EngineKind::Llamacpp => Some("/slots"),
+            EngineKind::Ollama => None,
+        }
+    }
+}
+
+/// One poll's load, normalised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub waiting: u32,
+    pub running: u32,
+    /// 0..=1; `None` when the engine reports none (llama.cpp, TGI).
+    pub kv: Option<f64>,
+}
+
+fn count(v: f64) -> u32 {
+    v.clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// A metrics page of `kind` (Prometheus text; llama.cpp's `/slots` JSON when `slots`).
+/// Errors name what is missing: a page without the waiting series is no signal.
+pub fn normalise(kind: EngineKind, page: &[u8], slots: bool) -> Result<Sample, &'static str> {
+    if slots {
+        return slots_page(page);
+    }
+    let (w, r, k, k_old) = match kind {
+        EngineKind::Vllm => (
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_running",
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
+        ),
+        EngineKind::Sglang => (
+            "sglang:num_queue_reqs",
+            "sglang:num_running_reqs",
+            "sglang:token_usage",
+            "",
+        ),
+        EngineKind::Llamacpp => (
+            "llamacpp:requests_deferred",
+            "llamacpp:requests_processing",
+            "",
+            "",
+        ),
+        EngineKind::Tgi => ("tgi_queue_size", "tgi_batch_current_size", "", ""),
+        EngineKind::Ollama => return Err("ollama has no metrics endpoint"),
+    };
+    let [waiting, running, kv, kv_old] = scan(
+        page,
+        &[
+            (w, Fold::Sum),
+            (r, Fold::Sum),
+            (k, Fold::Max),
+            (k_old, Fold::Max),
+        ],
+    );
+    let waiting = waiting.ok_or("no waiting-requests series on the page")?;
+    Ok(Sample {
+        waiting: count(waiting),
+        running: running.map_or(0, count),
+        kv: kv.or(kv_old).map(|v| v.clamp(0.0, 1.0)),
+    })
+}
+
+/// llama.cpp `GET /slots`: running = slots with `is_processing`, KV proxy = busy share (no
+/// queue: deferred requests are not listed there, so waiting is 0).
+fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
+    let page = &page[..page.len().min(super::prom::MAX_PAGE)];
+    crate::nesting::check(page).map_err(|_| "slots page is not valid JSON")?;
+    let mut total = 0u32;
+    let mut busy = 0u32;
+    let iter = sonic_rs::to_array_iter(page);
+    for item in iter {
+        let item = item.map_err(|_| "slots page is not a JSON array")?;
+        let raw = item.as_raw_str();
+        if !raw.starts_with('{') {
+            return Err("slots page entries are not objects");
+        }
+        let p: sonic_rs::Result<bool> = sonic_rs::get(raw, ["is_processing"])
+            .and_then(|v| sonic_rs::from_str::<bool>(v.as_raw_str()));
+        let p = p.map_err(|_| "a slot without is_processing")?;
+        total += 1;
+        busy += u32::from(p);
+    }
+    if total == 0 {
+        return Err("slots page lists no slots");
+    }
+    Ok(Sample {
+        waiting: 0,
+        running: busy,
+        kv: Some(f64::from(busy) / f64::from(total)),
+    })
+}
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Milliseconds since the process's first call (never 0: 0 means "never").
+pub fn now_ms() -> u64 {
+    ms_of(Instant::now())
+}
+
+/// `now` on the same millisecond scale as `now_ms` (no clock read).
+pub fn ms_of(now: Instant) -> u64 {
+    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
+        .as_millis() as u64
+        + 1
+}
+
+/// `kv` stored as millionths; this means "not reported".
+const KV_NONE: u32 = u32::MAX;
+
+/// One engine's latest signal and the gateway's own counts toward it (process-wide).
+#[derive(Debug)]
+pub struct EngineCell {
+    pub kind: EngineKind,
+    /// Whether the engine has a load signal to poll (Ollama: no; its in-flight is the signal).
+    pub polled: bool,
+    /// A signal older than this counts as saturated (`stale_ms`).
+    pub stale_ms: u64,
+    /// The last poll's time (`now_ms`), 0 before the first.
+    stamp: AtomicU64,
+    /// Whether the last poll got a valid page (false: the engine is out until one does).
+    up: AtomicBool,
+    waiting: AtomicU32,
+    running: AtomicU32,
+    kv_millionths: AtomicU32,
+    /// Requests of this gateway on the engine now.
+    in_flight: AtomicU32,
+    /// Requests / prompt tokens sent, ever, and their values at the last poll.
+    sent: AtomicU64,
+    sent_at_poll: AtomicU64,
+    tokens: AtomicU64,
+    tokens_at_poll: AtomicU64,
+    pub polls_ok: AtomicU64,
+    pub polls_failed: AtomicU64,
+}
+
+/// What a shard reads from a cell at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View {
+    /// ms since the last good poll (`u64::MAX`: never polled).
+    pub age_ms: u64,
+    pub up: bool,
+    pub waiting: u32,
+    pub running: u32,
+    pub kv: Option<f64>,
+    pub in_flight: u32,
+    /// Requests / prompt tokens this gateway sent since the last poll.
+    pub sent_since: u32,
+    pub tokens_since: u64,
+}
+
+impl EngineCell {
+    pub fn new(kind: EngineKind, polled: bool, stale_ms: u64) -> EngineCell {
+        EngineCell {
+            kind,
+            polled,
+            stale_ms,
+            stamp: AtomicU64::new(0),
+            up: AtomicBool::new(true),
+            waiting: AtomicU32::new(0),
+            running: AtomicU32::new(0),
+            kv_millionths: AtomicU32::new(KV_NONE),
+            in_flight: AtomicU32::new(0),
+            sent: AtomicU64::new(0),
+            sent_at_poll: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            tokens_at_poll: AtomicU64::new(0),
+            polls_ok: AtomicU64::new(0),
+            polls_failed: AtomicU64::new(0),
+        }
+    }
+
+    /// A good poll at `now` (the poller).
+    pub fn publish(&self, s: Sample, now: u64) {
+        self.waiting.store(s.waiting, Relaxed);
+        self.running.store(s.running, Relaxed);
+        let kv = s.kv.map_or(KV_NONE, |k| (k * 1e6) as u32);
+        self.kv_millionths.store(kv, Relaxed);
+        self.sent_at_poll.store(self.sent.load(Relaxed), Relaxed);
+        self.tokens_at_poll
+            .store(self.tokens.load(Relaxed), Relaxed);
+        self.up.store(true, Relaxed);
+        self.polls_ok.fetch_add(1, Relaxed);
+        self.stamp.store(now, Release);
+    }
+
+    /// A failed poll (connection refused, timeout, bad status, unparsable page).
+    pub fn fail(&self) {
+        self.up.store(false, Relaxed);
+        self.polls_failed.fetch_add(1, Relaxed);
+    }
+
+    /// A request of ~`tokens` prompt tokens goes to this engine.
+    pub fn start(&self, tokens: u64) {
+        self.in_flight.fetch_add(1, Relaxed);
+        self.sent.fetch_add(1, Relaxed);
+        self.tokens.fetch_add(tokens, Relaxed);
+    }
+
+    /// It ended (answer relayed, or the attempt failed).
+    pub fn end(&self) {
+        let _ = self
+            .in_flight
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(1)));
+    }
+
+    pub fn view(&self, now: u64) -> View {
+        let stamp = self.stamp.load(Acquire);
+        let kv = self.kv_millionths.load(Relaxed);
+        let sent = self.sent.load(Relaxed);
+        let tokens = self.tokens.load(Relaxed);
+        View {
+            age_ms: if !self.polled {
+                0
+            } else if stamp == 0 {
+                u64::MAX
+            } else {
+                now.saturating_sub(stamp)
+            },
+            up: self.up.load(Relaxed),
+            waiting: self.waiting.load(Relaxed),
+            running: self.running.load(Relaxed),
+            kv: (kv != KV_NONE).then(|| f64::from(kv) / 1e6),
+            in_flight: self.in_flight.load(Relaxed),
+            sent_since: sent.saturating_sub(self.sent_at_poll.load(Relaxed)) as u32,
+            tokens_since: tokens.saturating_sub(self.tokens_at_poll.load(Relaxed)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_publishes_and_counts_since_the_poll() {
+        let c = EngineCell::new(EngineKind::Vllm, true, 1_000);
+        assert_eq!(c.view(10).age_ms, u64::MAX);
+        c.start(100);
+        c.publish(
+            Sample {
+                waiting: 3,
+                running: 8,
+                kv: Some(0.5),
+            },
+            5,
+        );
+        c.start(50);
+        let v = c.view(15);
+        assert_eq!((v.age_ms, v.waiting, v.running), (10, 3, 8));
+        assert_eq!((v.in_flight, v.sent_since, v.tokens_since), (2, 1, 50));
+        assert!((v.kv.unwrap() - 0.5).abs() < 1e-6);
+        c.end();
+        c.end();
+        c.end();
+        assert_eq!(c.view(15).in_flight, 0);
+        c.fail();
+        assert!(!c.view(15).up);
+        let o = EngineCell::new(EngineKind::Ollama, false, 1_000);
+        assert_eq!(o.view(1_000_000).age_ms, 0, "not polled: never stale");
+    }
+}
