@@ -46,6 +46,7 @@ pub mod gateway;
 pub mod gemini_call;
 pub mod governance;
 pub mod http;
+pub mod json_check;
 pub mod log;
 pub mod metrics;
 pub mod mock;

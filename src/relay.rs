@@ -383,11 +383,18 @@ fn is_terminal_event(dialect: Dialect, ev: &[u8]) -> bool {
     }
 }
 
-/// End offset of the last complete SSE event in `buf` (0 if none).
+/// End offset of the last complete SSE event in `buf` (0 if none): just past the last `\n\n`
+/// or `\r\n\r\n`. One backward SIMD scan for `\n` that stops at the first blank line from the
+/// end (a `memmem::rfind` per pattern scanned the whole buffer whenever a pattern was absent,
+/// e.g. `\r\n\r\n` in every LF-only stream: ~14 instructions per pending byte per piece).
 fn last_event_end(buf: &[u8]) -> usize {
-    let lf = memchr::memmem::rfind(buf, b"\n\n").map_or(0, |i| i + 2);
-    let crlf = memchr::memmem::rfind(buf, b"\r\n\r\n").map_or(0, |i| i + 4);
-    lf.max(crlf)
+    for i in memchr::memrchr_iter(b'\n', buf) {
+        let before = buf.get(..i).unwrap_or_default();
+        if before.ends_with(b"\n") || before.ends_with(b"\r\n\r") {
+            return i + 1;
+        }
+    }
+    0
 }
 
 #[cfg(test)]
@@ -451,5 +458,22 @@ mod tests {
         assert_eq!(last_event_end(b"data: a\r\n\r\n"), 11);
         assert_eq!(last_event_end(b"data: a\n"), 0);
         assert_eq!(last_event_end(b"data: a\n\ndata: b\n\n"), 18);
+        // the same answer as the two-pattern search it replaced, on every mix of line ends
+        let old = |buf: &[u8]| {
+            let lf = memchr::memmem::rfind(buf, b"\n\n").map_or(0, |i| i + 2);
+            let crlf = memchr::memmem::rfind(buf, b"\r\n\r\n").map_or(0, |i| i + 4);
+            lf.max(crlf)
+        };
+        let alphabet = [b'\n', b'\r', b'a'];
+        for len in 0..=7u32 {
+            for code in 0..3usize.pow(len) {
+                let (mut c, mut buf) = (code, Vec::new());
+                for _ in 0..len {
+                    buf.push(alphabet[c % 3]);
+                    c /= 3;
+                }
+                assert_eq!(last_event_end(&buf), old(&buf), "{buf:?}");
+            }
+        }
     }
 }

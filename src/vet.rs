@@ -1,8 +1,8 @@
 //! Vetting same-dialect upstream answers before they are relayed (the passthrough path forwards
 //! bytes it does not parse, so these checks are all that stands between a broken upstream and a
 //! JSON decode error in the client's SDK):
-//! - [`json`]: a whole body is one JSON value (sonic-rs validation, UTF-8 included, after the
-//!   `nesting` bound), for non-stream answers that fit in one relay chunk;
+//! - [`json`]: a whole body is one JSON value (`json_check`: one flat pass, UTF-8 and the
+//!   `nesting` bound included), for non-stream answers that fit in one relay chunk;
 //! - [`Scan`]: an incremental structural check for larger bodies, fed piece by piece as they
 //!   are relayed (one object or array, brackets matched and nested at most `nesting::MAX_DEPTH`
 //!   deep, strings closed, nothing but whitespace after it) — it catches truncated, cut or
@@ -15,6 +15,7 @@
 
 use serde_json::Value;
 
+use crate::json_check::Invalid;
 use crate::nesting::{self, MAX_DEPTH};
 use crate::translate::Dialect;
 
@@ -31,12 +32,13 @@ pub fn is_json_type(ct: &[u8]) -> bool {
 /// `body` is exactly one JSON value (surrounding whitespace allowed), valid UTF-8, nested at
 /// most `nesting::MAX_DEPTH` deep. The error says why (no body bytes in it: it is logged).
 pub fn json(body: &[u8]) -> Result<(), String> {
-    nesting::check(body).map_err(|e| e.to_string())?;
-    // Full validation (strings, numbers, literals, UTF-8, trailing bytes); nothing is built.
-    match sonic_rs::from_slice::<serde::de::IgnoredAny>(body) {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_eof() => Err("not valid JSON: it ends early".into()),
-        Err(e) => Err(format!("not valid JSON (at byte {})", e.offset())),
+    // Full validation (strings, numbers, literals, UTF-8, trailing bytes, the depth bound) in
+    // one flat pass; nothing is built.
+    match crate::json_check::check(body) {
+        Ok(()) => Ok(()),
+        Err(Invalid::Eof) => Err("not valid JSON: it ends early".into()),
+        Err(Invalid::At(at)) => Err(format!("not valid JSON (at byte {at})")),
+        Err(Invalid::TooDeep) => Err(nesting::TooDeep.to_string()),
     }
 }
 
