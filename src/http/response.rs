@@ -3,8 +3,6 @@
 //! Owns: status lines, framing headers (Content-Length / chunked), the terminating chunk.
 //! Must not: do IO or decide statuses (callers pass them in).
 
-use std::io::Write;
-
 /// How the body that follows the head is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -56,13 +54,22 @@ pub fn write_head_parts(
     keep_alive: bool,
     extra: &[&[u8]],
 ) {
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason(status));
-    out.extend_from_slice(b"content-type: ");
+    // One reservation for the whole head (the buffer is often fresh: no growth steps), numbers
+    // written by hand (no formatting machinery on the hot path).
+    let extra_len: usize = extra.iter().map(|e| e.len()).sum();
+    out.reserve(96 + content_type.len() + extra_len);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\ncontent-type: ");
     out.extend_from_slice(content_type);
     out.extend_from_slice(b"\r\n");
     match framing {
         Framing::Length(n) => {
-            let _ = write!(out, "content-length: {n}\r\n");
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, n as u64);
+            out.extend_from_slice(b"\r\n");
         }
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
@@ -80,12 +87,40 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    let _ = write!(out, "{:x}\r\n", data.len());
+    out.reserve(data.len() + 20);
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    let mut n = data.len();
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
 
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Append `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
 
 #[cfg(test)]
 mod tests {
@@ -110,5 +145,31 @@ mod tests {
         write_chunk(&mut c, b"hello world, 17 b");
         write_chunk(&mut c, b"");
         assert_eq!(c, b"11\r\nhello world, 17 b\r\n");
+        // Hand-written numbers against the formatter's.
+        for n in [
+            0usize,
+            1,
+            9,
+            10,
+            15,
+            16,
+            255,
+            256,
+            4096,
+            65535,
+            1 << 20,
+            123_456_789,
+        ] {
+            let mut h = Vec::new();
+            write_head(&mut h, 299, b"a/b", Framing::Length(n), true, b"");
+            let want = format!("HTTP/1.1 299 \r\ncontent-type: a/b\r\ncontent-length: {n}\r\n\r\n");
+            assert_eq!(h, want.as_bytes());
+            if n > 0 && n < 1 << 21 {
+                let mut c = Vec::new();
+                write_chunk(&mut c, &vec![b'x'; n]);
+                assert!(c.starts_with(format!("{n:x}\r\n").as_bytes()), "{n}");
+                assert_eq!(c.len(), format!("{n:x}").len() + 2 + n + 2);
+            }
+        }
     }
 }

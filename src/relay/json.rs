@@ -10,6 +10,9 @@
 use super::*;
 use crate::vet;
 
+/// Room for a response head's own lines (status, type, framing, request id, CORS).
+const HEAD_ROOM: usize = 512;
+
 pub(super) async fn relay_json(
     conn: &mut ClientConn,
     up: Upstream<'_, '_, '_>,
@@ -61,6 +64,8 @@ pub(super) async fn relay_json(
             g.finish();
         }
         let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
+        // head and body leave in one write: one allocation for both
+        conn.out.reserve(HEAD_ROOM + fwd.len() + piece.len());
         let mut out = conn.head(status, ct, Framing::Length(piece.len()), keep_alive, fwd);
         out.extend_from_slice(piece);
         return match conn.write_raw(out, wt).await {
