@@ -23,6 +23,7 @@ pub mod engines;
 pub mod keys;
 pub mod limits;
 pub mod log;
+pub mod origin;
 pub mod routing;
 pub use cache::CacheConfig;
 pub use keys::{AuthMode, KeyConfig};
@@ -61,6 +62,9 @@ pub struct Config {
     /// (`ringgate_config_info`).
     #[serde(skip)]
     pub hash: String,
+    /// The file it was read from and the command line's overrides (a reload keeps both).
+    #[serde(skip)]
+    pub origin: origin::Origin,
     /// The admin listener (`/admin/*`, `/metrics`); off unless the section is present (see
     /// README "Admin API").
     #[serde(default)]
@@ -389,6 +393,11 @@ impl Config {
     }
 
     pub fn load(path: &str) -> Result<Config, Vec<ConfigError>> {
+        Config::load_text(path).map(|(cfg, _)| cfg)
+    }
+
+    /// `load`, also returning the text it parsed (a reload's redacted view and diff).
+    pub fn load_text(path: &str) -> Result<(Config, String), Vec<ConfigError>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![ConfigError {
                 line: None,
@@ -397,7 +406,9 @@ impl Config {
         })?;
         let mut cfg = Config::parse(&text)?;
         cfg.resolve_paths(std::path::Path::new(path).parent());
-        Ok(cfg)
+        cfg.origin.path = Some(path.into());
+        cfg.origin.text = Some(text.as_str().into());
+        Ok((cfg, text))
     }
 
     /// Relative `tls_cert` / `tls_key` paths name files next to the config file.
@@ -459,6 +470,7 @@ impl Config {
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
             hash: String::new(),
+            origin: Default::default(),
             admin: None,
             cache: CacheConfig::default(),
         }

@@ -17,7 +17,6 @@ use std::time::Duration;
 use crate::accesslog::{AccessLog, ShardLog};
 use crate::admit::Admission;
 use crate::config::Config;
-use crate::forward::ForwardState;
 use crate::governance::registry::Registry;
 use crate::governance::{self, Governance, SpendBook};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
@@ -25,7 +24,7 @@ use crate::http::edge::EdgePolicy;
 use crate::http::request_id::{self, IdGen};
 use crate::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
-use crate::route::RouteTable;
+use crate::shard::routing::LiveRouting;
 use crate::shard::{self, DriverChoice, Shard};
 use crate::shutdown::{LocalSignal, Shutdown};
 use crate::upstream::Client;
@@ -48,6 +47,8 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     /// The state file, when there is one.
     pub state_file: Option<std::path::PathBuf>,
+    /// Reloads the config file into the running shards (SIGHUP, `POST /admin/reload`).
+    pub reloader: Arc<crate::reload::Reloader>,
     /// Whether API requests needed a key at start (keys can turn on later, see `registry`).
     pub keys_checked: bool,
     handles: Vec<JoinHandle<()>>,
@@ -127,8 +128,9 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let admin_plan = crate::admin::plan(&cfg).map_err(invalid)?;
     let (registry, state) = keys_and_state(&cfg, &spend).map_err(invalid)?;
     governance::exposure::check_with(&cfg, addr, registry.checked()).map_err(invalid)?;
-    // Keys can change while serving only through the admin API.
-    let live_keys = admin_plan.is_some() && registry.can_check();
+    // Keys can change while serving (the admin API, a reload) unless `auth = "none"`: shards
+    // follow the directory (one atomic load per request).
+    let live_keys = registry.can_check();
     let keys_checked = registry.checked();
     let directory = registry.directory();
     let store = match keys_checked || live_keys {
@@ -177,7 +179,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     // engine load signals: one poller thread per engine provider (none without `engine`)
     let mut cfg = cfg;
     cfg.engines = crate::engine::Engines::start(&cfg, None);
+    // what every shard follows: a reload publishes here (`reload`, `shard::routing`)
+    let published = Arc::new(crate::shard::routing::Published::new(cfg.clone()));
     let cfg = Arc::new(cfg);
+    let registry = Arc::new(std::sync::Mutex::new(registry));
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
@@ -208,6 +213,14 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         None => (None, None),
     };
     let admin_hub = hub.clone();
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        &cfg,
+        cfg.origin.text.as_deref(),
+        published.clone(),
+        hub.process.clone(),
+        live_keys.then(|| registry.clone()),
+        tls_certs.clone(),
+    ));
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -229,13 +242,14 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let cache_remote = cache_redis
                 .clone()
                 .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
+            let published = published.clone();
             async move {
                 let s = &cfg.server;
-                let routes = RouteTable::build(&cfg);
-                let governance = governance.with_spend(&book, &routes);
-                drop(book);
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
-                let forward = ForwardState::new(&routes, 0x9e37_79b9_7f4a_7c15 ^ id as u64);
+                let seed = 0x9e37_79b9_7f4a_7c15 ^ id as u64;
+                let live = LiveRouting::new(&cfg, Some(published), 0, seed);
+                let governance = governance.with_spend(&book, &live.peek().routes);
+                drop(book);
                 let shard = Rc::new(Shard {
                     id,
                     driver: driver_name,
@@ -248,8 +262,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
                     admission: Admission::new(&cfg.admission, n).with_shard(id),
-                    routes,
-                    forward,
+                    live,
                     upstream: Client::new(
                         &cfg.upstream,
                         tls.map(monoio_rustls::TlsConnector::from),
@@ -285,7 +298,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         Some((admin_addr, token, token_env)) => Some(crate::admin::start(
             admin_addr,
             crate::admin::Ctx {
-                registry: Arc::new(std::sync::Mutex::new(registry)),
+                registry,
+                reloader: reloader.clone(),
                 token,
                 token_env,
                 hub: admin_hub,
@@ -308,6 +322,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         exit,
         admin_addr: admin.as_ref().map(|a| a.addr),
         state_file: state.as_ref().map(|s| s.path().to_path_buf()),
+        reloader,
         keys_checked,
         handles,
         log_writer,

@@ -58,6 +58,7 @@ pub mod plan;
 pub mod provider;
 pub mod record;
 pub mod relay;
+pub mod reload;
 pub mod report;
 pub mod respond;
 pub mod route;

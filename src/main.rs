@@ -160,12 +160,11 @@ fn load(opts: &Opts) -> Result<Config, ExitCode> {
         })?,
         None => Config::embedded(),
     };
-    if let Some(l) = &opts.listen {
-        cfg.server.listen = toml::Spanned::new(0..0, l.clone());
-    }
-    if let Some(n) = opts.shards {
-        cfg.server.shards = Some(n);
-    }
+    // the overrides are remembered in the config: a reload lays them over the new text too
+    let mut origin = cfg.origin.clone();
+    origin.listen = opts.listen.clone();
+    origin.shards = opts.shards;
+    origin.apply(&mut cfg);
     Ok(cfg)
 }
 
@@ -177,7 +176,9 @@ fn serve(opts: &Opts) -> ExitCode {
     };
     if cfg.server.state_dir.is_none() {
         // the binary keeps state under the user's data dir by default (the library does not)
-        cfg.server.state_dir = ringgate::state::default_dir().map(|d| d.display().to_string());
+        let mut origin = cfg.origin.clone();
+        origin.state_dir = ringgate::state::default_dir().map(|d| d.display().to_string());
+        origin.apply(&mut cfg);
     }
     let shards = cfg
         .server
@@ -225,17 +226,17 @@ fn serve(opts: &Opts) -> ExitCode {
             }
             // SIGTERM/SIGINT: stop accepting, close idle connections, let in-flight requests
             // finish (bounded by the drain timeout), then exit (after `POST /admin/drain` the
-            // process waits for this). SIGHUP: ignored (logged) until config reload exists.
+            // process waits for this). SIGHUP: reload the config file (`reload`).
             let shutdown = running.shutdown.clone();
             let exit = running.exit.clone();
+            let reloader = running.reloader.clone();
             match signals {
                 Ok(mut signals) => {
                     std::thread::spawn(move || {
                         for sig in signals.forever() {
                             if sig == signal_hook::consts::SIGHUP {
-                                ringgate::log::info(format_args!(
-                                    "SIGHUP: reload is not implemented yet; ignoring"
-                                ));
+                                // the outcome is logged (and counted) by the reloader
+                                let _ = reloader.reload("SIGHUP");
                                 continue;
                             }
                             ringgate::log::info(format_args!("signal {sig}: draining"));

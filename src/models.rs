@@ -91,7 +91,7 @@ impl Catalog {
     pub fn build(routes: &[Route]) -> Catalog {
         let listed: Vec<(&str, &str)> = routes
             .iter()
-            .filter(|r| !r.name.ends_with('*'))
+            .filter(|r| !r.name.ends_with('*') && !r.retired)
             .map(|r| (r.name.as_str(), r.provider.name.as_str()))
             .collect();
         let mut c = Catalog::default();

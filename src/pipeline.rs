@@ -22,6 +22,7 @@ use crate::metrics::{bump, dec};
 use crate::models::{self, Ask};
 use crate::outcome::{gone, Outcome};
 use crate::provider::Op;
+use crate::shard::routing::Routing;
 use crate::shard::Shard;
 use crate::trace::{Endpoint, Trace};
 use crate::translate::Dialect;
@@ -76,7 +77,15 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
     let mut t = Trace::new(start);
     t.endpoint = endpoint;
     let id = conn.request_id;
-    crate::record::request_ended(shard, &t, status, id.as_str(), conn.bytes_out);
+    let routing = shard.live.peek();
+    crate::record::request_ended(
+        shard,
+        &routing.routes,
+        &t,
+        status,
+        id.as_str(),
+        conn.bytes_out,
+    );
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -219,12 +228,14 @@ impl From<NoHead> for Fail {
 /// One request. Returns whether the connection may carry another one. Every failure before the
 /// answer started ends here, in one place: counted, then answered in the client's dialect.
 async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
+    // the config this request runs on to its end (a reload swaps it for the next request)
+    let routing = shard.routing();
     let mut req = Req {
         trace: Trace::new(Instant::now()),
         shape: ErrorShape::OpenAi,
         keep: false,
     };
-    let outcome = match serve(conn, head, shard, &mut req).await {
+    let outcome = match serve(conn, head, shard, &routing, &mut req).await {
         Ok(o) => o,
         Err(Fail::Error(e)) => {
             let wt = shard.limits.write_timeout;
@@ -235,6 +246,7 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
     let id = conn.request_id;
     crate::record::request_ended(
         shard,
+        &routing.routes,
         &req.trace,
         outcome.status,
         id.as_str(),
@@ -249,6 +261,7 @@ async fn serve(
     conn: &mut ClientConn,
     head: RequestHead,
     shard: &Shard,
+    routing: &Routing,
     req: &mut Req,
 ) -> Result<Outcome, Fail> {
     let wt = shard.limits.write_timeout;
@@ -343,7 +356,7 @@ async fn serve(
         g.confirm(&mut conn.resp_headers).await?;
     }
     let Target::Api(dialect, op) = target else {
-        return Ok(local(conn, shard, target, ask, req.keep).await?);
+        return Ok(local(conn, shard, routing, target, ask, req.keep).await?);
     };
     req.shape = bridge::shape(dialect);
     let gemini = gemini.transpose()?;
@@ -395,7 +408,7 @@ async fn serve(
         Some(call) => extract::gemini_fields(&body, call)?,
         None => extract::routing_fields(&body)?,
     };
-    let route = shard
+    let route = routing
         .routes
         .resolve(&fields.model)
         .ok_or_else(|| unknown_model(&fields.model))?;
@@ -434,6 +447,7 @@ async fn serve(
     let opened = forward::open::open(
         conn,
         shard,
+        routing,
         route,
         op,
         dialect,
@@ -480,6 +494,7 @@ async fn serve(
 async fn local(
     conn: &mut ClientConn,
     shard: &Shard,
+    routing: &Routing,
     target: Target,
     ask: Option<Ask>,
     keep: bool,
@@ -490,7 +505,7 @@ async fn local(
             let (status, body) = health(shard, target);
             (status, body.to_vec())
         }
-        (Target::Models, Some(a)) => (200, shard.routes.catalog().list(a.shape).to_vec()),
+        (Target::Models, Some(a)) => (200, routing.routes.catalog().list(a.shape).to_vec()),
         (
             Target::Model,
             Some(Ask {
@@ -499,7 +514,7 @@ async fn local(
             }),
         ) => {
             let id = id.as_deref().map_err(|why| *why);
-            let route = id.ok().and_then(|m| shard.routes.resolve(m));
+            let route = id.ok().and_then(|m| routing.routes.resolve(m));
             (200, models::one(shape, id, route)?)
         }
         _ => (200, crate::scrape::render(shard).into_bytes()),

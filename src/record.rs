@@ -6,15 +6,24 @@
 use std::time::Instant;
 
 use crate::accesslog::Entry;
+use crate::route::RouteTable;
 use crate::shard::Shard;
 use crate::trace::Trace;
 
 /// Count the request `t` that ended now with `status`, after `bytes_out` bytes to its client.
-pub fn request_ended(shard: &Shard, t: &Trace, status: u16, request_id: &str, bytes_out: u64) {
+/// `routes` is the table the request ran on.
+pub fn request_ended(
+    shard: &Shard,
+    routes: &RouteTable,
+    t: &Trace,
+    status: u16,
+    request_id: &str,
+    bytes_out: u64,
+) {
     let now = Instant::now();
     let dep = t
         .served
-        .and_then(|(r, d)| shard.routes.route(r as usize)?.deployments.get(d as usize));
+        .and_then(|(r, d)| routes.route(r as usize)?.deployments.get(d as usize));
     let provider = dep.map(|d| d.provider.index as u32);
     shard.metrics.requests.observe(t, status, provider, now);
     if !shard.access_log.on() {

@@ -1,7 +1,12 @@
 //! The route table: client model name → a `Route`: the model's deployments (provider +
 //! upstream model + weight) and its routing `Policy` (balancing, fallbacks, attempts, breaker,
-//! retry reasons, deadline). Built per shard at start-up from the config (immutable
-//! afterwards; a reload will build a new one and swap it).
+//! retry reasons, deadline). Built per shard from the config at start-up and again on every
+//! reload (`build_after`: immutable once built; the shard swaps whole tables, `shard::routing`).
+//!
+//! Indices are stable across reloads: a model or provider name keeps its route / provider index
+//! for the life of the shard, a removed one stays as a retired entry (no longer resolved or
+//! listed) and a new one gets the next free index, so per-index state and metric series
+//! (`metrics::requests`, key counters) never change label under a reload.
 //!
 //! Owns: resolved providers (endpoint, auth header lines per API key, read from env vars once),
 //! model lookup (exact names first, then `prefix*` patterns, longest prefix wins) and fallback
@@ -102,6 +107,8 @@ pub struct Route {
     pub chain: Vec<Fallback>,
     /// The model's own price (answers the gateway gives itself; deployments carry theirs).
     pub price: Price,
+    /// Removed by a reload: kept so its index keeps its name; never resolved or listed.
+    pub retired: bool,
 }
 
 #[derive(Debug, Default)]
@@ -115,15 +122,38 @@ pub struct RouteTable {
 
 impl RouteTable {
     pub fn build(cfg: &Config) -> RouteTable {
+        RouteTable::build_after(cfg, None)
+    }
+
+    /// The table for `cfg` with the indices of `prev` (the table it replaces): names that stay
+    /// keep their index, removed ones stay retired, new ones are appended (see the module doc).
+    pub fn build_after(cfg: &Config, prev: Option<&RouteTable>) -> RouteTable {
         let mut table = RouteTable::default();
         let mut by_name: HashMap<&str, Rc<Provider>> = HashMap::new();
-        for (index, p) in cfg.providers.iter().enumerate() {
+        let prev_providers = prev.map_or(&[][..], |p| &p.providers[..]);
+        let mut providers: Vec<Option<Rc<Provider>>> = vec![None; prev_providers.len()];
+        for p in &cfg.providers {
+            let name = p.name.get_ref().as_str();
+            let index = match prev_providers.iter().position(|o| o.name == name) {
+                Some(i) if providers[i].is_none() => i,
+                _ => {
+                    providers.push(None);
+                    providers.len() - 1
+                }
+            };
             let mut prov = build_provider(p, index);
             prov.engine = cfg.engines.cell(p.name.get_ref());
             let prov = Rc::new(prov);
-            table.providers.push(prov.clone());
-            by_name.entry(p.name.get_ref().as_str()).or_insert(prov);
+            providers[index] = Some(prov.clone());
+            by_name.entry(name).or_insert(prov);
         }
+        table.providers = providers
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| p.unwrap_or_else(|| prev_providers[i].clone()))
+            .collect();
+        let prev_routes = prev.map_or(&[][..], |p| &p.routes[..]);
+        let mut slots: Vec<Option<Route>> = vec![None; prev_routes.len()];
         // config model index → route index (models without a known provider are skipped)
         let mut route_of = vec![None; cfg.models.len()];
         for (ci, m) in cfg.models.iter().enumerate() {
@@ -148,9 +178,15 @@ impl RouteTable {
             let Some(first) = deployments.first() else {
                 continue;
             };
-            let index = table.routes.len();
+            let index = match prev_routes.iter().position(|r| &r.name == name) {
+                Some(i) if slots[i].is_none() => i,
+                _ => {
+                    slots.push(None);
+                    slots.len() - 1
+                }
+            };
             route_of[ci] = Some(index);
-            table.routes.push(Route {
+            slots[index] = Some(Route {
                 provider: first.provider.clone(),
                 upstream_model: first.upstream_model.clone(),
                 name: name.clone(),
@@ -160,6 +196,7 @@ impl RouteTable {
                 chain: Vec::new(),
                 price: Price::per_mtok(m.price_input_per_mtok, m.price_output_per_mtok)
                     .unwrap_or_default(),
+                retired: false,
             });
             match name.strip_suffix('*') {
                 Some(prefix) => table.prefixes.push((prefix.to_string(), index)),
@@ -167,6 +204,21 @@ impl RouteTable {
                     table.exact.insert(name.clone(), index);
                 }
             }
+        }
+        // retired: a removed model keeps its slot (and a shell of its route) under its name
+        table.routes = slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|| Route {
+                    retired: true,
+                    chain: Vec::new(),
+                    ..prev_routes[i].clone()
+                })
+            })
+            .collect();
+        for r in table.routes.iter_mut().filter(|r| r.retired) {
+            r.policy.fallbacks.clear();
         }
         for (ci, m) in cfg.models.iter().enumerate() {
             let Some(ri) = route_of[ci] else { continue };

@@ -20,7 +20,8 @@ pub fn render(shard: &Shard) -> String {
     let mut global = String::with_capacity(512);
     shard.hub.process.render(&mut global);
     // engine load signals are process-wide: rendered once, by the shard that serves the scrape
-    let engines: Vec<(&str, &crate::engine::signal::EngineCell)> = shard
+    let routing = shard.live.peek();
+    let engines: Vec<(&str, &crate::engine::signal::EngineCell)> = routing
         .routes
         .providers()
         .iter()
@@ -33,7 +34,8 @@ pub fn render(shard: &Shard) -> String {
 /// Everything `shard` knows about itself; series that must not be summed over shards carry a
 /// `shard` label.
 pub fn render_shard(shard: &Shard, out: &mut String) {
-    shard.metrics.render(shard.id, &shard.routes, out);
+    let routing = shard.live.peek();
+    shard.metrics.render(shard.id, &routing.routes, out);
     let id = shard.id;
     help(
         out,
@@ -58,9 +60,9 @@ pub fn render_shard(shard: &Shard, out: &mut String) {
         "ringgate_upstream_retries_total{{shard=\"{id}\"}} {retries}"
     );
     // routing: attempts, failures by reason, retries, fallbacks, breaker state, key cooldowns
-    shard.forward.render(&shard.routes, id, out);
+    routing.forward.render(&routing.routes, id, out);
     // virtual keys: requests by key and model, rejections by reason
-    shard.governance.render(&shard.routes, id, out);
+    shard.governance.render(&routing.routes, id, out);
     // TLS listener: handshakes, failures by reason
     shard.tls.render(out);
     // admission: budget, permits, queue, chunk pool, rejections

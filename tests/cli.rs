@@ -86,12 +86,13 @@ impl Drop for Served {
 }
 
 #[test]
-fn sighup_is_logged_and_ignored() {
+fn sighup_without_a_config_file_keeps_serving() {
+    // the built-in config: SIGHUP reloads (tests/reload.rs), but there is no file to read
     let mut s = Served::start(&[]);
     assert_eq!(request(s.addr, &get("/healthz")).status, 200);
     s.signal("-HUP");
     assert!(
-        s.wait_log("SIGHUP: reload is not implemented yet; ignoring"),
+        s.wait_log("reload (SIGHUP): (built-in): no config file to reload"),
         "no SIGHUP log line"
     );
     assert!(

@@ -9,6 +9,9 @@
 //!   served to anyone on the machine; with a token, `/metrics` needs it too.
 //! - **Bounds**: heads up to 16 KiB, bodies up to 64 KiB (413), 10 s to send a request, at most
 //!   64 connections; every error is JSON (`{"error":{"message","type","code"}}`).
+//! - **Reload** (`POST /admin/reload`): the config file read again and applied, or refused
+//!   (422) with every problem; the JSON report says what changed and what needs a restart
+//!   (`reload`). `GET /admin/config`: the running file, secrets masked, and its hash.
 //! - **Drain** (`POST /admin/drain`): `/readyz` answers 503 at once (here and on the main
 //!   listener), every shard stops accepting and lets in-flight requests finish (the same drain
 //!   as SIGTERM, bounded by `drain_timeout_ms`); the process then stays up with this listener
@@ -57,6 +60,8 @@ const LIMITS: Limits = Limits {
 /// What the admin listener serves from.
 pub struct Ctx {
     pub registry: Arc<Mutex<Registry>>,
+    /// `POST /admin/reload`, `GET /admin/config`.
+    pub reloader: Arc<crate::reload::Reloader>,
     /// Digest of the admin token (`None`: no token set; the admin API answers 401).
     pub token: Option<Digest>,
     pub token_env: String,
@@ -340,6 +345,17 @@ fn route(
     }
     if path.starts_with("/admin/cache") {
         return cache::route(ctx, method, path, body);
+    }
+    if path == "/admin/reload" {
+        return only(method, Method::Post, || {
+            let report = ctx.reloader.reload("admin");
+            Reply::json(if report.ok { 200 } else { 422 }, &report.to_json())
+        });
+    }
+    if path == "/admin/config" {
+        return only(method, Method::Get, || {
+            Reply::json(200, &ctx.reloader.running())
+        });
     }
     if path == "/admin/usage" {
         return only(method, Method::Get, || usage::all(ctx));

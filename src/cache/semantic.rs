@@ -145,7 +145,8 @@ pub async fn embed(
     text: &str,
 ) -> Option<Box<[f32]>> {
     let model = policy.embedding_model.as_deref()?;
-    let route = shard.routes.resolve(model)?;
+    let routing = shard.live.peek();
+    let route = routing.routes.resolve(model)?;
     let mut body = Vec::with_capacity(text.len() + model.len() + 32);
     body.extend_from_slice(b"{\"model\":");
     crate::error::push_json_str(&mut body, model);
@@ -159,6 +160,7 @@ pub async fn embed(
         let mut opened = open(
             conn,
             shard,
+            &routing,
             route,
             Op::Embeddings,
             Dialect::Chat,

@@ -149,6 +149,9 @@ impl ForwardMetrics {
             crate::metrics::help(out, name, kind, text);
         }
         for (r, route) in table.routes().iter().enumerate() {
+            if route.retired {
+                continue;
+            }
             let model = escape(&route.name);
             for (d, dep) in route.deployments.iter().enumerate() {
                 let Some(c) = self.dep(r, d) else { continue };

@@ -29,6 +29,7 @@ use crate::plan::{self, Mode, Target};
 use crate::provider::Op;
 use crate::report::{report, report_status, shutting_down};
 use crate::route::Route;
+use crate::shard::routing::Routing;
 use crate::shard::Shard;
 use crate::translate::Dialect;
 use crate::upstream::headers::ClientHeaders;
@@ -107,6 +108,7 @@ impl From<Error> for NoHead {
 pub async fn open<'s>(
     conn: &ClientConn,
     shard: &'s Shard,
+    routing: &'s Routing,
     route: &'s Route,
     op: Op,
     client: Dialect,
@@ -117,8 +119,14 @@ pub async fn open<'s>(
     permit: &Permit,
 ) -> Result<Opened<'s>, NoHead> {
     let start = Instant::now();
-    let mut attempts = Attempts::new(&shard.routes, &shard.forward, route, &fields.model, start);
-    if shard
+    let mut attempts = Attempts::new(
+        &routing.routes,
+        &routing.forward,
+        route,
+        &fields.model,
+        start,
+    );
+    if routing
         .forward
         .model(route.index)
         .is_some_and(|m| m.load.is_some())
@@ -142,7 +150,7 @@ pub async fn open<'s>(
                 step = attempts.next(Instant::now());
                 continue;
             }
-            Step::Stop(stop) => return Err(NoHead::Failed(stopped(stop, last, route, shard))),
+            Step::Stop(stop) => return Err(NoHead::Failed(stopped(stop, last, route, routing))),
         };
         let provider = cand.deployment.provider.name.as_str();
         let planned = plan::plan(
@@ -223,7 +231,7 @@ pub async fn open<'s>(
 /// The client-facing error when the plan stopped without an answer to relay: the last
 /// attempt's error; with no attempt made, a 429 + Retry-After when keys are cooling down after
 /// the provider's own 429s, else a 503 + Retry-After while breakers are open (fail fast).
-fn stopped(stop: Stop, last: Option<Error>, route: &Route, shard: &Shard) -> Error {
+fn stopped(stop: Stop, last: Option<Error>, route: &Route, routing: &Routing) -> Error {
     let now = Instant::now();
     let secs = |until: Instant| until.saturating_duration_since(now).as_secs_f64().ceil() as u32;
     match (stop, last) {
@@ -244,10 +252,12 @@ fn stopped(stop: Stop, last: Option<Error>, route: &Route, shard: &Shard) -> Err
             let cooling = route
                 .deployments
                 .iter()
-                .filter_map(|d| match shard.forward.keys(d.provider.index)?.peek(now) {
-                    KeyPick::Cooling { until, .. } => Some(until),
-                    KeyPick::Ready(_) => None,
-                })
+                .filter_map(
+                    |d| match routing.forward.keys(d.provider.index)?.peek(now) {
+                        KeyPick::Cooling { until, .. } => Some(until),
+                        KeyPick::Ready(_) => None,
+                    },
+                )
                 .min();
             match cooling {
                 Some(until) => Error::new(

@@ -171,8 +171,9 @@ pub struct Governance {
     /// This shard's number (its rows in the `SpendBook`) and the shard count (limit shares).
     shard: usize,
     shards: usize,
-    /// Model (route) names by route index, for ledger rows (set with the `SpendBook`).
-    models: Vec<Box<str>>,
+    /// Model (route) names by route index, for ledger rows (set with the `SpendBook`, and again
+    /// by a reload: route indices are stable, new models are appended).
+    models: RefCell<Vec<Box<str>>>,
     /// The shared store (`[limits] store = "redis"`); `None`: per-shard counters only.
     pub(crate) store: Option<store::Store>,
     /// The process-wide ledger new keys get their rows in (set by `with_spend`).
@@ -226,17 +227,24 @@ impl Governance {
     /// keys' budgets against it. Each key's ledger gets the key's budget and period; ledger
     /// rows name the model by `routes`' names. Keys added later get theirs when they arrive.
     pub fn with_spend(mut self, book: &Arc<SpendBook>, routes: &RouteTable) -> Governance {
-        self.models = routes
-            .routes()
-            .iter()
-            .map(|r| r.name.as_str().into())
-            .collect();
+        self.set_models(routes);
         self.book = Some(book.clone());
         let ring = self.ring.try_borrow().map(|r| r.clone()).ok();
         if let Some(ring) = ring {
             self.install(ring);
         }
         self
+    }
+
+    /// Name ledger rows by `routes` (at start and after a reload swapped the route table).
+    pub fn set_models(&self, routes: &RouteTable) {
+        if let Ok(mut m) = self.models.try_borrow_mut() {
+            *m = routes
+                .routes()
+                .iter()
+                .map(|r| r.name.as_str().into())
+                .collect();
+        }
     }
 
     /// Take `ring` as this shard's view: counters of the keys it already had are kept (by
@@ -325,8 +333,9 @@ impl Governance {
         let at = match tallies.iter().position(|(t, _)| *t == r) {
             Some(at) => at,
             None => {
-                let model = self.models.get(route).map_or("", |m| &**m);
-                tallies.push((r, ledger.tally(model, self.shard)));
+                let models = self.models.try_borrow();
+                let model = models.as_ref().ok().and_then(|m| m.get(route));
+                tallies.push((r, ledger.tally(model.map_or("", |m| &**m), self.shard)));
                 tallies.len() - 1
             }
         };

@@ -102,13 +102,7 @@ impl Registry {
         if explicit != Some(false) {
             for k in &cfg.keys {
                 let name = k.name.get_ref().clone();
-                let digest = match (&k.key_env, &k.key_sha256) {
-                    (Some(env), _) => std::env::var_os(env.get_ref())
-                        .filter(|v| !v.is_empty())
-                        .map(|v| Digest::of(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()))),
-                    (None, Some(hex)) => parse_sha256(hex.get_ref()).map(Digest),
-                    (None, None) => None,
-                };
+                let digest = config_digest(k);
                 let revoked = stored
                     .iter()
                     .filter(|r| r.source == "config" && r.name == name)
@@ -394,6 +388,107 @@ impl Registry {
             m.insert("revoked".into(), Value::from(crate::date::rfc3339(now)));
         }
         Ok(v)
+    }
+}
+
+/// A config key's secret digest (its `key_env` read now, or its `key_sha256`).
+fn config_digest(k: &crate::config::KeyConfig) -> Option<Digest> {
+    match (&k.key_env, &k.key_sha256) {
+        (Some(env), _) => std::env::var_os(env.get_ref())
+            .filter(|v| !v.is_empty())
+            .map(|v| Digest::of(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()))),
+        (None, Some(hex)) => parse_sha256(hex.get_ref()).map(Digest),
+        (None, None) => None,
+    }
+}
+
+impl Registry {
+    /// A reload: the config's keys become `cfg`'s (their secrets read again), keys made through
+    /// the admin API stay. Slots are stable: a key removed from the file becomes a tombstone
+    /// (revoked), a new one takes a new slot, a changed one keeps its slot and counters. A
+    /// config key revoked through the admin API stays revoked until its secret changes (as at
+    /// start). Checks first and changes nothing when `cfg` does not fit (a name that is also a
+    /// runtime key). `server.auth` itself is a restart-needed setting.
+    pub fn reload_config_keys(
+        &mut self,
+        cfg: &Config,
+    ) -> Result<(), Vec<crate::config::ConfigError>> {
+        if !self.can_check() {
+            return Ok(());
+        }
+        let problems: Vec<crate::config::ConfigError> = cfg
+            .keys
+            .iter()
+            .filter(|k| {
+                self.records.iter().any(|r| {
+                    r.source == Source::Api && r.revoked.is_none() && &r.name == k.name.get_ref()
+                })
+            })
+            .map(|k| crate::config::ConfigError {
+                line: None,
+                message: format!(
+                    "key {:?} is also a key made through the admin API; rename the [[key]] or revoke the runtime key first",
+                    k.name.get_ref()
+                ),
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        for r in self
+            .records
+            .iter_mut()
+            .filter(|r| r.source == Source::Config)
+        {
+            if r.revoked.is_none() && !cfg.keys.iter().any(|k| k.name.get_ref() == &r.name) {
+                // removed from the file: a tombstone with no secret (re-adding it revives it)
+                r.revoked = Some(now);
+                r.digest = None;
+            }
+        }
+        for k in &cfg.keys {
+            let name = k.name.get_ref();
+            let digest = config_digest(k);
+            let spec = KeySpec::from_config(k);
+            match self
+                .records
+                .iter_mut()
+                .find(|r| r.source == Source::Config && &r.name == name)
+            {
+                Some(r) => {
+                    // revoked through the admin API with this same secret: stays revoked
+                    let keep_revoked =
+                        r.revoked.is_some() && r.digest.is_some() && r.digest == digest;
+                    if !keep_revoked {
+                        r.revoked = None;
+                    }
+                    r.digest = digest;
+                    r.spec = spec;
+                }
+                None => self.records.push(Record {
+                    name: name.clone(),
+                    source: Source::Config,
+                    digest,
+                    spec,
+                    created: None,
+                    updated: None,
+                    revoked: None,
+                    row: None,
+                }),
+            }
+        }
+        if self.explicit.is_none() && !cfg.keys.is_empty() {
+            self.checked = true;
+        }
+        self.publish().map_err(|e| {
+            vec![crate::config::ConfigError {
+                line: None,
+                message: e.message,
+            }]
+        })
     }
 }
 

@@ -1,8 +1,10 @@
 //! Shards: one pinned thread per core (`thread`: listeners, driver choice, pinning,
-//! lifecycle) and the per-core state it serves with (`state::Shard`).
+//! lifecycle), the per-core state it serves with (`state::Shard`) and its live routing
+//! (`routing`: the route table a reload swaps between requests).
 //!
 //! Owns: nothing itself; see the two modules. Must not: handle requests (`pipeline`).
 
+pub mod routing;
 pub mod state;
 mod thread;
 

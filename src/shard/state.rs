@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use crate::accesslog::ShardLog;
 use crate::admit::Admission;
-use crate::forward::ForwardState;
 use crate::governance::Governance;
 use crate::http::conn::{Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::http::request_id::IdGen;
 use crate::metrics::{MetricsHub, ShardMetrics};
-use crate::route::RouteTable;
+use crate::shard::routing::LiveRouting;
 use crate::shutdown::LocalSignal;
 use crate::upstream::Client;
 
@@ -24,9 +23,9 @@ pub struct Shard {
     pub driver: &'static str,
     pub limits: Limits,
     pub admission: Admission,
-    pub routes: RouteTable,
-    /// Routing runtime state parallel to `routes`: balancers, breakers, key cooldowns.
-    pub forward: ForwardState,
+    /// The route table and its routing state (balancers, breakers, key cooldowns), swapped
+    /// whole by a reload: a request takes its snapshot with `Shard::routing` (`routing`).
+    pub live: LiveRouting,
     pub upstream: Client,
     /// Virtual keys and this shard's share of their limits.
     pub governance: Governance,
