@@ -214,11 +214,11 @@ def test_embeddings_base64_decodes_to_the_float_vectors(multi):
     b64 = c.embeddings.create(model="gpt-4o-mini", input=["a", "b"], encoding_format="base64")
     default = c.embeddings.create(model="gpt-4o-mini", input=["a", "b"])
     # asked for explicitly, the SDK hands the string over as is
-    decoded = [list(struct.unpack("<8f", base64.b64decode(d.embedding))) for d in b64.data]
+    decoded = [list(struct.unpack("<64f", base64.b64decode(d.embedding))) for d in b64.data]
     # asked for by the SDK itself, it decodes
     assert len(default.data) == 2
     for f, g, d in zip(floats.data, decoded, default.data):
-        assert len(f.embedding) == 8
+        assert len(f.embedding) == 64
         assert g == pytest.approx(f.embedding, rel=1e-6, abs=1e-7)
         assert d.embedding == pytest.approx(f.embedding, rel=1e-6, abs=1e-7)
 
