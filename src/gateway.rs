@@ -213,14 +213,17 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         None => (None, None),
     };
     let admin_hub = hub.clone();
-    let reloader = Arc::new(crate::reload::Reloader::new(
-        &cfg,
-        cfg.origin.text.as_deref(),
-        published.clone(),
-        hub.process.clone(),
-        live_keys.then(|| registry.clone()),
-        tls_certs.clone(),
-    ));
+    let reloader = Arc::new(
+        crate::reload::Reloader::new(
+            &cfg,
+            cfg.origin.text.as_deref(),
+            published.clone(),
+            hub.process.clone(),
+            live_keys.then(|| registry.clone()),
+            tls_certs.clone(),
+        )
+        .with_cache(cache.clone()),
+    );
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();

@@ -155,6 +155,10 @@ embedding_model = "text-embedding-3-small"   # a model name routed by this gatew
             Config::parse(&sem).is_err(),
             "semantic needs embedding_model"
         );
+        // a reload's [[model]] changes reach the policies (by name)
+        let later = text.replace("cache = \"exact\"", "cache = \"off\"");
+        c.reconfigure(&Config::parse(&later).unwrap());
+        assert!(c.policy("gpt-4o-mini").is_none());
         // off unless enabled
         let off = text.replace("enabled = true", "enabled = false");
         assert!(crate::cache::Cache::build(&Config::parse(&off).unwrap(), 2).is_none());

@@ -88,6 +88,9 @@ pub struct Reloader {
     tls: Option<Arc<TlsCerts>>,
     /// Serialises reloads; holds the running file.
     files: Mutex<Files>,
+    /// The response cache, whose per-model policies follow `[[model]]` (`[cache]` itself
+    /// needs a restart).
+    cache: Option<Arc<crate::cache::Cache>>,
 }
 
 impl Reloader {
@@ -115,7 +118,14 @@ impl Reloader {
                 restart_needed: Vec::new(),
                 reloads: 0,
             }),
+            cache: None,
         }
+    }
+
+    /// Reloads also rebuild `cache`'s per-model policies.
+    pub fn with_cache(mut self, cache: Option<Arc<crate::cache::Cache>>) -> Reloader {
+        self.cache = cache;
+        self
     }
 
     /// The config every shard follows.
@@ -205,6 +215,9 @@ impl Reloader {
         report.hash = cfg.hash.clone();
         report.ok = true;
         let hash = cfg.hash.clone();
+        if let Some(c) = &self.cache {
+            c.reconfigure(&cfg);
+        }
         report.generation = self.published.publish(cfg);
         self.process.reloaded(Some(&hash));
         files.current = tree;
