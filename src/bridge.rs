@@ -15,6 +15,7 @@ use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::outcome::{gone, Outcome};
 use crate::relay;
 use crate::report::{report, shutting_down};
+use crate::responses_state::Remember;
 use crate::shard::Shard;
 use crate::translate::{self, Dialect, SseDecoder, StreamTranslator};
 use crate::upstream::{Exchange, RespFraming};
@@ -35,7 +36,8 @@ pub fn shape(client: Dialect) -> ErrorShape {
 /// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
 /// error bodies, whole answers, or SSE event by event. A keyed request's `grant`, when given,
 /// gets the usage the translator read from the answer and is finished just before the
-/// answer's last bytes go out.
+/// answer's last bytes go out. A Responses answer to `remember` is recorded in the Responses
+/// state store then too (a client's next request may follow the instant it has the answer).
 #[allow(clippy::too_many_arguments)]
 pub async fn translated(
     conn: &mut ClientConn,
@@ -48,6 +50,7 @@ pub async fn translated(
     keep_alive: bool,
     permit: &Permit,
     mut grant: Option<&mut Grant<'_>>,
+    remember: Option<Remember>,
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let shape = shape(client);
@@ -93,6 +96,9 @@ pub async fn translated(
         drop(raw);
         return match out {
             Ok(out) => {
+                if let Some(r) = remember {
+                    shard.responses.record_body(r, &out);
+                }
                 let ok = conn
                     .respond(
                         200,
@@ -128,7 +134,7 @@ pub async fn translated(
         shard,
         ex,
         (pname, up),
-        (&mut tr, grant.as_deref_mut()),
+        (&mut tr, grant.as_deref_mut(), remember),
         keep_alive,
         &mut rb,
     )
@@ -162,7 +168,11 @@ async fn stream(
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
     (provider, up): (&str, Dialect),
-    (tr, mut grant): (&mut StreamTranslator, Option<&mut Grant<'_>>),
+    (tr, mut grant, mut remember): (
+        &mut StreamTranslator,
+        Option<&mut Grant<'_>>,
+        Option<Remember>,
+    ),
     keep_alive: bool,
     rb: &mut relay::StreamBuf,
 ) -> Outcome {
@@ -250,6 +260,12 @@ async fn stream(
             if let Some(g) = grant.as_deref_mut() {
                 give(g.usage(), tr.usage());
                 g.finish();
+            }
+            // recorded before the client sees the end (its next request may follow at once)
+            if let Some(r) = remember.take() {
+                if let Some(done) = tr.finished_response() {
+                    shard.responses.record(r, &done);
+                }
             }
         }
         write_chunk(&mut out, &events);

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod limits;
 pub mod log;
 pub mod origin;
+pub mod responses;
 pub mod routing;
 pub use cache::CacheConfig;
 pub use keys::{AuthMode, KeyConfig};
@@ -58,6 +59,9 @@ pub struct Config {
     /// `[log]`: the access log (see `config::log`).
     #[serde(default)]
     pub log: LogConfig,
+    /// `[responses]`: the Responses state store of translated routes (`config::responses`).
+    #[serde(default)]
+    pub responses: responses::ResponsesConfig,
     /// First 16 hex digits of the SHA-256 of the text this config was parsed from
     /// (`ringgate_config_info`).
     #[serde(skip)]
@@ -469,6 +473,7 @@ impl Config {
             keys: Vec::new(),
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
+            responses: Default::default(),
             hash: String::new(),
             origin: Default::default(),
             admin: None,

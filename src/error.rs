@@ -87,6 +87,8 @@ pub struct Error {
     pub cause: Option<Cause>,
     /// Seconds for the `Retry-After` header of this error's response (503s default to 1).
     pub retry_after: Option<u32>,
+    /// The request field at fault (OpenAI `error.param`), when one is.
+    pub param: Option<Box<str>>,
 }
 
 /// How an upstream attempt failed before a valid response head arrived.
@@ -111,7 +113,14 @@ impl Error {
             request_id: None,
             cause: None,
             retry_after: None,
+            param: None,
         }
+    }
+
+    /// Name the request field at fault (OpenAI `error.param`).
+    pub fn with_param(mut self, param: impl Into<Box<str>>) -> Self {
+        self.param = Some(param.into());
+        self
     }
 
     /// Answer with `Retry-After: secs`.
@@ -155,6 +164,7 @@ impl Error {
             request_id: Some(request_id.into()),
             cause: self.cause,
             retry_after: self.retry_after,
+            param: self.param.clone(),
         }
     }
 
@@ -317,7 +327,14 @@ impl Error {
                 push_json_str(&mut out, &self.message);
                 out.extend_from_slice(b",\"type\":\"");
                 out.extend_from_slice(self.type_str(shape).as_bytes());
-                out.extend_from_slice(b"\",\"param\":null,\"code\":\"");
+                match &self.param {
+                    Some(p) => {
+                        out.extend_from_slice(b"\",\"param\":");
+                        push_json_str(&mut out, p);
+                        out.extend_from_slice(b",\"code\":\"");
+                    }
+                    None => out.extend_from_slice(b"\",\"param\":null,\"code\":\""),
+                }
                 out.extend_from_slice(self.code().as_bytes());
                 out.extend_from_slice(b"\"}}");
             }

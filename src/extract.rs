@@ -35,6 +35,9 @@ pub struct RoutingFields {
     /// The request's usage is metered (a keyed request; set by the pipeline, not read from
     /// the body): Chat streams ask the upstream for usage (see `plan`).
     pub metered: bool,
+    /// The Responses state namespace of a Responses request while the store is on (set by the
+    /// pipeline, not read from the body; see `responses_state`).
+    pub tenant: Option<u64>,
 }
 
 /// A Chat body's `stream_options.include_usage`, as the client sent it.
@@ -92,6 +95,7 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
         max_tokens: scan.max_tokens,
         usage_option: scan.usage_option,
         metered: false,
+        tenant: None,
     })
 }
 
@@ -108,6 +112,7 @@ pub fn gemini_fields(body: &[u8], call: &crate::gemini_call::Call) -> Result<Rou
         max_tokens: scan.max_tokens,
         usage_option: UsageOption::Absent,
         metered: false,
+        tenant: None,
     })
 }
 

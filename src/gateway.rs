@@ -224,6 +224,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         )
         .with_cache(cache.clone()),
     );
+    // the Responses state store: one for the process (see `responses_state`)
+    let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
     let pin = cfg.server.pin;
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -246,6 +248,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .clone()
                 .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
             let published = published.clone();
+            let responses = responses.clone();
             async move {
                 let s = &cfg.server;
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
@@ -253,6 +256,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 let live = LiveRouting::new(&cfg, Some(published), 0, seed);
                 let governance = governance.with_spend(&book, &live.peek().routes);
                 drop(book);
+                let admission = Admission::new(&cfg.admission, n).with_shard(id);
                 let shard = Rc::new(Shard {
                     id,
                     driver: driver_name,
@@ -264,7 +268,12 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                         idle_timeout: Duration::from_millis(s.idle_timeout_ms),
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
-                    admission: Admission::new(&cfg.admission, n).with_shard(id),
+                    responses: crate::responses_state::ShardStore::new(
+                        responses,
+                        id,
+                        admission.budget(),
+                    ),
+                    admission,
                     live,
                     upstream: Client::new(
                         &cfg.upstream,
@@ -397,6 +406,7 @@ const OVER_CAP_PROBES: u32 = 8;
 async fn publish_metrics(shard: Rc<Shard>) {
     loop {
         shard.admission.log_tick();
+        shard.responses.settle();
         crate::report::log_tick(&shard);
         let mut text = String::with_capacity(8192);
         crate::scrape::render_shard(&shard, &mut text);

@@ -61,6 +61,7 @@ pub mod relay;
 pub mod reload;
 pub mod report;
 pub mod respond;
+pub mod responses_state;
 pub mod route;
 pub mod scrape;
 pub mod shard;

@@ -308,6 +308,13 @@ async fn serve(
         }
         _ => None,
     };
+    // a Responses request's state namespace, while its key is in the buffer (store on only)
+    let tenant = match target {
+        Ok(Target::Api(Dialect::Responses, Op::Generate)) if shard.responses.on() => Some(
+            crate::responses_state::tenant_of(shard, caller, &head, &conn.buf),
+        ),
+        _ => None,
+    };
     let mut preflight = None;
     if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
         let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
@@ -414,6 +421,7 @@ async fn serve(
         .ok_or_else(|| unknown_model(&fields.model))?;
     req.trace.route = Some(route.index as u32);
     req.trace.stream = fields.stream;
+    fields.tenant = tenant;
     if shard.access_log.on() {
         req.trace.model = Some(fields.model.as_str().into());
     }

@@ -52,8 +52,9 @@ pub async fn respond(
         }
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);
+            let remember = opened.remember.take();
             bridge::translated(
-                conn, shard, ex, provider, up, client, want, keep_alive, permit, grant,
+                conn, shard, ex, provider, up, client, want, keep_alive, permit, grant, remember,
             )
             .await
         }

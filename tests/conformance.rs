@@ -11,6 +11,8 @@ use ringgate::translate::{self, encode_event, Dialect, SseDecoder, StreamTransla
 
 #[path = "conformance/agent.rs"]
 mod agent;
+#[path = "conformance/responses_state.rs"]
+mod responses_state;
 use serde_json::{json, Value};
 
 const IMG: &str = "data:image/png;base64,QUJD";
@@ -843,6 +845,9 @@ fn conformance() {
     let (agent_md, agent_failures) = agent::sections();
     md.push_str(&agent_md);
     failures += agent_failures;
+    let (state_md, state_failures) = responses_state::section();
+    md.push_str(&state_md);
+    failures += state_failures;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
     if std::env::var("RINGGATE_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -859,4 +864,5 @@ fn conformance() {
         agent_failures, 0,
         "agent sections: every cell passes or states why"
     );
+    assert_eq!(state_failures, 0, "Responses state: every cell passes");
 }

@@ -8,7 +8,7 @@
 //! shard, built on that shard's thread), or use locks, atomics or `Arc`.
 //!
 //! Pieces: `budget` (byte/slot accounting), `permit` (a request's claim, returned on drop),
-//! `connection` (an open connection's fixed claim),
+//! `connection` (an open connection's fixed claim), `held` (a cache's claim),
 //! `queue` (block-mode FIFO), `pool` (fixed-size chunks), `chain` (bodies as chunk chains), `memlimit` (the
 //! default budget from cgroup/host memory), `size` (byte-size strings), `stats` (metrics and the
 //! rate-limited rejection log).
@@ -16,6 +16,7 @@
 pub mod budget;
 pub mod chain;
 pub mod connection;
+pub mod held;
 pub mod memlimit;
 pub mod permit;
 pub mod pool;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Deserializer};
 pub use budget::{Budget, Reject};
 pub use chain::ChunkChain;
 pub use connection::ConnCharge;
+pub use held::Held;
 pub use memlimit::{default_budget, parse_size};
 pub use permit::Permit;
 pub use pool::{Chunk, ChunkPool, PoolStats, DEFAULT_CHUNK_SIZE};

@@ -28,9 +28,11 @@ use crate::http::conn::ClientConn;
 use crate::plan::{self, Mode, Target};
 use crate::provider::Op;
 use crate::report::{report, report_status, shutting_down};
+use crate::responses_state::Remember;
 use crate::route::Route;
 use crate::shard::routing::Routing;
 use crate::shard::Shard;
+use crate::translate::references::{self, Expanded};
 use crate::translate::Dialect;
 use crate::upstream::headers::ClientHeaders;
 use crate::upstream::pipe::{pipe, PipeWriter};
@@ -53,6 +55,9 @@ pub struct Opened<'s> {
     pub mode: Mode,
     /// The answering deployment's provider name (log lines).
     pub provider: &'s str,
+    /// A translated Responses answer to record in the Responses state store (see
+    /// `responses_state`).
+    pub remember: Option<Remember>,
     /// Keeps the attempt's in-flight count (p2c) until the answer has been relayed.
     _candidate: Option<Candidate<'s>>,
 }
@@ -136,6 +141,11 @@ pub async fn open<'s>(
     }
     let mut step = attempts.next(start);
     let mut last: Option<Error> = None;
+    // Responses state (store on, Responses client): references are expanded once, for the
+    // first translated attempt; same-dialect attempts send the body untouched.
+    let tenant = fields.tenant.filter(|_| client == Dialect::Responses);
+    let mut refs: Option<bool> = None;
+    let mut expanded: Option<Expanded> = None;
     loop {
         let cand = match step {
             Step::Try(c) => c,
@@ -153,12 +163,29 @@ pub async fn open<'s>(
             Step::Stop(stop) => return Err(NoHead::Failed(stopped(stop, last, route, routing))),
         };
         let provider = cand.deployment.provider.name.as_str();
+        let translated = !cand.deployment.provider.kind.speaks(client);
+        let state = tenant.filter(|_| translated);
+        if let Some(t) = state {
+            if expanded.is_none() && *refs.get_or_insert_with(|| references::has_references(body)) {
+                let e = shard.responses.expand(t, body)?;
+                // the expanded copy lives until the request ends: charged to its permit
+                let mut charged = 0;
+                permit
+                    .charge_capacity(&e.body, &mut charged)
+                    .map_err(|r| NoHead::Failed(Error::overloaded(r.as_str())))?;
+                expanded = Some(e);
+            }
+        }
+        let sent_body = match (&expanded, state) {
+            (Some(e), Some(_)) => &e.body[..],
+            _ => body,
+        };
         let planned = plan::plan(
             &cand.deployment.provider,
             Some(cand.upstream_model),
             op,
             client,
-            body,
+            sent_body,
             fields,
         )?;
         // A spliced or translated body is a second copy of the request: charged to the permit
@@ -186,10 +213,20 @@ pub async fn open<'s>(
                 }
                 let Some(reason) = Reason::from_status(status) else {
                     attempts.succeeded(&cand, now);
+                    let remember = match (state, planned.mode) {
+                        // its copy of the input lives until the answer is recorded: charged to
+                        // the permit, or not remembered
+                        (Some(t), Mode::Translate { .. }) if status < 300 => shard
+                            .responses
+                            .remember(t, body, expanded.as_ref())
+                            .filter(|r| permit.charge_capacity(r.input(), &mut 0).is_ok()),
+                        _ => None,
+                    };
                     return Ok(Opened {
                         ex,
                         mode: planned.mode,
                         provider,
+                        remember,
                         _candidate: Some(cand),
                     });
                 };
@@ -201,6 +238,7 @@ pub async fn open<'s>(
                         ex,
                         mode: planned.mode,
                         provider,
+                        remember: None,
                         _candidate: None,
                     });
                 }

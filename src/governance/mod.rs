@@ -60,7 +60,7 @@ use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
-mod credential;
+pub(crate) mod credential;
 pub mod directory;
 mod estimate;
 pub mod exposure;

@@ -54,6 +54,8 @@ pub struct Shard {
     pub access_log: ShardLog,
     /// The process-wide drain signal, read only by `/readyz` (503 from the moment it fires).
     pub stopping: crate::shutdown::Shutdown,
+    /// The Responses state store of translated routes (process-wide, this shard's charge).
+    pub responses: crate::responses_state::ShardStore,
     /// `/metrics` is served on this listener (loopback, or `server.metrics_on_main`).
     pub metrics_here: bool,
     /// The response cache, shared by every shard (`None`: off; see `cache`).

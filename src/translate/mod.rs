@@ -27,6 +27,7 @@ mod chat_chunk;
 pub mod error;
 pub mod extensions;
 pub mod gemini;
+pub mod references;
 pub mod responses;
 mod schema;
 pub mod sse;

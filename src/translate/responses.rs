@@ -25,7 +25,8 @@
 //!
 //! | direction | field | handling |
 //! |---|---|---|
-//! | Responses → Chat | `previous_response_id`, `conversation`, `item_reference` items | rejected: stateful, cannot be translated |
+//! | Responses → Chat | `previous_response_id`, `item_reference` items | expanded from the gateway's Responses store before translation (`references`, `responses_state`); rejected here when they arrive unexpanded (store off) |
+//! | Responses → Chat | `conversation` | rejected: stateful (OpenAI-side conversations), cannot be translated |
 //! | Responses → Chat | non-function tools (`web_search`, `file_search`, …) | rejected |
 //! | Responses → Chat | `store`, `include`, `truncation`, `background`, `prompt`, `prompt_cache_key`, `safety_identifier`, `reasoning.summary`, `max_tool_calls`, `input_file` parts, reasoning `encrypted_content` | dropped |
 //! | Chat → Responses | `n` > 1 | rejected (`translate::chat_to_request`) |

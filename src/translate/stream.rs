@@ -473,6 +473,16 @@ impl StreamTranslator {
         self.done
     }
 
+    /// A Responses client's finished `response` object (the terminal event's), once the stream
+    /// ended normally; `None` for other clients, a stream still running, or one that failed.
+    /// Built on demand: for the Responses state store (`responses_state`).
+    pub fn finished_response(&self) -> Option<serde_json::Value> {
+        match &self.encoder {
+            ClientOut::Responses(r) if self.done => r.finished_response(),
+            _ => None,
+        }
+    }
+
     /// Translate one upstream event, appending client bytes to `out`.
     /// Events after the end are ignored. A malformed upstream event yields
     /// an error (the caller ends the stream with [`StreamTranslator::error`]).

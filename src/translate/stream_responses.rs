@@ -90,6 +90,8 @@ pub(crate) struct ResponsesOut {
     tools: HashMap<usize, usize>,
     finish: Option<String>,
     usage: Usage,
+    /// The stream ended with `response.failed`.
+    failed: bool,
 }
 
 impl ResponsesOut {
@@ -105,6 +107,7 @@ impl ResponsesOut {
             tools: HashMap::new(),
             finish: None,
             usage: Usage::default(),
+            failed: false,
         }
     }
 
@@ -339,6 +342,7 @@ impl ResponsesOut {
                 // `response.failed` ends the stream: the SDKs see a failed response (the Python
                 // SDK's `get_final_response()` raises), never a truncated one as completed.
                 self.start(out);
+                self.failed = true;
                 let output: Vec<Value> = self.items.iter().map(|i| i.json("incomplete")).collect();
                 let mut r = self.response("failed", output);
                 if let Some(o) = r.as_object_mut() {
@@ -352,17 +356,27 @@ impl ResponsesOut {
             Hub::Done => {
                 self.start(out);
                 self.close(out);
-                let output: Vec<Value> = self.items.iter().map(|i| i.json("completed")).collect();
-                let incomplete =
-                    matches!(self.finish.as_deref(), Some("length" | "content_filter"));
-                let (kind, status) = if incomplete {
-                    ("response.incomplete", "incomplete")
-                } else {
-                    ("response.completed", "completed")
-                };
-                let r = self.response(status, output);
+                let (kind, r) = self.finished();
                 self.emit(out, kind, json!({"response": r}));
             }
         }
+    }
+
+    /// The terminal event's kind and its `response` object (`completed` or `incomplete`).
+    fn finished(&self) -> (&'static str, Value) {
+        let output: Vec<Value> = self.items.iter().map(|i| i.json("completed")).collect();
+        let incomplete = matches!(self.finish.as_deref(), Some("length" | "content_filter"));
+        let (kind, status) = if incomplete {
+            ("response.incomplete", "incomplete")
+        } else {
+            ("response.completed", "completed")
+        };
+        (kind, self.response(status, output))
+    }
+
+    /// The finished `response` object, as the terminal event carried it; `None` when the
+    /// stream failed (for the Responses state store, which keeps only finished answers).
+    pub(crate) fn finished_response(&self) -> Option<Value> {
+        (!self.failed).then(|| self.finished().1)
     }
 }
