@@ -77,6 +77,25 @@ struct Files {
     hash: String,
     restart_needed: Vec<String>,
     reloads: u64,
+    /// The upstream TLS client set up at start: (any `https://` upstream, the `ca_file`s).
+    tls_client: (bool, Vec<String>),
+}
+
+/// What the upstream TLS client of `cfg` is built from (see `gateway::start`).
+fn tls_client(cfg: &Config) -> (bool, Vec<String>) {
+    let https = cfg.providers.iter().any(|p| {
+        p.base_url
+            .as_ref()
+            .is_some_and(|u| u.get_ref().starts_with("https://"))
+    });
+    let mut ca: Vec<String> = cfg
+        .providers
+        .iter()
+        .filter_map(|p| p.ca_file.clone())
+        .collect();
+    ca.sort();
+    ca.dedup();
+    (https, ca)
 }
 
 /// Reloads the config file into a running process (one per process; cheap to share).
@@ -117,6 +136,7 @@ impl Reloader {
                 hash: cfg.hash.clone(),
                 restart_needed: Vec::new(),
                 reloads: 0,
+                tls_client: tls_client(cfg),
             }),
             cache: None,
         }
@@ -209,6 +229,16 @@ impl Reloader {
         }
         report.changes = diff::changes(&files.current, &tree);
         report.restart_needed = diff::restart_needed(&files.started, &tree, &cfg.origin);
+        // the upstream TLS client is built at start: a first https:// upstream or other CAs
+        let (https, ca) = tls_client(&cfg);
+        if https && !files.tls_client.0 {
+            report
+                .restart_needed
+                .push("provider.base_url (the first https:// upstream)".into());
+        }
+        if https && ca != files.tls_client.1 {
+            report.restart_needed.push("provider.ca_file".into());
+        }
         // engine load signals: unchanged engines keep their cell and poller (`engine`)
         let mut cfg = cfg;
         cfg.engines = crate::engine::Engines::start(&cfg, Some(&running.engines));
