@@ -222,7 +222,7 @@ def run_s10(R, lg, opts, env):
     data = {"capacity_rps": round(cap, 2), "slo_ttft_s": SLO_S, "engines": ENGINES,
             "cache_blocks": CACHE_BLOCKS, "prompts": PROMPTS, "prompt_bytes": PROMPT_BYTES,
             "output_tokens": OUTPUT_TOKENS, "runs": rows}
-    md = render(R, env, data)
+    md = render(R, env, data, charts=not opts.get("smoke"))
     if not opts.get("smoke"):
         R.write_results("s10-engines", env, data, md, opts)
     else:
@@ -230,7 +230,7 @@ def run_s10(R, lg, opts, env):
     return 0
 
 
-def render(R, env, data):
+def render(R, env, data, charts=True):
     rows = data["runs"]
     table = R.md_table(
         ["offered", "lb", "rps", "answered/s", "goodput/s (TTFT ≤ 1 s)", "shed 429", "errors",
@@ -238,7 +238,7 @@ def render(R, env, data):
         [[f"{int(r['load'] * 100)} %", r["lb"], r["rate"], r["answered_rps"], r["goodput_rps"],
           r["shed"], r["errors"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["share_a"],
           r["prefix_hit_rate"]] for r in rows])
-    charts = []
+    figs = []
     for key, title, ylabel, logy in (
             ("ttft_p99_ms", "S10: TTFT p99 vs offered load", "TTFT p99 (ms)", True),
             ("ttft_p50_ms", "S10: TTFT p50 vs offered load", "TTFT p50 (ms)", True),
@@ -246,13 +246,15 @@ def render(R, env, data):
         series = [(lb, [(r["load"] * 100, r[key]) for r in rows if r["lb"] == lb], False)
                   for lb in LBS]
         name = f"s10-engines-{key.replace('_rps', '').replace('_ms', '')}.svg"
-        R.svg_chart(os.path.join(R.RESULTS, name), title, series, "offered load (% of capacity)",
-                    ylabel, logy=logy, stamp=R.chart_stamp(env))
-        charts.append(f"![{title}]({name})")
+        if charts:
+            R.svg_chart(os.path.join(R.RESULTS, name), title, series,
+                        "offered load (% of capacity)", ylabel, logy=logy,
+                        stamp=R.chart_stamp(env))
+        figs.append(f"![{title}]({name})")
     extra = (f"- Engines: A {ENGINES[0][1]} slots at {ENGINES[0][2]} ms/token, B {ENGINES[1][1]} "
              f"slots at {ENGINES[1][2]} ms/token, {CACHE_BLOCKS}-block prefix caches; estimated "
              f"capacity {data['capacity_rps']} req/s\n- Workload: {PROMPTS} shared system prompts "
              f"of {PROMPT_BYTES} bytes, unique user turns, stream, {OUTPUT_TOKENS} output tokens, "
              f"Poisson arrivals; TTFT from the intended send time\n")
     return (R.md_header("S10 next to inference engines: lb = load vs weighted vs p2c", env, extra)
-            + "\n" + table + "\n\n" + "\n\n".join(charts) + "\n")
+            + "\n" + table + "\n\n" + "\n\n".join(figs) + "\n")

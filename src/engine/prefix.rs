@@ -62,26 +62,50 @@ impl Chain {
         self.out.len() >= MAX_BLOCKS
     }
 
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+    fn byte(&mut self, b: u8) {
+        self.word |= u64::from(b) << (8 * self.wbytes);
+        self.wbytes += 1;
+        if self.wbytes == 8 {
+            self.word(self.word);
+            self.word = 0;
+            self.wbytes = 0;
+        }
+    }
+
+    /// A whole little-endian word (8 bytes of the stream).
+    fn word(&mut self, w: u64) {
+        if self.full() {
+            return;
+        }
+        self.h = mix(self.h, w);
+        self.fill += 8;
+        if self.fill == BLOCK_BYTES {
+            // finalise: the chained hash of blocks 0..=k
+            let f = mix(self.h, self.out.len() as u64 ^ 0xb10c);
+            self.out.push(f);
+            self.h = f;
+            self.fill = 0;
+        }
+    }
+
+    fn feed(&mut self, mut bytes: &[u8]) {
+        // finish a partial word, then whole words (blocks are whole words), then the rest
+        while self.wbytes != 0 {
+            let [b, rest @ ..] = bytes else { return };
+            self.byte(*b);
+            bytes = rest;
+        }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
             if self.full() {
                 return;
             }
-            self.word |= u64::from(b) << (8 * self.wbytes);
-            self.wbytes += 1;
-            self.fill += 1;
-            if self.wbytes == 8 {
-                self.h = mix(self.h, self.word);
-                self.word = 0;
-                self.wbytes = 0;
-            }
-            if self.fill == BLOCK_BYTES {
-                // finalise: the chained hash of blocks 0..=k
-                let f = mix(self.h, self.out.len() as u64 ^ 0xb10c);
-                self.out.push(f);
-                self.h = f;
-                self.fill = 0;
-            }
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            self.word(u64::from_le_bytes(a));
+        }
+        for &b in words.remainder() {
+            self.byte(b);
         }
     }
 }
@@ -203,9 +227,24 @@ mod tests {
     }
 
     #[test]
+    fn pieces_hash_as_one_stream() {
+        let text: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let whole = hash_pieces([&text[..]]);
+        assert_eq!(whole.len(), 1000 / BLOCK_BYTES);
+        for cut in [0, 1, 3, 7, 8, 9, 63, 64, 65, 500, 999] {
+            let (a, b) = text.split_at(cut);
+            assert_eq!(hash_pieces([a, b]), whole, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = text.chunks(3).collect();
+        assert_eq!(hash_pieces(bytes), whole);
+    }
+
+    #[test]
     fn blocks_are_bounded() {
         let big = format!(r#"{{"messages":"{}"}}"#, "x".repeat(1 << 20));
         assert_eq!(prompt_blocks(big.as_bytes()).len(), MAX_BLOCKS);
+        let pieces: Vec<&[u8]> = big.as_bytes().chunks(5).collect();
+        assert_eq!(hash_pieces(pieces).len(), MAX_BLOCKS);
     }
 
     #[test]
