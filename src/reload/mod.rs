@@ -322,3 +322,59 @@ impl Reloader {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "[server]\nlisten = \"127.0.0.1:0\"\n\n[[provider]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\n[[model]]\nname = \"a\"\nprovider = \"up\"\n";
+
+    #[test]
+    fn invalid_keeps_the_config_valid_publishes_and_reports_restart_needed() {
+        let dir = std::env::temp_dir().join(format!("rg-reload-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(&path, A).unwrap();
+        let (cfg, text) = Config::load_text(&path.to_string_lossy()).unwrap();
+        let published = Arc::new(Published::new(cfg.clone()));
+        let process = Arc::new(ProcessMetrics::new(&cfg.hash));
+        let r = Reloader::new(&cfg, Some(&text), published.clone(), process, None, None);
+
+        // a model on an unknown provider, on line 11: refused, nothing published
+        std::fs::write(
+            &path,
+            A.replace("provider = \"up\"\n", "provider = \"nope\"\n"),
+        )
+        .unwrap();
+        let bad = r.reload("test");
+        assert!(!bad.ok);
+        assert_eq!(bad.hash, cfg.hash);
+        assert!(bad.problems.iter().any(|p| p.line == Some(11)), "{bad:?}");
+        assert_eq!(published.generation(), 0);
+
+        // valid: a new model, an https upstream and another listen address
+        let b = A
+            .replace("127.0.0.1:0", "127.0.0.1:1")
+            .replace("http://127.0.0.1:9", "https://127.0.0.1:9")
+            + "\n[[model]]\nname = \"b\"\nprovider = \"up\"\n";
+        std::fs::write(&path, &b).unwrap();
+        let ok = r.reload("test");
+        assert!(ok.ok, "{ok:?}");
+        assert_eq!(ok.generation, 1);
+        assert_eq!(ok.hash, crate::config::text_hash(&b));
+        assert_eq!(
+            ok.restart_needed,
+            [
+                "server.listen",
+                "provider.base_url (the first https:// upstream)"
+            ]
+        );
+        assert!(ok.changes.contains(&"model b added".to_string()), "{ok:?}");
+        let (_, now) = published.load();
+        assert_eq!(now.models.len(), 2);
+        let shown = r.running();
+        assert_eq!(shown["hash"], ok.hash.as_str());
+        assert_eq!(shown["restart_needed"][0], "server.listen");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
