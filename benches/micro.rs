@@ -916,14 +916,14 @@ fn cache(c: &mut Criterion) {
                 .map(|d| (((i as usize * 31 + d * 17) % 97) as f32 - 48.0) / 48.0)
                 .collect();
             let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            e.semantic = Some((group, v.iter().map(|x| x / n).collect()));
+            e.semantic = Some((group, v.iter().map(|x| x / n).collect::<Vec<f32>>().into()));
             s.insert(k(i), e, u64::MAX, &mut freed);
         }
         let q: Vec<f32> = (0..dims)
             .map(|d| 1.0 / (dims as f32).sqrt() * if d % 2 == 0 { 1.0 } else { -1.0 })
             .collect();
         g.bench_function(format!("semantic_search_1k_entries_{dims}d"), |b| {
-            b.iter(|| black_box(s.nearest(&group, black_box(&q), now)))
+            b.iter(|| black_box(s.nearest(&group, black_box(&q))))
         });
     }
     g.finish();

@@ -194,3 +194,71 @@ fn policies(cfg: &Config) -> HashMap<String, Policy> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    fn cache(shards: usize) -> Cache {
+        let text = "[cache]\nenabled = true\nmax_bytes = \"1MiB\"\n\
+                    [[provider]]\nname = \"p\"\nkind = \"mock\"\n\
+                    [[model]]\nname = \"m\"\nprovider = \"p\"\ncache = \"exact\"\n";
+        let cfg = Config::parse(text).unwrap();
+        Cache::build(&cfg, shards).unwrap()
+    }
+
+    fn entry(owner: usize, body: usize) -> store::Entry {
+        store::Entry {
+            body: Arc::from(vec![b'x'; body]),
+            tenant: "t".into(),
+            model: "m".into(),
+            usage: Default::default(),
+            expires: Instant::now() + Duration::from_secs(60),
+            owner,
+            semantic: None,
+        }
+    }
+
+    /// The cache only takes budget requests do not need, and gives it back before a request
+    /// would be refused: a request that fits without the cache fits with it.
+    #[test]
+    fn entries_are_charged_and_shed_before_a_request_would_not_fit() {
+        let c = cache(2);
+        let budget = Budget::new(100_000, 100, 0);
+        let mut held = 0;
+        for i in 0..60u32 {
+            let e = entry(0, 1000);
+            let size = e.size();
+            if !budget.try_hold(size, budget.capacity() / 2) {
+                break;
+            }
+            held += size;
+            let k = key::digest(&[&i.to_le_bytes()]);
+            assert!(c.with_store(|s, f| s.insert(k, e, u64::MAX, f)).unwrap());
+        }
+        // the cache stopped at half the budget
+        assert!(held <= 50_000 && held > 40_000, "{held}");
+        assert_eq!(budget.used(), held);
+        // a request needing 90 % of the budget: its shard sheds its own entries first
+        c.settle(0, &budget, 90_000);
+        assert!(budget.available() >= 90_000, "{}", budget.available());
+        let p = budget
+            .try_acquire(90_000)
+            .expect("admitted as without the cache");
+        drop(p);
+        // entries owned by another shard are given back at that shard's next request
+        let e = entry(1, 1000);
+        let size = e.size();
+        let other = Budget::new(100_000, 100, 0);
+        assert!(other.try_hold(size, 0));
+        let k = key::digest(&[b"other"]);
+        c.with_store(|s, f| s.insert(k, e, u64::MAX, f));
+        assert!(c.purge(Some("other-model"), None) == 0);
+        assert!(c.purge(Some("m"), Some("t")) >= 1);
+        assert_eq!(c.stats.entries.load(Ordering::Relaxed), 0);
+        c.settle(1, &other, 0);
+        assert_eq!(other.used(), 0);
+    }
+}

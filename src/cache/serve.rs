@@ -27,12 +27,35 @@ use crate::route::Route;
 use crate::shard::Shard;
 use crate::translate::Dialect;
 
-/// What the request head says to the cache, read while it is in the buffer.
+/// What the request head says to the cache, read while it is in the buffer (the tenant's name
+/// is made only for a cached model's request, `Ask::tenant`).
 #[derive(Debug, Clone, Default)]
 pub struct Ask {
-    /// `key:<virtual key>` | `client:<hash of the credential>` | `shared` | none (not cached).
-    pub tenant: Option<Arc<str>>,
+    who: Who,
     pub directives: Directives,
+}
+
+#[derive(Debug, Clone, Default)]
+enum Who {
+    /// A virtual key's name.
+    Key(String),
+    /// The credential header values the client sent.
+    Credential(Vec<u8>),
+    Shared,
+    #[default]
+    Nobody,
+}
+
+impl Ask {
+    /// `key:<virtual key>` | `client:<hash of the credential>` | `shared` | none (not cached).
+    pub fn tenant(&self) -> Option<Arc<str>> {
+        match &self.who {
+            Who::Key(k) => Some(Arc::from(format!("key:{k}"))),
+            Who::Credential(c) => Some(Arc::from(key::client_tenant(c))),
+            Who::Shared => Some(Arc::from("shared")),
+            Who::Nobody => None,
+        }
+    }
 }
 
 /// [`ask`] for a request on `shard` from `caller`.
@@ -55,8 +78,8 @@ pub fn ask(cache: &Cache, head: &RequestHead, buf: &[u8], key_name: Option<&str>
         head.header(buf, &head.cache_control),
         head.header(buf, &head.x_ringgate_cache),
     );
-    let tenant = if let Some(k) = key_name {
-        Some(format!("key:{k}"))
+    let who = if let Some(k) = key_name {
+        Who::Key(k.to_string())
     } else {
         let mut cred = Vec::new();
         for r in [
@@ -71,17 +94,14 @@ pub fn ask(cache: &Cache, head: &RequestHead, buf: &[u8], key_name: Option<&str>
             }
         }
         if !cred.is_empty() {
-            Some(key::client_tenant(&cred))
+            Who::Credential(cred)
         } else if cache.settings.shared_namespace {
-            Some("shared".to_string())
+            Who::Shared
         } else {
-            None
+            Who::Nobody
         }
     };
-    Ask {
-        tenant: tenant.map(Arc::from),
-        directives,
-    }
+    Ask { who, directives }
 }
 
 /// What `lookup` decided.
@@ -101,7 +121,7 @@ pub struct Miss {
     model: Arc<str>,
     dialect: Dialect,
     ttl: std::time::Duration,
-    semantic: Option<(Key, Box<[f32]>)>,
+    semantic: Option<(Key, std::sync::Arc<[f32]>)>,
     store: bool,
 }
 
@@ -139,7 +159,7 @@ pub async fn lookup(
     if ask.directives.no_store {
         return skip(conn, Skip::NoStore);
     }
-    let Some(tenant) = ask.tenant.clone() else {
+    let Some(tenant) = ask.tenant() else {
         return skip(conn, Skip::NoTenant);
     };
     let Some(canon) = key::canonical(body) else {
@@ -189,7 +209,7 @@ pub async fn lookup(
                         let now = Instant::now();
                         let best = cache
                             .with_store(|s, freed| {
-                                let (k, score) = s.nearest(&q.group, &v, now)?;
+                                let (k, score) = s.nearest(&q.group, &v)?;
                                 Some((s.get(&k, now, freed)?, score))
                             })
                             .flatten();
@@ -208,7 +228,7 @@ pub async fn lookup(
                             }
                         }
                     }
-                    vector = Some((q.group, v));
+                    vector = Some((q.group, std::sync::Arc::from(v)));
                 }
                 None => {
                     cache

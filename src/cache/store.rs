@@ -32,7 +32,7 @@ pub struct Entry {
     pub owner: usize,
     /// Semantic entries: the group (tenant, model, dialect, system prompt, tools) and the
     /// normalised embedding of the last user message.
-    pub semantic: Option<(Key, Box<[f32]>)>,
+    pub semantic: Option<(Key, Arc<[f32]>)>,
 }
 
 impl Entry {
@@ -49,6 +49,9 @@ impl Entry {
     }
 }
 
+/// A semantic group's member: its entry's key and vector.
+type Member = (Key, Arc<[f32]>);
+
 /// Bytes an entry owned by a shard gave back (the shard releases them from its budget).
 pub type Freed = (usize, u64);
 
@@ -63,7 +66,8 @@ struct Slot {
 pub struct Store {
     map: HashMap<Key, Slot>,
     lru: BTreeMap<u64, Key>,
-    groups: HashMap<Key, Vec<Key>>,
+    /// Semantic groups: each entry's key and vector, inline (the search reads no map).
+    groups: HashMap<Key, Vec<Member>>,
     tick: u64,
     bytes: u64,
     pub evictions: u64,
@@ -117,8 +121,8 @@ impl Store {
             }
         }
         self.tick += 1;
-        if let Some((g, _)) = &e.semantic {
-            self.groups.entry(*g).or_default().push(k);
+        if let Some((g, v)) = &e.semantic {
+            self.groups.entry(*g).or_default().push((k, v.clone()));
         }
         self.lru.insert(self.tick, k);
         self.bytes += size;
@@ -140,7 +144,7 @@ impl Store {
         self.bytes = self.bytes.saturating_sub(slot.size);
         if let Some((g, _)) = &slot.entry.semantic {
             if let Some(list) = self.groups.get_mut(g) {
-                list.retain(|x| x != k);
+                list.retain(|(x, _)| x != k);
                 if list.is_empty() {
                     self.groups.remove(g);
                 }
@@ -184,28 +188,41 @@ impl Store {
         }
     }
 
-    /// The live entry of `group` whose vector is closest to `v` (both normalised) by cosine
-    /// similarity, with its score: brute force over the group.
-    pub fn nearest(&self, group: &Key, v: &[f32], now: Instant) -> Option<(Key, f32)> {
+    /// The entry of `group` whose vector is closest to `v` (both normalised) by cosine
+    /// similarity, with its score: brute force over the group's vectors, kept inline (an
+    /// expired best is found expired by the `get` that follows: a miss).
+    pub fn nearest(&self, group: &Key, v: &[f32]) -> Option<(Key, f32)> {
         let mut best: Option<(Key, f32)> = None;
-        for k in self.groups.get(group)? {
-            let Some(s) = self.map.get(k) else { continue };
-            if s.entry.expires <= now {
-                continue;
-            }
-            let Some((_, w)) = &s.entry.semantic else {
-                continue;
-            };
+        for (k, w) in self.groups.get(group)? {
             if w.len() != v.len() {
                 continue;
             }
-            let score: f32 = w.iter().zip(v).map(|(a, b)| a * b).sum();
+            let score = dot(w, v);
             if best.is_none_or(|(_, b)| score > b) {
                 best = Some((*k, score));
             }
         }
         best
     }
+}
+
+/// Dot product in eight independent lanes (the compiler vectorises it; a plain `sum` over a
+/// zip is one serial dependency chain).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, p), q) in acc.iter_mut().zip(x).zip(y) {
+            *s += p * q;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -285,14 +302,16 @@ mod tests {
         let g = key(7);
         for (i, v) in [[1.0f32, 0.0], [0.6, 0.8]].iter().enumerate() {
             let mut e = entry(10, 0, now);
-            e.semantic = Some((g, v.to_vec().into()));
+            e.semantic = Some((g, Arc::from(v.to_vec())));
             s.insert(key(i as u8), e, 1 << 20, &mut freed);
         }
-        let (k, score) = s.nearest(&g, &[0.8, 0.6], now).unwrap();
+        let (k, score) = s.nearest(&g, &[0.8, 0.6]).unwrap();
         assert_eq!(k, key(1));
         assert!((score - 0.96).abs() < 1e-6);
-        assert!(s.nearest(&key(8), &[1.0, 0.0], now).is_none());
+        assert!(s.nearest(&key(8), &[1.0, 0.0]).is_none());
         s.remove(&key(1));
-        assert_eq!(s.nearest(&g, &[0.8, 0.6], now).unwrap().0, key(0));
+        assert_eq!(s.nearest(&g, &[0.8, 0.6]).unwrap().0, key(0));
+        let a: Vec<f32> = (0..21).map(|i| i as f32).collect();
+        assert_eq!(dot(&a, &a), (0..21).map(|i| (i * i) as f32).sum::<f32>());
     }
 }
