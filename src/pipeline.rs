@@ -437,9 +437,12 @@ async fn serve(
     if let (Some(c), Some(ask)) = (shard.cache.as_deref(), cache_ask.as_ref()) {
         let call = (dialect, op);
         use crate::cache::serve::{lookup, Lookup};
-        match lookup(
+        // Boxed: a replay's state is large, and inline it would make every request's future
+        // (moved into its box once per request, byte for byte) that much larger with the
+        // cache off too.
+        match Box::pin(lookup(
             c, conn, shard, route, call, &body, &fields, ask, &permit, keep_alive,
-        )
+        ))
         .await
         {
             Lookup::Hit(o) => return Ok(o),
