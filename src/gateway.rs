@@ -2,7 +2,9 @@
 //! client, metrics) on its own thread, run its accept loop until shutdown.
 //!
 //! Also opens the state store (`state`), builds the key registry and its directory (the shards
-//! follow it), and starts the admin listener (`admin`) when `[admin]` is configured.
+//! follow it), the published config and its `reload::Reloader` (SIGHUP, `POST /admin/reload`;
+//! the shards follow it through `shard::routing`), and starts the admin listener (`admin`) when
+//! `[admin]` is configured.
 //!
 //! Owns: building each `Shard` (see `shard::state`) and `Running` (the handle tests and
 //! `main` hold). Must not: handle requests — that is `pipeline`.

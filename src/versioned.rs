@@ -4,9 +4,9 @@
 //! the mutex, once per change) only when the number moved.
 //!
 //! Used by the key directory (`governance::directory`: runtime key changes reach every shard on
-//! its next keyed request) and meant for config hot reload (issue 11: the route table swapped
-//! between requests) — anything that must reach every core quickly without putting a lock or a
-//! shared write on the request path.
+//! its next keyed request) and by config hot reload (`reload` publishes the config,
+//! `shard::routing` swaps each shard's route table between requests) — anything that must reach
+//! every core quickly without putting a lock or a shared write on the request path.
 //!
 //! Owns: `Versioned<T>` (the snapshot and its generation; a reader keeps the generation of the
 //! snapshot it holds and compares). Must not: be written on the request path, or hand out anything but whole snapshots

@@ -6,8 +6,8 @@
 //! new key works on the very next request on every shard and a revoked one stops there — well
 //! within the 1 s the issue allows, with no timer and no lock on the request path.
 //!
-//! The mechanism is `crate::versioned::Versioned`, written to be reused by config hot reload
-//! (the route table swapped between requests the same way).
+//! The mechanism is `crate::versioned::Versioned`, shared with config hot reload (the route
+//! table swapped between requests the same way, `shard::routing`).
 //!
 //! Owns: the `Directory` type. Must not: be published to from a shard.
 
