@@ -135,7 +135,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let live_keys = registry.can_check();
     let keys_checked = registry.checked();
     let directory = registry.directory();
-    let store = match keys_checked || live_keys {
+    // the shared limits store as before reload existed: keys at start, or the admin API
+    let store = match keys_checked || (live_keys && admin_plan.is_some()) {
         true => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
         false => None,
     };
