@@ -135,8 +135,12 @@ fn serve(mut s: TcpStream, page: &Mutex<String>, posts: &AtomicUsize) {
 }
 
 fn gateway_for(engines: &[(SocketAddr, &str)], model_extra: &str) -> gateway::Running {
-    let mut text = String::from(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\n\n[routing]\nmax_attempts = 1\n",
+    gateway_with(engines, model_extra, "")
+}
+
+fn gateway_with(engines: &[(SocketAddr, &str)], model_extra: &str, top: &str) -> gateway::Running {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\n\n[routing]\nmax_attempts = 1\n{top}\n",
     );
     let mut deps = Vec::new();
     for (i, (addr, kind)) in engines.iter().enumerate() {
@@ -339,4 +343,36 @@ fn an_engine_going_down_is_skipped_within_one_poll_interval() {
     }
     gw.stop();
     b.stop();
+}
+
+#[test]
+fn block_mode_waits_bounded_for_an_engine_to_drain() {
+    let a = Fake::start(vllm_page(20, 8, 0.9));
+    let admission = "\n[admission]\nmode = \"block\"\nqueue_timeout_ms = 400\n";
+    let gw = gateway_with(&[(a.addr, "vllm")], "max_waiting = 8", admission);
+    wait_polled(gw.addr, 1);
+    // still full after the queue timeout: shed, nothing sent
+    let t0 = Instant::now();
+    let r = chat(gw.addr, "s", "hello");
+    let took = t0.elapsed();
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(400),
+        "shed after {took:?}, not after the wait"
+    );
+    assert_eq!(a.posts(), 0);
+    // the engine drains while a request waits: it goes through
+    let addr = gw.addr;
+    let waiter = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        (chat(addr, "s", "patient"), t0.elapsed())
+    });
+    // the engine stays full for 100 ms of the waiter's wait, then drains
+    std::thread::sleep(Duration::from_millis(100));
+    *a.page.lock().unwrap() = vllm_page(1, 8, 0.5);
+    let (r, took) = waiter.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(took >= Duration::from_millis(100), "{took:?}");
+    assert_eq!(a.posts(), 1);
+    gw.stop();
 }

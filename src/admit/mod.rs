@@ -175,6 +175,8 @@ pub struct Admission {
     pool: ChunkPool,
     mode: Mode,
     queue_timeout: Duration,
+    /// This shard's share of `max_queue`.
+    max_queue: u32,
     max_body: u64,
     response_reserve: u64,
     connection_reserve: u64,
@@ -197,6 +199,7 @@ impl Admission {
             pool: ChunkPool::new(chunk, max_free),
             mode: cfg.mode,
             queue_timeout: Duration::from_millis(cfg.queue_timeout_ms),
+            max_queue,
             max_body: cfg.max_body,
             response_reserve: cfg.response_reserve,
             connection_reserve: cfg.connection_reserve,
@@ -278,6 +281,12 @@ impl Admission {
     /// Configured mode.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Block mode: the longest wait for a place (`queue_timeout_ms`) and this shard's share of
+    /// `max_queue` (also bounds `lb = "load"` requests waiting for a non-full engine).
+    pub fn queue_bounds(&self) -> (Duration, u32) {
+        (self.queue_timeout, self.max_queue)
     }
 
     /// Largest admissible declared body.

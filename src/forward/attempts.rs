@@ -189,6 +189,7 @@ impl<'a> Attempts<'a> {
 
     /// The first or next candidate.
     pub fn next(&mut self, now: Instant) -> Step<'a> {
+        self.full = false;
         if self.attempts >= self.route.policy.max_attempts {
             return Step::Stop(Stop::Attempts);
         }

@@ -58,6 +58,8 @@ pub struct ForwardState {
     keys: Vec<KeyRing>,
     rng: Rng,
     pub metrics: ForwardMetrics,
+    /// Requests waiting (block mode) for an `lb = "load"` engine that is not full.
+    pub full_waiters: std::cell::Cell<u32>,
 }
 
 impl ForwardState {
@@ -96,6 +98,7 @@ impl ForwardState {
                 .collect(),
             rng: Rng::new(seed),
             metrics: ForwardMetrics::new(table),
+            full_waiters: std::cell::Cell::new(0),
         }
     }
 

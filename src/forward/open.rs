@@ -11,6 +11,10 @@
 //! is relayed to the client as the upstream sent it (translated when needed); when it stops on
 //! an error, the last error goes to the client.
 //!
+//! When `lb = "load"` finds every engine full (`Stop::Full`), drop admission mode sheds at
+//! once (429 + Retry-After, nothing sent); block mode re-checks every 20 ms for up to
+//! `queue_timeout_ms`, at most the shard's share of `max_queue` waiting so (`full_wait`).
+//!
 //! Owns: `open`, `Opened`, `Tried`, `NoHead`, and charging an attempt's spliced or translated
 //! body copy to the request's permit while it is sent. Must not: write to the client or read
 //! the request body (it is replayed from the permit-held buffer for every attempt).
@@ -141,6 +145,8 @@ pub async fn open<'s>(
     }
     let mut step = attempts.next(start);
     let mut last: Option<Error> = None;
+    // block mode: when this request started waiting for a non-full engine
+    let mut queued_since: Option<Instant> = None;
     // Responses state (store on, Responses client): references are expanded once, for the
     // first translated attempt; same-dialect attempts send the body untouched.
     let tenant = fields.tenant.filter(|_| client == Dialect::Responses);
@@ -159,6 +165,20 @@ pub async fn open<'s>(
                 }
                 step = attempts.next(Instant::now());
                 continue;
+            }
+            Step::Stop(Stop::Full) if last.is_none() => {
+                // lb = "load", every engine full: block mode waits (bounded) for one to drain
+                match full_wait(conn, shard, routing, &mut queued_since).await {
+                    Ok(true) => {
+                        step = attempts.next(Instant::now());
+                        continue;
+                    }
+                    Ok(false) => {
+                        let e = stopped(Stop::Full, None, route, routing);
+                        return Err(NoHead::Failed(e));
+                    }
+                    Err(gone) => return Err(gone),
+                }
             }
             Step::Stop(stop) => return Err(NoHead::Failed(stopped(stop, last, route, routing))),
         };
@@ -317,6 +337,41 @@ fn stopped(stop: Stop, last: Option<Error>, route: &Route, routing: &Routing) ->
             }
         }
     }
+}
+
+/// How often a request waiting for a non-full engine looks again (the engines' signals change
+/// at their poll interval, the gateway's own in-flight counts at once).
+const FULL_RECHECK: Duration = Duration::from_millis(20);
+
+/// `lb = "load"` found every engine full. In drop mode: shed at once (`Ok(false)`). In block
+/// mode: wait `FULL_RECHECK` and try again (`Ok(true)`) while the request has waited less than
+/// `queue_timeout_ms` and fewer than this shard's share of `max_queue` wait so (the bound);
+/// then shed. The client leaving or the drain ending stop the wait.
+async fn full_wait(
+    conn: &ClientConn,
+    shard: &Shard,
+    routing: &Routing,
+    since: &mut Option<Instant>,
+) -> Result<bool, NoHead> {
+    if shard.admission.mode() != crate::admit::Mode::Block {
+        return Ok(false);
+    }
+    let (timeout, cap) = shard.admission.queue_bounds();
+    let now = Instant::now();
+    let first = since.is_none();
+    let started = *since.get_or_insert(now);
+    let waiters = &routing.forward.full_waiters;
+    if now.saturating_duration_since(started) >= timeout || (first && waiters.get() >= cap) {
+        return Ok(false);
+    }
+    waiters.set(waiters.get() + 1);
+    let r = monoio::select! {
+        _ = monoio::time::sleep(FULL_RECHECK) => Ok(true),
+        _ = conn.wait_closed() => Err(NoHead::ClientGone),
+        _ = shard.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
+    };
+    waiters.set(waiters.get().saturating_sub(1));
+    r
 }
 
 /// The routing reason of an attempt that got no valid head.
