@@ -91,14 +91,20 @@ pub async fn translated(
                 give(g.usage(), translate::chat_usage(&chat));
                 g.finish();
             }
-            translate::chat_to_response(client, &chat, client_model)
+            match remember {
+                // recorded before the answer goes out (the client's next request may follow
+                // at once), from the value the answer is written from
+                Some(r) if client == Dialect::Responses => {
+                    let (v, out) = translate::chat_to_responses_answer(&chat, client_model)?;
+                    shard.responses.record(r, &v);
+                    Ok(out)
+                }
+                _ => translate::chat_to_response(client, &chat, client_model),
+            }
         });
         drop(raw);
         return match out {
             Ok(out) => {
-                if let Some(r) = remember {
-                    shard.responses.record_body(r, &out);
-                }
                 let ok = conn
                     .respond(
                         200,

@@ -203,13 +203,6 @@ impl ShardStore {
             .put(self.shard, held, r.tenant, entries, Instant::now());
     }
 
-    /// Record a non-stream translated answer body (Responses JSON).
-    pub fn record_body(&self, r: Remember, body: &[u8]) {
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
-            self.record(r, &v);
-        }
-    }
-
     /// Once a second: expired entries leave, this shard's charge follows what it owns.
     pub fn settle(&self) {
         if let (Some(s), Some(held)) = (&self.shared, &self.held) {

@@ -200,6 +200,18 @@ pub fn chat_to_response(
     util::to_bytes(&v)
 }
 
+/// Hub Chat completion → Responses response body, with the `response` value it was written
+/// from (kept by the Responses state store, `translate::references::answer`, without parsing the
+/// body again).
+pub fn chat_to_responses_answer(
+    chat: &Value,
+    client_model: &str,
+) -> Result<(Value, Vec<u8>), TranslateError> {
+    let v = responses::chat_to_response(chat, client_model)?;
+    let bytes = util::to_bytes(&v)?;
+    Ok((v, bytes))
+}
+
 /// The usage of a hub Chat completion (`usage.prompt_tokens`, `usage.completion_tokens`), as
 /// `response_to_chat` left it.
 pub fn chat_usage(chat: &Value) -> Usage {

@@ -251,13 +251,21 @@ pub fn answer(response: &Value) -> Option<(String, Vec<(String, Vec<u8>)>, Vec<u
     if matches!(s(response, "status"), Some("failed" | "cancelled")) {
         return None;
     }
-    let output = response.get("output")?;
-    let items = output
-        .as_array()?
-        .iter()
-        .filter_map(|it| Some((s(it, "id")?.to_string(), serde_json::to_vec(it).ok()?)))
-        .collect();
-    Some((id.to_string(), items, serde_json::to_vec(output).ok()?))
+    // each item written once: the output array is spliced from the items' bytes
+    let mut items = Vec::new();
+    let mut output = vec![b'['];
+    for it in response.get("output")?.as_array()? {
+        let raw = serde_json::to_vec(it).ok()?;
+        if output.len() > 1 {
+            output.push(b',');
+        }
+        output.extend_from_slice(&raw);
+        if let Some(item_id) = s(it, "id") {
+            items.push((item_id.to_string(), raw));
+        }
+    }
+    output.push(b']');
+    Some((id.to_string(), items, output))
 }
 
 #[cfg(test)]
@@ -425,6 +433,8 @@ mod tests {
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].0, "fc_1");
         assert!(output.starts_with(b"[{\"type\":\"function_call\""));
+        let back: Value = serde_json::from_slice(&output).unwrap();
+        assert_eq!(back, r["output"]);
         assert!(answer(&json!({"id":"r","status":"failed","output":[]})).is_none());
     }
 }
