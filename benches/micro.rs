@@ -28,12 +28,18 @@
 //!   miss, under the process-wide lock), replaying a hit as JSON and as a Chat / Messages
 //!   stream, recording a miss's answer (JSON and a Chat stream), a semantic search over 1,000
 //!   entries (64 and 1,536 dimensions); with the cache off a request pays one branch
+//! - Responses state (`micro/responses_state.rs`): a translated Responses request and answer
+//!   with the store off vs on, a tool loop's second step expanded
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringgate::mock::{chat, MockRequest};
 use ringgate::translate::{self, Dialect, SseDecoder, SseEvent, StreamTranslator};
+
+#[path = "micro/responses_state.rs"]
+mod responses_state;
+use responses_state::responses_state;
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: OpenAI/Python 1.57.0\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.57.0\r\nX-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\nX-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.11.7\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Async: false\r\nX-Stainless-Retry-Count: 0\r\nContent-Length: 1234\r\n\r\n";
 
@@ -941,6 +947,7 @@ criterion_group!(
     governance,
     observability,
     spend,
-    header_policy
+    header_policy,
+    responses_state
 );
 criterion_main!(benches);
