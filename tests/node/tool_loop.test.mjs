@@ -32,7 +32,9 @@ function start(args, env) {
     const timer = setTimeout(() => reject(new Error(`no listening line: ${seen}`)), 20000);
     p.stderr.on('data', (d) => {
       seen += d.toString();
-      const m = seen.match(/listening on http:\/\/([0-9.:]+)/);
+      // Anchored on the whitespace after the port: stderr arrives in chunks, and a chunk may end
+      // in the middle of the port number.
+      const m = seen.match(/listening on http:\/\/([0-9.]+:[0-9]+)(?=\s)/);
       if (m) {
         clearTimeout(timer);
         resolve(m[1]);
