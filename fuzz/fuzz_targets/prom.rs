@@ -40,7 +40,10 @@ fuzz_target!(|data: &[u8]| {
         // a first line that was a partial sample is now a whole line on its own: compare
         // only when the page starts a fresh line
         if page.first().is_none_or(|&b| b == b'\n' || b == b'#') {
-            assert_eq!(plain.map(|v| v.map(f64::to_bits)), with.map(|v| v.map(f64::to_bits)));
+            assert_eq!(
+                plain.map(|v| v.map(f64::to_bits)),
+                with.map(|v| v.map(f64::to_bits))
+            );
         }
     }
     for v in plain.into_iter().flatten() {
