@@ -283,18 +283,8 @@ impl Entry<'_> {
 }
 
 /// A decimal integer, without `fmt`.
-fn int(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+fn int(out: &mut Vec<u8>, v: u64) {
+    crate::decimal::push_u64(out, v);
 }
 
 /// `d` in milliseconds with microsecond precision (`1.234`), or `null`.

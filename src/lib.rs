@@ -35,6 +35,7 @@ pub mod bridge;
 pub mod cache;
 pub mod config;
 pub mod date;
+pub mod decimal;
 pub mod doctor;
 pub mod engine;
 pub mod error;

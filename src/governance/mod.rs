@@ -81,6 +81,7 @@ pub use keyring::{Key, Keyring};
 pub use metrics::Reason;
 pub use spend::{Price, SpendBook};
 
+use crate::decimal::push_u64;
 use crate::error::{Error, Kind};
 use crate::http::RequestHead;
 use crate::route::RouteTable;
@@ -631,21 +632,6 @@ fn limit_lines(out: &mut Vec<u8>, what: &str, limit: u64, left: u64, reset_secs:
         out.extend_from_slice(unit.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-}
-
-/// Append `v` in decimal.
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 #[cfg(test)]

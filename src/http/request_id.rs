@@ -101,18 +101,8 @@ impl IdGen {
         let mut id = RequestId::default();
         let p = self.prefix_len;
         id.buf[..p].copy_from_slice(&self.prefix[..p]);
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut v = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        let d = &digits[i..];
+        let digits = crate::decimal::Digits::new(n);
+        let d = digits.as_bytes();
         id.buf[p..p + d.len()].copy_from_slice(d);
         id.len = (p + d.len()) as u8;
         id

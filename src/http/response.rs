@@ -3,6 +3,8 @@
 //! Owns: status lines, framing headers (Content-Length / chunked), the terminating chunk.
 //! Must not: do IO or decide statuses (callers pass them in).
 
+use crate::decimal::push_u64;
+
 /// How the body that follows the head is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -59,7 +61,7 @@ pub fn write_head_parts(
     let extra_len: usize = extra.iter().map(|e| e.len()).sum();
     out.reserve(96 + content_type.len() + extra_len);
     out.extend_from_slice(b"HTTP/1.1 ");
-    push_decimal(out, u64::from(status));
+    push_u64(out, u64::from(status));
     out.push(b' ');
     out.extend_from_slice(reason(status).as_bytes());
     out.extend_from_slice(b"\r\ncontent-type: ");
@@ -68,7 +70,7 @@ pub fn write_head_parts(
     match framing {
         Framing::Length(n) => {
             out.extend_from_slice(b"content-length: ");
-            push_decimal(out, n as u64);
+            push_u64(out, n as u64);
             out.extend_from_slice(b"\r\n");
         }
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
@@ -106,21 +108,6 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
-
-/// Append `n` in decimal.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,8 @@
 //!
 //! Owns: `Reply`, `Arg`, `command`, `parse`. Must not: do IO or know what the commands mean.
 
+use crate::decimal::{push_u64, Digits};
+
 /// Longest line (without CRLF) accepted.
 pub const MAX_LINE: usize = 4096;
 /// Largest bulk string accepted.
@@ -76,27 +78,27 @@ pub fn command(out: &mut Vec<u8>, args: &[Arg<'_>]) {
     out.push(b'*');
     push_int(out, args.len() as i64);
     out.extend_from_slice(b"\r\n");
-    let mut digits = [0u8; 20];
     for a in args {
+        let digits;
         let bytes: &[u8] = match *a {
             Arg::B(b) => b,
             Arg::S(s) => s.as_bytes(),
             Arg::U(u) => {
-                let i = fmt_u64(&mut digits, u);
-                &digits[i..]
+                digits = Digits::new(u);
+                digits.as_bytes()
             }
             Arg::I(v) => {
                 if v < 0 {
                     out.push(b'$');
-                    let i = fmt_u64(&mut digits, v.unsigned_abs());
-                    push_int(out, (digits.len() - i + 1) as i64);
+                    let d = Digits::new(v.unsigned_abs());
+                    push_int(out, (d.as_bytes().len() + 1) as i64);
                     out.extend_from_slice(b"\r\n-");
-                    out.extend_from_slice(&digits[i..]);
+                    out.extend_from_slice(d.as_bytes());
                     out.extend_from_slice(b"\r\n");
                     continue;
                 }
-                let i = fmt_u64(&mut digits, v as u64);
-                &digits[i..]
+                digits = Digits::new(v as u64);
+                digits.as_bytes()
             }
         };
         out.push(b'$');
@@ -107,25 +109,11 @@ pub fn command(out: &mut Vec<u8>, args: &[Arg<'_>]) {
     }
 }
 
-fn fmt_u64(digits: &mut [u8; 20], mut v: u64) -> usize {
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            return i;
-        }
-    }
-}
-
 fn push_int(out: &mut Vec<u8>, v: i64) {
-    let mut digits = [0u8; 20];
     if v < 0 {
         out.push(b'-');
     }
-    let i = fmt_u64(&mut digits, v.unsigned_abs());
-    out.extend_from_slice(&digits[i..]);
+    push_u64(out, v.unsigned_abs());
 }
 
 /// Parse one reply from the start of `buf`: `Ok(None)` when it is not complete yet,
