@@ -39,7 +39,7 @@ use sonic_rs::JsonValueTrait;
 pub use crate::translate::Dialect;
 pub use tools::TOOL_ARGS;
 
-/// Latency profile (see ../shared/bench-protocol.md "Mock profiles").
+/// Latency profile (see docs/bench-protocol.md "Mock profiles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
     /// Answer at once.
