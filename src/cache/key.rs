@@ -98,7 +98,7 @@ pub fn hex(k: &Key) -> String {
     s
 }
 
-/// The tenant of a request presenting `credential` (the raw key header values) when no virtual
+/// The tenant of a request presenting `credential` (the presented secret) when no virtual
 /// key names it: `client:` and 16 hex digits of the credential's SHA-256.
 pub fn client_tenant(credential: &[u8]) -> String {
     let k = digest(&[b"client", credential]);

@@ -19,6 +19,7 @@ use super::store::Entry;
 use super::{semantic, Cache, Mode};
 use crate::admit::Permit;
 use crate::extract::{RoutingFields, UsageOption};
+use crate::governance::credential::{with_presented, Presented};
 use crate::http::conn::{ClientConn, Tee};
 use crate::http::RequestHead;
 use crate::outcome::Outcome;
@@ -39,7 +40,7 @@ pub struct Ask {
 enum Who {
     /// A virtual key's name.
     Key(String),
-    /// The credential header values the client sent.
+    /// The key the client presents (the secret, as governance reads it).
     Credential(Vec<u8>),
     Shared,
     #[default]
@@ -78,28 +79,17 @@ pub fn ask(cache: &Cache, head: &RequestHead, buf: &[u8], key_name: Option<&str>
         head.header(buf, &head.cache_control),
         head.header(buf, &head.x_ringgate_cache),
     );
+    // The credential as governance reads it (one reader for every header and Gemini's `?key=`);
+    // a request presenting two keys is not cached.
     let who = if let Some(k) = key_name {
         Who::Key(k.to_string())
     } else {
-        let mut cred = Vec::new();
-        for r in [
-            &head.authorization,
-            &head.x_api_key,
-            &head.api_key,
-            &head.x_goog_api_key,
-        ] {
-            if let Some(v) = head.header(buf, r) {
-                cred.extend_from_slice(v);
-                cred.push(0);
-            }
-        }
-        if !cred.is_empty() {
-            Who::Credential(cred)
-        } else if cache.settings.shared_namespace {
-            Who::Shared
-        } else {
-            Who::Nobody
-        }
+        with_presented(head, buf, |p| match p {
+            Presented::Key(secret) => Who::Credential(secret.to_vec()),
+            Presented::Ambiguous => Who::Nobody,
+            Presented::Nothing if cache.settings.shared_namespace => Who::Shared,
+            Presented::Nothing => Who::Nobody,
+        })
     };
     Ask { who, directives }
 }
