@@ -230,6 +230,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     // the Responses state store: one for the process (see `responses_state`)
     let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
     let pin = cfg.server.pin;
+    let spin = Duration::from_micros(cfg.server.idle_spin_us);
     let sd = shutdown.clone();
     let book = spend.clone();
     let handles = shard::spawn(
@@ -304,6 +305,9 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 drop(cfg);
                 if let Some(t) = &tls_listeners {
                     t.start_shard(id, &shard, &sd);
+                }
+                if spin > Duration::ZERO {
+                    monoio::spawn(crate::shard::spin::run(spin));
                 }
                 accept_loop(std_listener, shard, sd).await;
             }

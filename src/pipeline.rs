@@ -110,6 +110,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             }
         };
         bump(&shard.metrics.in_flight);
+        crate::shard::spin::touch();
         let sent_id = head.header(&conn.buf, &head.x_request_id);
         conn.start_request(shard.request_ids.assign(sent_id));
         // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
@@ -121,6 +122,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // goes when the request ends, not when the connection has idled for `idle_release_ms`.
         conn.out = Vec::new();
         dec(&shard.metrics.in_flight);
+        crate::shard::spin::touch();
         if !keep {
             break;
         }

@@ -67,6 +67,15 @@ impl Config {
         if self.server.shards == Some(0) || self.server.shards.is_some_and(|s| s > 1024) {
             err(0..0, "server.shards must be between 1 and 1024".into());
         }
+        if self.server.idle_spin_us > super::MAX_IDLE_SPIN_US {
+            err(
+                0..0,
+                format!(
+                    "server.idle_spin_us must be at most {} (0 = off)",
+                    super::MAX_IDLE_SPIN_US
+                ),
+            );
+        }
         if !matches!(
             self.server.driver.get_ref().as_str(),
             "auto" | "io_uring" | "epoll"
