@@ -136,7 +136,7 @@ impl SseDecoder {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(&String::from_utf8_lossy(value));
+                push_lossy(&mut self.data, value);
                 self.has_data = true;
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
@@ -157,6 +157,16 @@ impl SseDecoder {
             event,
             data: std::mem::take(&mut self.data),
         });
+    }
+}
+
+/// Append `bytes` to `s`, invalid UTF-8 replaced by U+FFFD. Valid input (every event of a
+/// well-behaved upstream) takes `str::from_utf8`'s fast check instead of the lossy decoder's
+/// chunk iterator (per streamed token on translated streams).
+fn push_lossy(s: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(v) => s.push_str(v),
+        Err(_) => s.push_str(&String::from_utf8_lossy(bytes)),
     }
 }
 
@@ -258,6 +268,21 @@ mod tests {
         assert!(d.next_event().is_none());
         d.finish();
         assert_eq!(d.next_event(), Some(SseEvent::new(None, "[DONE]")));
+    }
+
+    #[test]
+    fn invalid_utf8_in_data_becomes_replacement_characters() {
+        let mut d = SseDecoder::new();
+        d.feed(b"data: a\xFFb\xC3\n\ndata: ok \xC3\xA9\n\n");
+        let mut got = Vec::new();
+        drain(&mut d, &mut got);
+        assert_eq!(
+            got,
+            vec![
+                SseEvent::new(None, "a\u{FFFD}b\u{FFFD}"),
+                SseEvent::new(None, "ok é")
+            ]
+        );
     }
 
     #[test]

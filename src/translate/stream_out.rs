@@ -203,23 +203,23 @@ impl MessagesOut {
     /// directly (runs once per streamed token). Byte-identical to serialising the equivalent
     /// `json!` value (same field order, serde_json's string escaping).
     fn delta(out: &mut Vec<u8>, index: u64, kind: &str, field: &str, value: &str) {
-        let mut data = Vec::with_capacity(96 + value.len());
-        data.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":");
-        data.extend_from_slice(index.to_string().as_bytes());
-        data.extend_from_slice(b",\"delta\":{\"type\":\"");
-        data.extend_from_slice(kind.as_bytes());
-        data.extend_from_slice(b"\",\"");
-        data.extend_from_slice(field.as_bytes());
-        data.extend_from_slice(b"\":");
-        if serde_json::to_writer(&mut data, value).is_err() {
-            data.extend_from_slice(b"\"\"");
-        }
-        data.extend_from_slice(b"}}");
-        encode_event(
-            Some("content_block_delta"),
-            &String::from_utf8_lossy(&data),
-            out,
+        // written straight into `out`: serde_json's output is one line (newlines in strings
+        // are escaped), so this is what `encode_event` would make of the JSON, without the
+        // intermediate buffer and the re-scan for line breaks
+        out.reserve(128 + value.len());
+        out.extend_from_slice(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
         );
+        crate::decimal::push_u64(out, index);
+        out.extend_from_slice(b",\"delta\":{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"");
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\":");
+        if serde_json::to_writer(&mut *out, value).is_err() {
+            out.extend_from_slice(b"\"\"");
+        }
+        out.extend_from_slice(b"}}\n\n");
     }
 
     fn handle(&mut self, ev: Hub, out: &mut Vec<u8>) {
@@ -432,6 +432,37 @@ impl ClientOut {
     pub(crate) fn set_chat_usage(&mut self, on: bool) {
         if let ClientOut::Chat(c) = self {
             c.include_usage = on;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written delta event is what serialising the `json!` value and framing it with
+    /// `encode_event` gives, for text that needs every kind of escaping.
+    #[test]
+    fn delta_event_is_byte_identical_to_the_json_value_framed() {
+        for text in [
+            "hi",
+            "",
+            "a\nb\r\n\"q\"\\ \u{1}\t é 😀 \u{2028}",
+            "data: x\n\nevent: y",
+        ] {
+            for (kind, field) in [("text_delta", "text"), ("thinking_delta", "thinking")] {
+                let mut got = Vec::new();
+                MessagesOut::delta(&mut got, 7, kind, field, text);
+                let v = json!({"type": "content_block_delta", "index": 7,
+                               "delta": {"type": kind, field: text}});
+                let mut want = Vec::new();
+                encode_event(Some("content_block_delta"), &v.to_string(), &mut want);
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&want),
+                    "{text:?}"
+                );
+            }
         }
     }
 }
