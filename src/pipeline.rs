@@ -115,7 +115,9 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         conn.start_request(shard.request_ids.assign(sent_id));
         // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
         // an idle connection's task stays small.
-        let keep = Box::pin(handle(&mut conn, head, &shard)).await;
+        // The head is lent, not moved in: it would be stored twice in the box (`handle`'s
+        // argument and `serve`'s), and copied with it.
+        let keep = Box::pin(handle(&mut conn, &head, &shard)).await;
         conn.resp_headers.clear();
         conn.capture = None;
         // The response buffer is request memory (inside the permit's `response_reserve`): it
@@ -229,7 +231,7 @@ impl From<NoHead> for Fail {
 
 /// One request. Returns whether the connection may carry another one. Every failure before the
 /// answer started ends here, in one place: counted, then answered in the client's dialect.
-async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool {
+async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> bool {
     // the config this request runs on to its end (a reload swaps it for the next request)
     let routing = shard.routing();
     let mut req = Req {
@@ -261,7 +263,7 @@ async fn handle(conn: &mut ClientConn, head: RequestHead, shard: &Shard) -> bool
 /// route → forward (plan, attempts, upstream) → respond (relay or translate back).
 async fn serve(
     conn: &mut ClientConn,
-    head: RequestHead,
+    head: &RequestHead,
     shard: &Shard,
     routing: &Routing,
     req: &mut Req,
@@ -287,33 +289,33 @@ async fn serve(
         .then(|| gemini_call::call(path, head.query(&conn.buf)));
     // the client headers the header policy may forward (`upstream::headers`)
     let client_headers = match target {
-        Ok(Target::Api(..)) => ClientHeaders::capture(&head, &conn.buf, conn.request_id),
+        Ok(Target::Api(..)) => ClientHeaders::capture(head, &conn.buf, conn.request_id),
         _ => Ok(ClientHeaders::default()),
     };
     let ask = match target {
-        Ok(Target::Models) => Some(Ask::of(&head, &conn.buf, None)),
-        Ok(Target::Model) => Some(Ask::of(&head, &conn.buf, model_id_in(path))),
+        Ok(Target::Models) => Some(Ask::of(head, &conn.buf, None)),
+        Ok(Target::Model) => Some(Ask::of(head, &conn.buf, model_id_in(path))),
         _ => None,
     };
     if let Some(a) = &ask {
         req.shape = a.shape.errors();
     }
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
-    let verdict = shard.edge.check_on(&head, &conn.buf, conn.stream.is_tls());
+    let verdict = shard.edge.check_on(head, &conn.buf, conn.stream.is_tls());
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
-    let caller = shard.governance.identify(&head, &conn.buf);
+    let caller = shard.governance.identify(head, &conn.buf);
     req.trace.key = caller.key();
     // the response cache's directives and tenant, read off the head (nothing when it is off)
     let cache_ask = match (&shard.cache, &target) {
         (Some(c), Ok(Target::Api(..))) => {
-            Some(crate::cache::serve::ask_of(c, &head, conn, shard, caller))
+            Some(crate::cache::serve::ask_of(c, head, conn, shard, caller))
         }
         _ => None,
     };
     // a Responses request's state namespace, while its key is in the buffer (store on only)
     let tenant = match target {
         Ok(Target::Api(Dialect::Responses, Op::Generate)) if shard.responses.on() => Some(
-            crate::responses_state::tenant_of(shard, caller, &head, &conn.buf),
+            crate::responses_state::tenant_of(shard, caller, head, &conn.buf),
         ),
         _ => None,
     };

@@ -53,9 +53,11 @@ pub async fn respond(
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);
             let remember = opened.remember.take();
-            bridge::translated(
+            // Boxed: a translation's state is large, and inline it would make every request's
+            // future (moved into its box once per request) that much larger, passthrough too.
+            Box::pin(bridge::translated(
                 conn, shard, ex, provider, up, client, want, keep_alive, permit, grant, remember,
-            )
+            ))
             .await
         }
     }

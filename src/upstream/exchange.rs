@@ -96,7 +96,10 @@ pub struct Exchange<'c> {
     conn: Option<Conn>,
     key: PoolKey,
     pool_ok: bool,
+    /// Bytes read and not yet consumed: `buf[at..]` (the head's bytes stay in front of the
+    /// first body bytes until the next read, instead of moving the body to the front).
     buf: Vec<u8>,
+    at: usize,
     state: BodyState,
     pub head: ResponseHead,
     gap_timeout: Duration,
@@ -157,19 +160,22 @@ impl Client {
         loop {
             let (mut conn, reused) = match (!fresh_only).then(|| self.pool.take(&key)).flatten() {
                 Some(c) => (c, true),
-                None => (self.connect(ep).await?, false),
+                // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
+                // when the pool has no connection; inline it would grow every request's future.
+                None => (Box::pin(self.connect(ep)).await?, false),
             };
             let res = self
                 .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline, fbt)
                 .await;
             match res {
-                Ok((resp_head, buf, state)) => {
+                Ok((resp_head, buf, at, state)) => {
                     return Ok(Exchange {
                         client: self,
                         conn: Some(conn),
                         key,
                         pool_ok: resp_head.keep_alive,
                         buf,
+                        at,
                         state,
                         head: resp_head,
                         gap_timeout: self.gap_timeout,
@@ -234,7 +240,7 @@ impl Client {
         coalesced: bool,
         deadline: Instant,
         first_byte_timeout: Duration,
-    ) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
+    ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
         // The request bytes stay intact in `head` (monoio hands the buffer back unchanged), so
         // a retry on a fresh connection resends exactly the same request.
         let wrote = {
@@ -263,7 +269,7 @@ impl Client {
         let mut conn = Conn::Pipe(reader);
         let deadline = Instant::now() + self.total_timeout;
         let first_deadline = (Instant::now() + self.first_byte_timeout).min(deadline);
-        let (head, buf, state) = read_head(&mut conn, first_deadline).await?;
+        let (head, buf, at, state) = read_head(&mut conn, first_deadline).await?;
         Ok(Exchange {
             client: self,
             conn: Some(conn),
@@ -274,6 +280,7 @@ impl Client {
             },
             pool_ok: false,
             buf,
+            at,
             state,
             head,
             gap_timeout: self.gap_timeout,
@@ -286,13 +293,14 @@ impl Client {
     }
 }
 
-/// Read a response head (interim 1xx skipped) from `conn`. Failures before a valid head are
+/// Read a response head (interim 1xx skipped) from `conn`: the head, the buffer, where the
+/// body's bytes in it start, the body's framing. Failures before a valid head are
 /// tagged with their [`Cause`] (the routing layer decides on retries from it); those before any
 /// byte are also marked retryable (a reused connection is retried once on a fresh one).
 async fn read_head(
     conn: &mut Conn,
     first_deadline: Instant,
-) -> Result<(ResponseHead, Vec<u8>, BodyState), Error> {
+) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
     {
         let mut buf = Vec::with_capacity(8192);
         loop {
@@ -317,14 +325,13 @@ async fn read_head(
                 return Err(if buf.is_empty() { e.retryable() } else { e });
             }
             if let Some((h, len)) = parse_response_head(&buf).map_err(|e| e.caused(Cause::Reset))? {
-                buf.drain(..len);
                 let state = match h.framing {
                     RespFraming::Length(0) => BodyState::Done,
                     RespFraming::Length(n) => BodyState::Length(n),
                     RespFraming::Chunked => BodyState::Chunked(ChunkedDecoder::new(u64::MAX)),
                     RespFraming::Close => BodyState::Close,
                 };
-                return Ok((h, buf, state));
+                return Ok((h, buf, len, state));
             }
             if buf.len() > MAX_RESPONSE_HEAD {
                 return Err(
@@ -360,7 +367,7 @@ impl Exchange<'_> {
     /// pass an `out` shorter than `limit`). Undecoded bytes stay buffered for the next call.
     pub async fn next_upto(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<bool, Error> {
         loop {
-            while !self.buf.is_empty() {
+            while self.at < self.buf.len() {
                 let (progressed, consumed) = self.consume_buffered(out, limit)?;
                 if progressed {
                     if !self.pieces {
@@ -385,6 +392,9 @@ impl Exchange<'_> {
             let Some(conn) = self.conn.as_mut() else {
                 return Ok(false);
             };
+            // what is left unconsumed (a partial chunk header) moves to the front before reading
+            self.buf.drain(..self.at);
+            self.at = 0;
             let waiting = Instant::now();
             let gap = (waiting + self.gap_timeout).min(self.deadline);
             let read = read_more(conn, &mut self.buf, gap).await;
@@ -419,44 +429,50 @@ impl Exchange<'_> {
     /// Returns (out grew or the body just ended, some buffered byte was consumed).
     fn consume_buffered(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<(bool, bool), Error> {
         let before = out.len();
-        let held = self.buf.len();
+        let held = self.buf.len() - self.at;
+        let data = &self.buf[self.at..];
         // Decoded bytes never outnumber the input bytes they come from, so feeding at most
         // `room` input bytes keeps `out` within `limit`.
         let room = limit.saturating_sub(before).min(held);
         match &mut self.state {
             BodyState::Length(left) => {
                 let take = (*left).min(room as u64) as usize;
-                out.extend_from_slice(&self.buf[..take]);
-                self.buf.drain(..take);
+                out.extend_from_slice(&data[..take]);
+                self.at += take;
                 *left -= take as u64;
                 if *left == 0 {
                     self.state = BodyState::Done;
                 }
             }
             BodyState::Chunked(dec) => {
-                let used = dec.decode(&self.buf[..room], out).map_err(|e| {
+                let used = dec.decode(&data[..room], out).map_err(|e| {
                     Error::new(
                         Kind::UpstreamProtocol,
                         format!("upstream chunked body: {}", e.message),
                     )
                 })?;
-                self.buf.drain(..used);
+                self.at += used;
                 if dec.is_done() {
                     self.state = BodyState::Done;
                 }
             }
             BodyState::Close => {
-                out.extend_from_slice(&self.buf[..room]);
-                self.buf.drain(..room);
+                out.extend_from_slice(&data[..room]);
+                self.at += room;
             }
             BodyState::Done => {
                 // Bytes after a complete response: the peer is not speaking HTTP/1.1 properly.
                 self.pool_ok = false;
-                self.buf.clear();
+                self.at = self.buf.len();
             }
         }
+        let left = self.buf.len() - self.at;
+        if left == 0 {
+            self.buf.clear();
+            self.at = 0;
+        }
         let grew = out.len() > before || matches!(self.state, BodyState::Done);
-        Ok((grew, self.buf.len() < held))
+        Ok((grew, left < held))
     }
 
     /// Read the rest of the body into `out` (non-streaming use).
@@ -476,7 +492,7 @@ impl Exchange<'_> {
     /// Return the connection to the pool if the body ended cleanly and it may be reused.
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if self.pool_ok && self.buf.is_empty() {
+            if self.pool_ok && self.at == self.buf.len() {
                 self.client.pool.put(&self.key, conn);
             }
         }
