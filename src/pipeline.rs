@@ -235,7 +235,7 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
     // the config this request runs on to its end (a reload swaps it for the next request)
     let routing = shard.routing();
     let mut req = Req {
-        trace: Trace::new(Instant::now()),
+        trace: Trace::new(conn.head_at),
         shape: ErrorShape::OpenAi,
         keep: false,
     };
@@ -471,6 +471,7 @@ async fn serve(
         &client_headers,
         &mut tried,
         &permit,
+        open_start,
     )
     .await;
     let open_end = Instant::now();

@@ -169,6 +169,7 @@ pub async fn embed(
             &headers,
             &mut tried,
             permit,
+            std::time::Instant::now(),
         )
         .await
         .ok()?;

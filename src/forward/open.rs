@@ -112,7 +112,8 @@ impl From<Error> for NoHead {
     }
 }
 
-/// Get an upstream answer for the client's request to `route`.
+/// Get an upstream answer for the client's request to `route`, asked for at `start` (the
+/// caller's clock read: the routing plan's deadline counts from it).
 #[allow(clippy::too_many_arguments)]
 pub async fn open<'s>(
     conn: &ClientConn,
@@ -126,8 +127,8 @@ pub async fn open<'s>(
     client_headers: &ClientHeaders,
     tried: &mut Tried<'s>,
     permit: &Permit,
+    start: Instant,
 ) -> Result<Opened<'s>, NoHead> {
-    let start = Instant::now();
     let mut attempts = Attempts::new(
         &routing.routes,
         &routing.forward,

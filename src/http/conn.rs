@@ -17,7 +17,7 @@ use monoio::net::TcpStream;
 use super::stream::ClientStream;
 
 use super::head::{self, RequestHead};
-use super::io::{read_more, write_all_timeout};
+use super::io::{read_more, read_more_at, write_all_timeout};
 use super::request_id::RequestId;
 use super::response::{write_head_parts, Framing};
 use crate::error::{Error, ErrorShape, Kind};
@@ -113,6 +113,9 @@ pub struct ClientConn {
     pub bytes_out: u64,
     /// A copy of the current answer as written (set by the response cache on a miss).
     pub capture: Option<Tee>,
+    /// When the current request's head had been parsed (`read_head`; the request's start in
+    /// metrics and the access log).
+    pub head_at: Instant,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -138,6 +141,7 @@ impl ClientConn {
             request_id: RequestId::default(),
             bytes_out: 0,
             capture: None,
+            head_at: Instant::now(),
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
@@ -147,18 +151,24 @@ impl ClientConn {
     /// between requests.
     pub async fn read_head(&mut self, limits: &Limits) -> Result<Option<RequestHead>, Error> {
         if self.buf.is_empty() {
-            match self.first_bytes(Instant::now() + limits.idle_timeout).await {
+            let now = Instant::now();
+            match self.first_bytes(now, now + limits.idle_timeout).await {
                 Ok(n) if n > 0 => {}
                 // EOF, idle timeout or a reset between requests: a clean end.
                 _ => return Ok(None),
             }
         }
-        let deadline = Instant::now() + limits.header_timeout;
+        // The header deadline starts when the first bytes are in (a head that arrives whole,
+        // the usual case, reads the clock once: when it has been parsed).
+        let mut deadline = None;
         loop {
             if let Some(h) = head::parse(&self.buf, limits.max_head, limits.max_headers)? {
+                self.head_at = Instant::now();
                 return Ok(Some(h));
             }
-            match read_more(&mut self.stream, &mut self.buf, deadline).await {
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + limits.header_timeout);
+            match read_more_at(&mut self.stream, &mut self.buf, deadline, now).await {
                 Ok(0) => return Err(Error::new(Kind::BadRequest, "connection closed mid-head")),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -181,7 +191,7 @@ impl ClientConn {
     ///
     /// A TLS connection reads with its buffer until the deadline: its TLS layer may already
     /// hold the next request's bytes, and a cancelled TLS read would break the stream.
-    async fn first_bytes(&mut self, deadline: Instant) -> std::io::Result<usize> {
+    async fn first_bytes(&mut self, now: Instant, deadline: Instant) -> std::io::Result<usize> {
         if self.buf.capacity() < READ_BUF {
             self.buf = self.bufs.take();
         }
@@ -189,7 +199,6 @@ impl ClientConn {
             ClientStream::Plain(s) => s,
             tls @ ClientStream::Tls(_) => return read_more(tls, &mut self.buf, deadline).await,
         };
-        let now = Instant::now();
         let linger = self
             .bufs
             .inner
@@ -201,7 +210,7 @@ impl ClientConn {
             let mut read = std::pin::pin!(read);
             monoio::select! {
                 r = &mut read => r,
-                _ = monoio::time::sleep(linger) => {
+                _ = monoio::time::sleep_until((now + linger).into()) => {
                     self.canceller = std::mem::take(&mut self.canceller).cancel();
                     read.await
                 }

@@ -20,7 +20,7 @@ use crate::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
-use crate::http::io::read_more;
+use crate::http::io::read_more_at;
 
 /// Largest upstream response head accepted.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -258,8 +258,9 @@ impl Client {
                     .caused(Cause::Reset),
             );
         }
-        let first_deadline = (Instant::now() + first_byte_timeout).min(deadline);
-        read_head(conn, first_deadline).await
+        let now = Instant::now();
+        let first_deadline = (now + first_byte_timeout).min(deadline);
+        read_head(conn, first_deadline, now).await
     }
 
     /// An exchange over an in-memory pipe (the in-process mock, answers the gateway makes
@@ -267,9 +268,10 @@ impl Client {
     /// head parsing and body framing as a socket; never pooled.
     pub async fn open_pipe(&self, reader: PipeReader) -> Result<Exchange<'_>, Error> {
         let mut conn = Conn::Pipe(reader);
-        let deadline = Instant::now() + self.total_timeout;
-        let first_deadline = (Instant::now() + self.first_byte_timeout).min(deadline);
-        let (head, buf, at, state) = read_head(&mut conn, first_deadline).await?;
+        let now = Instant::now();
+        let deadline = now + self.total_timeout;
+        let first_deadline = (now + self.first_byte_timeout).min(deadline);
+        let (head, buf, at, state) = read_head(&mut conn, first_deadline, now).await?;
         Ok(Exchange {
             client: self,
             conn: Some(conn),
@@ -293,18 +295,20 @@ impl Client {
     }
 }
 
-/// Read a response head (interim 1xx skipped) from `conn`: the head, the buffer, where the
+/// Read a response head (interim 1xx skipped) from `conn` (`now`: the caller's clock read,
+/// just taken): the head, the buffer, where the
 /// body's bytes in it start, the body's framing. Failures before a valid head are
 /// tagged with their [`Cause`] (the routing layer decides on retries from it); those before any
 /// byte are also marked retryable (a reused connection is retried once on a fresh one).
 async fn read_head(
     conn: &mut Conn,
     first_deadline: Instant,
+    mut now: Instant,
 ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
     {
         let mut buf = Vec::with_capacity(8192);
         loop {
-            let n = read_more(conn, &mut buf, first_deadline)
+            let n = read_more_at(conn, &mut buf, first_deadline, now)
                 .await
                 .map_err(|e| {
                     if e.kind() == std::io::ErrorKind::TimedOut {
@@ -339,6 +343,7 @@ async fn read_head(
                         .caused(Cause::Reset),
                 );
             }
+            now = Instant::now();
         }
     }
 }
@@ -397,7 +402,7 @@ impl Exchange<'_> {
             self.at = 0;
             let waiting = Instant::now();
             let gap = (waiting + self.gap_timeout).min(self.deadline);
-            let read = read_more(conn, &mut self.buf, gap).await;
+            let read = read_more_at(conn, &mut self.buf, gap, waiting).await;
             let done = Instant::now();
             self.waited += done.saturating_duration_since(waiting);
             self.last_read = Some(done);
