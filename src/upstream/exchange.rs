@@ -153,17 +153,19 @@ impl Client {
         if coalesce {
             head.extend_from_slice(req.body);
         }
-        let deadline = Instant::now() + self.total_timeout;
+        let now = Instant::now();
+        let deadline = now + self.total_timeout;
         let fbt = req.first_byte_timeout.unwrap_or(self.first_byte_timeout);
 
         let mut fresh_only = false;
         loop {
-            let (mut conn, reused) = match (!fresh_only).then(|| self.pool.take(&key)).flatten() {
-                Some(c) => (c, true),
-                // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
-                // when the pool has no connection; inline it would grow every request's future.
-                None => (Box::pin(self.connect(ep)).await?, false),
-            };
+            let (mut conn, reused) =
+                match (!fresh_only).then(|| self.pool.take(&key, now)).flatten() {
+                    Some(c) => (c, true),
+                    // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
+                    // when the pool has no connection; inline it would grow every request's future.
+                    None => (Box::pin(self.connect(ep)).await?, false),
+                };
             let res = self
                 .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline, fbt)
                 .await;

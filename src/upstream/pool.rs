@@ -45,11 +45,12 @@ impl Pool {
     /// Most recently returned idle connection that is not too old and has nothing pending:
     /// a connection with unread bytes (the peer wrote after its response ended) or a close
     /// pending is dropped, never handed out — its bytes would be read as the next answer.
-    pub fn take(&self, key: &PoolKey) -> Option<Conn> {
+    /// `now`: the caller's clock read, just taken.
+    pub fn take(&self, key: &PoolKey, now: Instant) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
         while let Some(i) = list.pop() {
-            if i.since.elapsed() < self.ttl && i.conn.is_quiet() {
+            if now.saturating_duration_since(i.since) < self.ttl && i.conn.is_quiet() {
                 return Some(i.conn);
             }
         }
@@ -57,16 +58,24 @@ impl Pool {
     }
 
     pub fn put(&self, key: &PoolKey, conn: Conn) {
-        let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(key.clone()).or_default();
+        let idle = Idle {
+            conn,
+            since: Instant::now(),
+        };
+        let mut map = self.idle.borrow_mut();
+        // the key is copied (an allocation) only for a host's first idle list
+        if let Some(list) = map.get_mut(key) {
+            return self.push(list, idle);
+        }
+        self.push(map.entry(key.clone()).or_default(), idle);
+    }
+
+    fn push(&self, list: &mut Vec<Idle>, idle: Idle) {
         if list.len() >= self.max_idle {
             // Drop the oldest: it is the most likely to have been closed by the peer.
             list.remove(0);
         }
-        list.push(Idle {
-            conn,
-            since: Instant::now(),
-        });
+        list.push(idle);
     }
 
     pub fn idle_count(&self) -> usize {
