@@ -5,7 +5,6 @@
 //! on a fresh one), and returning the connection to the pool only when the body ended cleanly.
 //! Must not: touch the client connection or interpret response bodies.
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
@@ -140,13 +139,14 @@ impl Client {
             tls: ep.tls,
         };
         let mut head = Vec::with_capacity(256 + req.headers.len());
-        let _ = write!(
-            head,
-            "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-            req.path,
-            ep.host_header,
-            req.body.len()
-        );
+        // written piece by piece (no `core::fmt`: this runs once per request)
+        head.extend_from_slice(b"POST ");
+        head.extend_from_slice(req.path.as_bytes());
+        head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        head.extend_from_slice(ep.host_header.as_bytes());
+        head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
+        crate::decimal::push_u64(&mut head, req.body.len() as u64);
+        head.extend_from_slice(b"\r\n");
         head.extend_from_slice(req.headers);
         head.extend_from_slice(b"\r\n");
         let coalesce = req.body.len() <= COALESCE_BODY;
