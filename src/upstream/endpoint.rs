@@ -13,6 +13,8 @@ pub struct Endpoint {
     pub base_path: String,
     /// Value for the `Host` header (`host` or `host:port` when the port is not the default).
     pub host_header: String,
+    /// The upstream pool's key for this endpoint's connections (built once, here).
+    pub pool_key: super::pool::PoolKey,
 }
 
 impl Endpoint {
@@ -74,12 +76,18 @@ impl Endpoint {
             (false, true) => host.clone(),
             (false, false) => format!("{host}:{port}"),
         };
+        let pool_key = super::pool::PoolKey {
+            host: host.as_str().into(),
+            port,
+            tls,
+        };
         Ok(Endpoint {
             tls,
             host,
             port,
             base_path,
             host_header,
+            pool_key,
         })
     }
 }

@@ -93,7 +93,8 @@ enum BodyState {
 pub struct Exchange<'c> {
     client: &'c Client,
     conn: Option<Conn>,
-    key: PoolKey,
+    /// `None`: never pooled (a pipe).
+    key: Option<PoolKey>,
     pool_ok: bool,
     /// Bytes read and not yet consumed: `buf[at..]` (the head's bytes stay in front of the
     /// first body bytes until the next read, instead of moving the body to the front).
@@ -133,11 +134,7 @@ impl Client {
     pub async fn send(&self, req: &UpstreamRequest<'_>) -> Result<Exchange<'_>, Error> {
         let ep = req.endpoint;
         super::target::check_head(req.path, &ep.host_header, req.headers)?;
-        let key = PoolKey {
-            host: ep.host.clone(),
-            port: ep.port,
-            tls: ep.tls,
-        };
+        let key = &ep.pool_key;
         let mut head = Vec::with_capacity(256 + req.headers.len());
         // written piece by piece (no `core::fmt`: this runs once per request)
         head.extend_from_slice(b"POST ");
@@ -159,13 +156,13 @@ impl Client {
 
         let mut fresh_only = false;
         loop {
-            let (mut conn, reused) =
-                match (!fresh_only).then(|| self.pool.take(&key, now)).flatten() {
-                    Some(c) => (c, true),
-                    // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
-                    // when the pool has no connection; inline it would grow every request's future.
-                    None => (Box::pin(self.connect(ep)).await?, false),
-                };
+            let (mut conn, reused) = match (!fresh_only).then(|| self.pool.take(key, now)).flatten()
+            {
+                Some(c) => (c, true),
+                // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
+                // when the pool has no connection; inline it would grow every request's future.
+                None => (Box::pin(self.connect(ep)).await?, false),
+            };
             let res = self
                 .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline, fbt)
                 .await;
@@ -174,7 +171,7 @@ impl Client {
                     return Ok(Exchange {
                         client: self,
                         conn: Some(conn),
-                        key,
+                        key: Some(key.clone()),
                         pool_ok: resp_head.keep_alive,
                         buf,
                         at,
@@ -277,11 +274,7 @@ impl Client {
         Ok(Exchange {
             client: self,
             conn: Some(conn),
-            key: PoolKey {
-                host: String::new(),
-                port: 0,
-                tls: false,
-            },
+            key: None,
             pool_ok: false,
             buf,
             at,
@@ -499,8 +492,8 @@ impl Exchange<'_> {
     /// Return the connection to the pool if the body ended cleanly and it may be reused.
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if self.pool_ok && self.at == self.buf.len() {
-                self.client.pool.put(&self.key, conn);
+            if let (true, Some(key)) = (self.pool_ok && self.at == self.buf.len(), &self.key) {
+                self.client.pool.put(key, conn);
             }
         }
     }

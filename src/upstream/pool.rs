@@ -15,7 +15,9 @@ use super::resolve::{self, LocalDns, ResolveError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
-    pub host: String,
+    /// Shared with the endpoint it was made from (`Endpoint::pool_key`): a request copies the
+    /// key without an allocation.
+    pub host: std::sync::Arc<str>,
     pub port: u16,
     pub tls: bool,
 }
