@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,32 +14,15 @@ use ringgate::gateway;
 
 /// Answers every request with a small chat completion, except one whose body mentions
 /// `"stall-me"`: that one is never answered (the connection stays open and silent).
-fn fake_upstream() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                while let Some(req) = read_request(&mut s) {
-                    if req.windows(8).any(|w| w == b"stall-me") {
-                        std::thread::sleep(Duration::from_secs(30));
-                        return;
-                    }
-                    let body = r#"{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
-                    // one write (two would meet Nagle and a delayed ACK: 40 ms per request)
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if s.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+fn stalling_upstream() -> SocketAddr {
+    fake_upstream(|s, _, req| {
+        if req.windows(8).any(|w| w == b"stall-me") {
+            std::thread::sleep(Duration::from_secs(30));
+            return false;
         }
-    });
-    addr
+        let body = r#"{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+        s.write_all(&json_response(body)).is_ok()
+    })
 }
 
 /// The test config (`common::start_gateway_with`: first-byte timeout 3 s) with a 10 ms spin
@@ -82,7 +65,7 @@ fn shard_ticks() -> u64 {
 fn a_spinning_shard_serves_its_timeouts_fire_and_it_sleeps_once_traffic_stops() {
     // one test: the idle check reads the CPU time of every shard thread in this process
     for d in DRIVERS {
-        let up = fake_upstream();
+        let up = stalling_upstream();
         let gw = start(d, up);
         steady_traffic_leaves_timeouts_punctual(d, gw.addr);
         sleeps_once_traffic_stops(d);

@@ -6,9 +6,8 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -19,43 +18,6 @@ fn each_driver(f: impl Fn(&str)) {
     }
 }
 
-/// A raw fake upstream: every accepted connection is served on its own thread; for each
-/// request read, `answer(stream, n)` (n counts requests across connections, from 1) writes
-/// whatever it likes and returns whether to keep the connection open.
-fn fake_upstream<F>(answer: F) -> SocketAddr
-where
-    F: Fn(&mut TcpStream, usize) -> bool + Send + Sync + 'static,
-{
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let answer = Arc::new(answer);
-    let count = Arc::new(AtomicUsize::new(0));
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            let answer = answer.clone();
-            let count = count.clone();
-            std::thread::spawn(move || {
-                while read_request(&mut s).is_some() {
-                    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-                    if !answer(&mut s, n) {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-fn json_response(body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
 const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 
 #[test]
@@ -64,7 +26,7 @@ fn bytes_sent_after_a_complete_response_never_reach_the_next_request() {
         // Late: the extra response comes 20 ms after the first (the pooled connection is idle
         // by then); glued: in the same write (already buffered when the first one ends).
         for late in [true, false] {
-            let up = fake_upstream(move |s, n| {
+            let up = fake_upstream(move |s, n, _| {
                 let mut out = json_response(&format!("{{\"n\":{n}}}"));
                 if late {
                     s.write_all(&out).unwrap();
@@ -138,7 +100,7 @@ const MSG_END: &str = "event: content_block_stop\ndata: {\"type\":\"content_bloc
 /// A fake SSE upstream: the head (chunked or close-delimited), `body` (in one chunk for
 /// chunked), then — if `finish` — the chunked end, else a close (a cut for chunked).
 fn sse_upstream(chunked: bool, body: &'static str, finish: bool) -> SocketAddr {
-    fake_upstream(move |s, _| {
+    fake_upstream(move |s, _, _| {
         let te = if chunked {
             "Transfer-Encoding: chunked\r\n"
         } else {
@@ -450,7 +412,7 @@ fn a_client_that_leaves_while_the_upstream_is_silent_cancels_the_upstream_reques
 #[test]
 fn pipelined_requests_survive_the_client_watch() {
     each_driver(|d| {
-        let up = fake_upstream(|s, n| {
+        let up = fake_upstream(|s, n, _| {
             std::thread::sleep(Duration::from_millis(150));
             s.write_all(&json_response(&format!("{{\"n\":{n}}}")))
                 .unwrap();

@@ -492,7 +492,8 @@ impl Exchange<'_> {
     /// Return the connection to the pool if the body ended cleanly and it may be reused.
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if let (true, Some(key)) = (self.pool_ok && self.at == self.buf.len(), &self.key) {
+            let clean = self.pool_ok && self.at == self.buf.len();
+            if let Some(key) = self.key.as_ref().filter(|_| clean) {
                 self.client.pool.put(key, conn);
             }
         }

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ringgate::config::Config;
@@ -355,4 +357,43 @@ pub fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
         }
     }
     Some(buf)
+}
+
+/// A raw fake upstream: every accepted connection is served on its own thread; for each
+/// request read, `answer(stream, n, request)` (n counts requests across connections, from 1)
+/// writes whatever it likes and returns whether to keep the connection open.
+pub fn fake_upstream<F>(answer: F) -> SocketAddr
+where
+    F: Fn(&mut TcpStream, usize, &[u8]) -> bool + Send + Sync + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    let count = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let answer = answer.clone();
+            let count = count.clone();
+            std::thread::spawn(move || {
+                while let Some(req) = read_request(&mut s) {
+                    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                    if !answer(&mut s, n, &req) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A 200 JSON answer with `body`, head and body in one buffer (one write: two would meet
+/// Nagle and a delayed ACK).
+pub fn json_response(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
