@@ -23,6 +23,7 @@ pub mod keys;
 pub mod limits;
 pub mod log;
 pub mod origin;
+pub mod reload;
 pub mod responses;
 pub mod routing;
 mod validate;
@@ -62,6 +63,9 @@ pub struct Config {
     /// `[responses]`: the Responses state store of translated routes (`config::responses`).
     #[serde(default)]
     pub responses: responses::ResponsesConfig,
+    /// `[reload]`: what a reload may remove (`config::reload`).
+    #[serde(default)]
+    pub reload: reload::ReloadConfig,
     /// First 16 hex digits of the SHA-256 of the text this config was parsed from
     /// (`ringgate_config_info`).
     #[serde(skip)]
@@ -389,21 +393,30 @@ impl std::fmt::Display for ConfigError {
 impl Config {
     /// Parse and validate. Returns every problem found, not just the first.
     pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-        let cfg: Config = toml::from_str(text).map_err(|e| {
-            vec![ConfigError {
-                line: e.span().map(|s| line_of(text, s.start)),
-                message: e.message().trim().to_string(),
-            }]
-        })?;
+        match Config::parse_all(text) {
+            (Some(cfg), errors) if errors.is_empty() => Ok(cfg),
+            (_, errors) => Err(errors),
+        }
+    }
+
+    /// Parse and validate, keeping the parsed config even when it does not validate (`check`
+    /// also reports what `serve` would refuse about it). `None` when the text is not TOML or
+    /// does not fit the shape (that problem is the only one: the parser stops there).
+    pub fn parse_all(text: &str) -> (Option<Config>, Vec<ConfigError>) {
+        let mut cfg: Config = match toml::from_str(text) {
+            Ok(c) => c,
+            Err(e) => {
+                let problem = ConfigError {
+                    line: e.span().map(|s| line_of(text, s.start)),
+                    message: e.message().trim().to_string(),
+                };
+                return (None, vec![problem]);
+            }
+        };
         let mut errors = cfg.validate(text);
         errors.extend(cfg.log.validate(text));
-        if errors.is_empty() {
-            let mut cfg = cfg;
-            cfg.hash = text_hash(text);
-            Ok(cfg)
-        } else {
-            Err(errors)
-        }
+        cfg.hash = text_hash(text);
+        (Some(cfg), errors)
     }
 
     pub fn load(path: &str) -> Result<Config, Vec<ConfigError>> {
@@ -412,17 +425,36 @@ impl Config {
 
     /// `load`, also returning the text it parsed (a reload's redacted view and diff).
     pub fn load_text(path: &str) -> Result<(Config, String), Vec<ConfigError>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            vec![ConfigError {
-                line: None,
-                message: format!("cannot read {path}: {e}"),
-            }]
-        })?;
-        let mut cfg = Config::parse(&text)?;
-        cfg.resolve_paths(std::path::Path::new(path).parent());
-        cfg.origin.path = Some(path.into());
-        cfg.origin.text = Some(text.as_str().into());
-        Ok((cfg, text))
+        match Config::load_all(path) {
+            (Some((cfg, text)), errors) if errors.is_empty() => Ok((cfg, text)),
+            (_, errors) => Err(errors),
+        }
+    }
+
+    /// `load_text` as `parse_all`: the config read from `path` even when it does not
+    /// validate, and every problem.
+    pub fn load_all(path: &str) -> (Option<(Config, String)>, Vec<ConfigError>) {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                let message = format!("cannot read {path}: {e}");
+                return (
+                    None,
+                    vec![ConfigError {
+                        line: None,
+                        message,
+                    }],
+                );
+            }
+        };
+        let (cfg, errors) = Config::parse_all(&text);
+        let cfg = cfg.map(|mut cfg| {
+            cfg.resolve_paths(std::path::Path::new(path).parent());
+            cfg.origin.path = Some(path.into());
+            cfg.origin.text = Some(text.as_str().into());
+            (cfg, text)
+        });
+        (cfg, errors)
     }
 
     /// Relative `tls_cert` / `tls_key` paths name files next to the config file.
@@ -484,6 +516,7 @@ impl Config {
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
             responses: Default::default(),
+            reload: Default::default(),
             hash: String::new(),
             origin: Default::default(),
             admin: None,
@@ -531,26 +564,9 @@ impl Config {
     }
 }
 
-/// `url` fit to display or log: the password of a `user:pass@host` authority becomes `***`
-/// (`user:***@host`); userinfo without a colon (often a token) becomes `***@host`.
-pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let rest = &url[start..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return std::borrow::Cow::Borrowed(url);
-    };
-    let user = match authority[..at].split_once(':') {
-        Some((user, _)) => user,
-        None => "",
-    };
-    let sep = if user.is_empty() { "" } else { ":" };
-    std::borrow::Cow::Owned(format!(
-        "{}{user}{sep}***{}",
-        &url[..start],
-        &url[start + at..]
-    ))
-}
+/// `url` fit to display or log (userinfo and `key=`/secret query parameters masked): the one
+/// URL redactor, `reload::redact::url`.
+pub use crate::reload::redact::url as redact_url;
 
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
@@ -661,6 +677,15 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
             ("http://a:b:c@d@h", "http://a:***@h"),
             ("http://h/p@q", "http://h/p@q"),
             ("http://h:80", "http://h:80"),
+            (
+                "https://h/v1beta?key=AIzaS3cret&alt=sse",
+                "https://h/v1beta?key=***&alt=sse",
+            ),
+            (
+                "http://u:p@h/v1?api_key=x#f",
+                "http://u:***@h/v1?api_key=***",
+            ),
+            ("http://h/v1?alt=sse", "http://h/v1?alt=sse"),
         ];
         for (url, want) in cases {
             assert_eq!(redact_url(url), want, "{url}");
@@ -671,6 +696,13 @@ upstream_model = "gpt-4o-mini"     # optional, defaults to name
         .unwrap_err();
         assert!(!errs[0].message.contains("s3cret"), "{errs:?}");
         assert!(errs[0].message.contains("alice:***@h"), "{errs:?}");
+        // a refused base_url with a `?key=` secret: the problem shows it masked
+        let errs = Config::parse(
+            "[[provider]]\nname=\"g\"\nkind=\"gemini\"\nbase_url=\"https://h/v1beta?key=AIzaS3cret\"\n",
+        )
+        .unwrap_err();
+        assert!(!errs[0].message.contains("AIzaS3cret"), "{errs:?}");
+        assert!(errs[0].message.contains("key=***"), "{errs:?}");
     }
 
     #[test]

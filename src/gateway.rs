@@ -94,8 +94,7 @@ fn keys_and_state(
     cfg: &Config,
     book: &Arc<SpendBook>,
 ) -> Result<(Registry, Option<Arc<crate::state::Store>>), String> {
-    let wanted = cfg.admin.is_some() || cfg.auth_mode() == crate::config::AuthMode::Keys;
-    let (store, stored) = match (&cfg.server.state_dir, wanted) {
+    let (store, stored) = match (&cfg.server.state_dir, crate::state::wanted(cfg)) {
         (Some(dir), true) => {
             let (store, rows) = crate::state::Store::open(std::path::Path::new(dir), Some(book))?;
             (Some(Arc::new(store)), rows)

@@ -16,8 +16,13 @@ const USAGE: &str = "\
 ringgate — a thread-per-core LLM gateway
 
 USAGE:
-  ringgate [serve] [--config FILE] [--listen ADDR]   run the gateway (no config: built-in default)
-  ringgate check --config FILE                       validate a config file
+  ringgate [serve] [--config FILE] [--listen ADDR] [--shards N]
+                                                     run the gateway (no config: built-in default;
+                                                     --listen / --shards win over the file's
+                                                     server.listen / server.shards)
+  ringgate check --config FILE                       validate a config file: every problem (with
+                                                     its line) and what serve would refuse
+                                                     (exit 1 if any)
   ringgate doctor [--config FILE]                    is this box ready? kernel, io_uring, limits,
                                                      memory, CPUs, sysctls, config, providers
                                                      (exit 1 when something must be fixed)
@@ -175,16 +180,21 @@ fn serve(opts: &Opts) -> ExitCode {
         Err(code) => return code,
     };
     if cfg.server.state_dir.is_none() {
-        // the binary keeps state under the user's data dir by default (the library does not)
+        // the binary keeps state under the user's data dir by default, one dir per config file
+        // (the library keeps it in memory)
         let mut origin = cfg.origin.clone();
-        origin.state_dir = ringgate::state::default_dir().map(|d| d.display().to_string());
+        let dir = ringgate::state::serve_dir(&cfg);
+        if let Some(note) = dir
+            .as_deref()
+            .filter(|_| ringgate::state::wanted(&cfg))
+            .and_then(ringgate::state::legacy_note)
+        {
+            ringgate::log::info(format_args!("warning: {note}"));
+        }
+        origin.state_dir = dir.map(|d| d.display().to_string());
         origin.apply(&mut cfg);
     }
-    let shards = cfg
-        .server
-        .shards
-        .unwrap_or_else(ringgate::shard::available_cpus);
-    for w in ringgate::config::keys::warnings(&cfg, shards) {
+    for w in cfg.start_warnings() {
         ringgate::log::info(format_args!("warning: {w}"));
     }
     let models: Vec<String> = cfg
@@ -264,30 +274,22 @@ fn check(opts: &Opts) -> ExitCode {
         eprintln!("ringgate check: --config FILE is required");
         return ExitCode::from(2);
     };
-    match Config::load(path) {
-        Ok(cfg) => {
-            // What `serve` would refuse at start (the listen address is in the file).
-            if let Ok(addr) = cfg.listen_addr() {
-                if let Err(e) = ringgate::governance::exposure::check(&cfg, addr) {
-                    eprintln!("{path}: {e}");
-                    return ExitCode::from(1);
-                }
-            }
-            // The TLS certificate and key `serve` would load.
-            if let (Some(_), Some(c), Some(k)) = (
-                &cfg.server.tls_listen,
-                &cfg.server.tls_cert,
-                &cfg.server.tls_key,
-            ) {
-                let (c, k) = (c.get_ref(), k.get_ref());
-                if let Err(e) = ringgate::tls::server_config(c.as_ref(), k.as_ref()) {
-                    eprintln!("{path}: {e}");
-                    return ExitCode::from(1);
-                }
-            }
-            for w in cfg.warnings() {
-                eprintln!("{path}: warning: {w}");
-            }
+    // every problem: the file's (each with its line), then what `serve` would refuse at start
+    let (loaded, errors) = Config::load_all(path);
+    let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    if let Some((cfg, _)) = &loaded {
+        problems.extend(serve_refusals(cfg));
+    }
+    for p in &problems {
+        eprintln!("{path}: {p}");
+    }
+    if let Some((cfg, _)) = &loaded {
+        for w in cfg.warnings() {
+            eprintln!("{path}: warning: {w}");
+        }
+    }
+    match &loaded {
+        Some((cfg, _)) if problems.is_empty() => {
             println!(
                 "{path}: ok ({} provider(s), {} model(s))",
                 cfg.providers.len(),
@@ -295,14 +297,41 @@ fn check(opts: &Opts) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(errs) => {
-            for e in &errs {
-                eprintln!("{path}: {e}");
-            }
-            eprintln!("{path}: {} problem(s) found", errs.len());
+        _ => {
+            eprintln!("{path}: {} problem(s) found", problems.len());
             ExitCode::from(1)
         }
     }
+}
+
+/// What `serve` would refuse at start about `cfg` beyond the file's own rules: the exposure
+/// rule, the TLS certificate and key, the state directory (`state::check_dir`, the check
+/// `serve` and `doctor` run too).
+fn serve_refusals(cfg: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(addr) = cfg.listen_addr() {
+        if let Err(e) = ringgate::governance::exposure::check(cfg, addr) {
+            out.push(e);
+        }
+    }
+    if let (Some(_), Some(c), Some(k)) = (
+        &cfg.server.tls_listen,
+        &cfg.server.tls_cert,
+        &cfg.server.tls_key,
+    ) {
+        let (c, k) = (c.get_ref(), k.get_ref());
+        if let Err(e) = ringgate::tls::server_config(c.as_ref(), k.as_ref()) {
+            out.push(e.to_string());
+        }
+    }
+    if ringgate::state::wanted(cfg) {
+        if let Some(dir) = ringgate::state::serve_dir(cfg) {
+            if let Err(e) = ringgate::state::check_dir(&dir) {
+                out.push(e);
+            }
+        }
+    }
+    out
 }
 
 fn doctor(opts: &Opts) -> ExitCode {

@@ -475,3 +475,179 @@ fn twenty_reloads_under_load_fail_no_request() {
         t0.elapsed()
     );
 }
+
+/// A gateway with one model and one config key on `shards` shards: what issue 20 emptied.
+fn small_config(dir: &Path, shards: usize, driver: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+shards = {shards}
+pin = false
+driver = "{driver}"
+state_dir = "{state}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[provider]]
+name = "local"
+kind = "mock"
+
+[[model]]
+name = "steady"
+provider = "local"
+
+[[model]]
+name = "other"
+provider = "local"
+
+[[key]]
+name = "from-config"
+key_env = "RG_RELOAD_TEST_KEY"
+"#,
+        state = dir.join("state").display()
+    )
+}
+
+/// A zero-byte file, a whitespace-only one, one cut at a line boundary (no models and no keys
+/// left, or no keys left) and one cut before its last newline: each refused — logged, counted,
+/// and on `POST /admin/reload` answered 422 with the reason — while the old config keeps
+/// serving with the right key; then the explicit form (`[reload] allow_empty = true`) applies.
+/// At 1 and 2 shards, on both drivers.
+#[test]
+fn empty_or_cut_files_are_refused_on_sighup() {
+    for shards in [1, 2] {
+        for driver in DRIVERS {
+            refusals(shards, driver, Trigger::Sighup);
+        }
+    }
+}
+
+/// `empty_or_cut_files_are_refused_on_sighup`, through the admin API.
+#[test]
+fn empty_or_cut_files_are_refused_on_admin_reload() {
+    for shards in [1, 2] {
+        for driver in DRIVERS {
+            refusals(shards, driver, Trigger::Admin);
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Trigger {
+    Sighup,
+    Admin,
+}
+
+impl Gw {
+    /// Reload by `how`; `Some(report)` from the admin API, `None` for SIGHUP once the log shows
+    /// a line containing `needle` one more time than before.
+    fn reload_by(&self, how: Trigger, needle: &str) -> Option<serde_json::Value> {
+        let seen = || {
+            let log = self.log.lock().unwrap();
+            log.iter().filter(|l| l.contains(needle)).count()
+        };
+        match how {
+            Trigger::Admin => {
+                let r = self.admin("POST", "/admin/reload");
+                let mut v = r.json();
+                v["http_status"] = r.status.into();
+                Some(v)
+            }
+            Trigger::Sighup => {
+                let before = seen();
+                self.sighup();
+                let until = Instant::now() + Duration::from_secs(20);
+                while seen() <= before {
+                    assert!(
+                        Instant::now() < until,
+                        "SIGHUP: no log line with {needle:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                None
+            }
+        }
+    }
+}
+
+fn refusals(shards: usize, driver: &str, how: Trigger) {
+    let dir = Dir::new();
+    let path = dir.0.join("ringgate.toml");
+    let good = small_config(&dir.0, shards, driver);
+    write(&path, &good);
+    let gw = Gw::start(&path);
+    let hash = gw.running_hash();
+    let ctx = format!("{shards} shard(s), {driver}, {how:?}");
+    let serving = |what: &str| {
+        for model in ["steady", "other"] {
+            let r = request(gw.main, &chat(model, false, CFG_KEY));
+            assert_eq!(r.status, 200, "{ctx}, {what}: {}", r.text());
+        }
+        let r = request(
+            gw.main,
+            &chat("steady", false, "rg-not-a-key-0123456789abcdef"),
+        );
+        assert_eq!(r.status, 401, "{ctx}, {what}: {}", r.text());
+        assert_eq!(
+            gw.running_hash(),
+            hash,
+            "{ctx}, {what}: the running config changed"
+        );
+    };
+    serving("at start");
+    let cut_models = &good[..good.find("[[model]]").unwrap()];
+    let cut_keys = &good[..good.find("[[key]]").unwrap()];
+    let cases: [(&str, &str, &str); 5] = [
+        ("empty", "", "is empty (0 bytes)"),
+        ("whitespace", " \n\n\t \n", "holds only whitespace"),
+        ("cut before the models", cut_models, "no [[model]]"),
+        ("cut before the keys", cut_keys, "no [[key]]"),
+        (
+            "cut in its last line",
+            good.trim_end(),
+            "does not end with a newline",
+        ),
+    ];
+    for (what, text, why) in cases {
+        write(&path, text);
+        // the log line names the reason either way: "reload (SIGHUP|admin): FILE: refused: …"
+        if let Some(v) = gw.reload_by(how, why) {
+            assert_eq!(v["http_status"], 422, "{ctx}, {what}: {v}");
+            assert_eq!(v["status"], "failed", "{ctx}, {what}: {v}");
+            let problems = v["problems"].to_string();
+            assert!(problems.contains(why), "{ctx}, {what}: {v}");
+            assert!(
+                problems.contains("allow_empty = true") || problems.contains("rename"),
+                "{ctx}, {what}: the refusal must say what to write: {v}"
+            );
+            assert!(gw.logged(why), "{ctx}, {what}: not logged");
+        }
+        assert!(gw.logged("keeping the running config"), "{ctx}");
+        serving(what);
+    }
+    let m = gw.admin("GET", "/metrics").text();
+    assert!(
+        m.contains(&format!(
+            "ringgate_config_reloads_total{{result=\"error\"}} {}",
+            cases.len()
+        )),
+        "{ctx}: {m}"
+    );
+
+    // said explicitly: the keys go (their clients get 401), then the models too
+    let no_keys = format!("{cut_keys}[reload]\nallow_empty = true\n");
+    let nothing = format!("{cut_models}[reload]\nallow_empty = true\n");
+    for text in [no_keys, nothing] {
+        write(&path, &text);
+        let want = ringgate::config::text_hash(&text);
+        if let Some(v) = gw.reload_by(how, &want) {
+            assert_eq!(v["http_status"], 200, "{ctx}: {v}");
+        }
+        assert_eq!(gw.running_hash(), want, "{ctx}: allow_empty not applied");
+        assert_eq!(
+            request(gw.main, &chat("steady", false, CFG_KEY)).status,
+            401
+        );
+    }
+}

@@ -1,8 +1,8 @@
 //! Config validation: every rule a file must meet before it is served (ports, addresses, TLS
 //! files, providers, models, deployments, keys, limits, cache, engines), each problem with its
-//! line, and the non-fatal warnings printed at start and by `ringgate check`.
+//! line, and the non-fatal warnings printed at start (and on a reload) and by `ringgate check`.
 //!
-//! Owns: `Config::validate` and `Config::warnings`. Must not: read secrets' values, touch the
+//! Owns: `Config::validate`, `Config::warnings` and `Config::start_warnings`. Must not: read secrets' values, touch the
 //! network or the file system beyond what a rule names (TLS files exist), or change the config.
 
 use std::ops::Range;
@@ -125,9 +125,9 @@ impl Config {
                     format!("provider {name:?}: base_url is required for kind {kind:?}"),
                 ),
                 (Some(u), _) => {
-                    // Parse the redacted form: a URL with credentials is refused either way,
-                    // and the message must not repeat the password.
-                    if let Err(e) = Endpoint::parse(&redact_url(u.get_ref())) {
+                    // The problem shows the URL redacted (`Endpoint::parse`): it must not
+                    // repeat a password or a `?key=` secret.
+                    if let Err(e) = Endpoint::parse(u.get_ref()) {
                         err(u.span(), format!("provider {name:?}: {e}"));
                     }
                 }
@@ -226,16 +226,10 @@ impl Config {
         errs
     }
 
-    /// Non-fatal findings for `ringgate check`: API-key env vars that are not set right now,
-    /// admission limits that can never be met.
+    /// Non-fatal findings for `ringgate check` and `doctor`: `start_warnings`, and an admin
+    /// token env var that is not set right now.
     pub fn warnings(&self) -> Vec<String> {
-        let shards = self
-            .server
-            .shards
-            .unwrap_or_else(crate::shard::available_cpus);
-        let mut w = self.admission.warnings(shards);
-        w.extend(keys::warnings(self, shards));
-        w.extend(limits::warnings(self));
+        let mut w = self.start_warnings();
         if let (Some(a), Some(Ok(addr))) = (&self.admin, self.admin_addr()) {
             let env = a.token_env.get_ref();
             let unset = std::env::var_os(env).is_none_or(|v| v.is_empty());
@@ -249,6 +243,28 @@ impl Config {
                 ));
             }
         }
+        w
+    }
+
+    /// What `ringgate serve` logs at start (and a reload when it applies a file): no models,
+    /// provider API-key env vars that are not set right now (the variable and the provider,
+    /// never a value), admission limits that can never be met, key and limit settings that do
+    /// not do what they seem to.
+    pub fn start_warnings(&self) -> Vec<String> {
+        let shards = self
+            .server
+            .shards
+            .unwrap_or_else(crate::shard::available_cpus);
+        let mut w = Vec::new();
+        if self.models.is_empty() && !self.reload.allow_empty {
+            w.push(
+                "the config has no [[model]]: every API request gets 404 until a reload adds one (write `[reload]` with `allow_empty = true` if that is meant)"
+                    .to_string(),
+            );
+        }
+        w.extend(self.admission.warnings(shards));
+        w.extend(keys::warnings(self, shards));
+        w.extend(limits::warnings(self));
         for p in &self.providers {
             let keys = p.key_refs();
             // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL

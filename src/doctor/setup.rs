@@ -1,6 +1,6 @@
 //! Doctor: the configuration — that it loads and validates (every problem with its line), what
-//! `serve` would refuse (exposure rule, TLS files), `check`'s warnings, and whether the listen
-//! addresses are free.
+//! `serve` would refuse (exposure rule, TLS files, the state directory by `serve`'s own check),
+//! `check`'s warnings, and whether the listen addresses are free.
 //!
 //! Owns: those checks. Must not: start listeners (a bind probe is closed at once).
 
@@ -70,6 +70,7 @@ pub fn check(r: &mut Report, cfg: &Config) {
         }
         bind_probe(r, "tls_listen", a);
     }
+    state_dir(r, cfg);
     for w in cfg.warnings() {
         let fix = if w.contains("env var") {
             "set it in the gateway's environment (systemd: EnvironmentFile=/etc/ringgate/env)"
@@ -77,6 +78,31 @@ pub fn check(r: &mut Report, cfg: &Config) {
             "see README \"Configuration\" for the field named"
         };
         r.warn(w, fix);
+    }
+}
+
+/// The state directory `serve` would open, checked as `serve` checks it (`state::check_dir`).
+fn state_dir(r: &mut Report, cfg: &Config) {
+    if !crate::state::wanted(cfg) {
+        return;
+    }
+    let default = if cfg.server.state_dir.is_none() {
+        " (the default for this config file)"
+    } else {
+        ""
+    };
+    match crate::state::serve_dir(cfg) {
+        Some(dir) => match crate::state::check_dir(&dir) {
+            Ok(()) => r.ok(format!("state_dir {}{default} is usable", dir.display())),
+            Err(e) => r.problem(
+                e,
+                "point [server] state_dir at a directory this user can write (created 0700 when missing)",
+            ),
+        },
+        None => r.warn(
+            "no state_dir and no HOME or XDG_DATA_HOME: keys made through the admin API and the spend ledger are kept in memory only",
+            "write state_dir = \"/var/lib/ringgate\" (or any writable directory) in [server]",
+        ),
     }
 }
 

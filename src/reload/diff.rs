@@ -4,7 +4,7 @@
 //!
 //! Applied live: `[[provider]]`, `[[model]]`, `[routing]` (the route table, its pools and
 //! routing state), `[[key]]` (the key registry; runtime keys made through the admin API are
-//! kept), `server.tls_cert` / `server.tls_key` (the certificate is re-read on every reload).
+//! kept), `[reload]` (read from the new file itself, `reload::guard`), `server.tls_cert` / `server.tls_key` (the certificate is re-read on every reload).
 //! Everything else — listen addresses, shard count, `[admission]` (the memory budget),
 //! `[upstream]`, `[limits]`, `[log]`, `[admin]`, the other `[server]` settings — is set at start
 //! and reported by its dotted name when the new file differs from the one the process started
@@ -18,7 +18,7 @@ use toml::Value;
 use crate::config::origin::Origin;
 
 /// Top-level sections a reload applies.
-const LIVE: [&str; 4] = ["provider", "model", "routing", "key"];
+const LIVE: [&str; 5] = ["provider", "model", "routing", "key", "reload"];
 /// `[server]` settings a reload applies.
 const LIVE_SERVER: [&str; 2] = ["tls_cert", "tls_key"];
 

@@ -3,7 +3,9 @@
 //! failed reload counted, the report says why) or publish the new one to every shard.
 //!
 //! - **Validate once, here**: the file parses and validates (`Config::parse`: every problem,
-//!   with its line), the command line's overrides are laid over it again (`config::origin`),
+//!   with its line), it does not look emptied or cut short (`guard`: empty, no model or no key
+//!   left without `[reload] allow_empty = true`, a lost final newline), the command line's
+//!   overrides are laid over it again (`config::origin`),
 //!   the TLS certificate and key load, config keys fit with the runtime ones. Nothing is
 //!   published unless all of it passed.
 //! - **Publish**: the certificate replaces the TLS listener's (new connections), config keys
@@ -22,6 +24,7 @@
 //! the signal thread calls it) or change anything before the new config is known to be valid.
 
 pub mod diff;
+pub mod guard;
 pub mod redact;
 
 use std::sync::{Arc, Mutex};
@@ -52,6 +55,9 @@ pub struct Report {
     pub restart_needed: Vec<String>,
     /// What the reload applied.
     pub changes: Vec<String>,
+    /// The applied file's start-up warnings (`Config::start_warnings`: no models, unset API-key
+    /// env vars, …), also logged.
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -65,6 +71,7 @@ impl Report {
             "problems": self.problems.iter().map(|p| json!({"line": p.line, "message": p.message})).collect::<Vec<_>>(),
             "restart_needed": self.restart_needed,
             "changes": self.changes,
+            "warnings": self.warnings,
         })
     }
 }
@@ -77,6 +84,8 @@ struct Files {
     hash: String,
     restart_needed: Vec<String>,
     reloads: u64,
+    /// The running file ended with a newline (`guard`: a new one that does not may be cut).
+    ends_nl: bool,
     /// The upstream TLS client set up at start: (any `https://` upstream, the `ca_file`s).
     tls_client: (bool, Vec<String>),
 }
@@ -136,6 +145,7 @@ impl Reloader {
                 hash: cfg.hash.clone(),
                 restart_needed: Vec::new(),
                 reloads: 0,
+                ends_nl: text.is_some_and(|t| t.ends_with('\n')),
                 tls_client: tls_client(cfg),
             }),
             cache: None,
@@ -169,6 +179,7 @@ impl Reloader {
             problems: Vec::new(),
             restart_needed: files.restart_needed.clone(),
             changes: Vec::new(),
+            warnings: Vec::new(),
         };
         let path = running.origin.path.clone();
         let loaded = match &path {
@@ -181,7 +192,12 @@ impl Reloader {
         let shown = path
             .as_ref()
             .map_or_else(|| "(built-in)".into(), |p| p.display().to_string());
+        let ends_nl = files.ends_nl;
         let staged = loaded.and_then(|(mut cfg, text)| {
+            let refused = guard::check(&running, ends_nl, &text, &cfg);
+            if !refused.is_empty() {
+                return Err(refused);
+            }
             running.origin.apply(&mut cfg);
             let tree = text.parse::<toml::Value>().map_err(|e| {
                 vec![ConfigError {
@@ -190,9 +206,9 @@ impl Reloader {
                 }]
             })?;
             let certs = self.stage_tls(&cfg)?;
-            Ok((cfg, tree, certs))
+            Ok((cfg, tree, certs, text.ends_with('\n')))
         });
-        let (cfg, tree, certs) = match staged {
+        let (cfg, tree, certs, ends_with_nl) = match staged {
             Ok(s) => s,
             Err(problems) => {
                 for p in &problems {
@@ -244,6 +260,7 @@ impl Reloader {
         cfg.engines = crate::engine::Engines::start(&cfg, Some(&running.engines));
         report.hash = cfg.hash.clone();
         report.ok = true;
+        report.warnings = cfg.start_warnings();
         let hash = cfg.hash.clone();
         if let Some(c) = &self.cache {
             c.reconfigure(&cfg);
@@ -254,6 +271,7 @@ impl Reloader {
         files.hash = hash;
         files.restart_needed = report.restart_needed.clone();
         files.reloads += 1;
+        files.ends_nl = ends_with_nl;
         let none = || "nothing".to_string();
         crate::log::info(format_args!(
             "reload ({trigger}): {shown}: config {} -> {} (generation {}): applied {}{}",
@@ -274,6 +292,9 @@ impl Reloader {
                 )
             }
         ));
+        for w in &report.warnings {
+            crate::log::info(format_args!("reload ({trigger}): warning: {w}"));
+        }
         report
     }
 

@@ -6,8 +6,12 @@
 //! which are where secrets live, not secrets), and the userinfo of any URL (`redis://:pw@host`,
 //! `https://user:pw@host`) and a `key=` query parameter (`?key=…`). The config file names env
 //! vars for its secrets, so most of this is defence against a file that inlines one anyway.
+//! `url` is the one URL redactor of the crate (`config::redact_url` is it): config problems,
+//! start-up errors, `doctor` and this view all show a URL through it.
 //!
-//! Owns: `redact`. Must not: read env vars or files.
+//! Owns: `redact`, `url`. Must not: read env vars or files.
+
+use std::borrow::Cow;
 
 use toml::Value;
 
@@ -36,7 +40,7 @@ pub fn redact(v: &Value) -> Value {
         ),
         Value::Array(a) => Value::Array(a.iter().map(redact).collect()),
         Value::String(s) if s.contains("://") || s.contains("key=") => {
-            Value::String(redact_query(&crate::config::redact_url(s)))
+            Value::String(url(s).into_owned())
         }
         other => other.clone(),
     }
@@ -59,20 +63,53 @@ fn mask(v: &Value) -> Value {
     }
 }
 
-/// `key=VALUE` query parameters masked (`?key=…&alt=sse` → `?key=***&alt=sse`).
-fn redact_query(s: &str) -> String {
-    let Some(q) = s.find('?') else {
-        return s.to_string();
+/// `url` fit to display or log: the password of a `user:pass@host` authority becomes `***`
+/// (`user:***@host`; userinfo without a colon, often a token, becomes `***@host`), and so do
+/// the values of `key=` and secret-named query parameters (`?key=…&alt=sse` →
+/// `?key=***&alt=sse`).
+pub fn url(url: &str) -> Cow<'_, str> {
+    let s = userinfo(url);
+    match redact_query(&s) {
+        Some(q) => Cow::Owned(q),
+        None => s,
+    }
+}
+
+fn userinfo(url: &str) -> Cow<'_, str> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return Cow::Borrowed(url);
     };
+    let user = match authority[..at].split_once(':') {
+        Some((user, _)) => user,
+        None => "",
+    };
+    let sep = if user.is_empty() { "" } else { ":" };
+    Cow::Owned(format!(
+        "{}{user}{sep}{MASK}{}",
+        &url[..start],
+        &url[start + at..]
+    ))
+}
+
+/// `key=VALUE` query parameters masked; `None` when nothing needed masking.
+fn redact_query(s: &str) -> Option<String> {
+    let q = s.find('?')?;
     let (base, query) = s.split_at(q + 1);
+    let mut masked = false;
     let parts: Vec<String> = query
         .split('&')
         .map(|p| match p.split_once('=') {
-            Some((k, _)) if secret_key(k) || k.eq_ignore_ascii_case("key") => format!("{k}={MASK}"),
+            Some((k, v)) if (secret_key(k) || k.eq_ignore_ascii_case("key")) && v != MASK => {
+                masked = true;
+                format!("{k}={MASK}")
+            }
             _ => p.to_string(),
         })
         .collect();
-    format!("{base}{}", parts.join("&"))
+    masked.then(|| format!("{base}{}", parts.join("&")))
 }
 
 #[cfg(test)]

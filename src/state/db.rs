@@ -107,14 +107,47 @@ pub fn open(path: &Path) -> Result<Connection, String> {
             .map_err(|e| e.to_string())?;
         }
         Some(VERSION) => {}
-        Some(v) => {
-            return Err(format!(
-                "{}: schema version {v} is newer than this ringgate understands ({VERSION})",
-                path.display()
-            ))
-        }
+        Some(v) => return Err(newer(path, v)),
     }
     Ok(conn)
+}
+
+/// Whether `path` (an existing file) is a state file `open` accepts, read without writing: an
+/// SQLite database (empty counts: `open` makes the schema) of a schema version this ringgate
+/// reads.
+pub fn probe(path: &Path) -> Result<(), String> {
+    use rusqlite::OpenFlags;
+    let shown = path.display();
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| format!("{shown}: {e}"))?;
+    let meta: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if meta == 0 {
+        return Ok(());
+    }
+    let version: Option<String> = conn
+        .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
+        .optional()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    match version.as_deref() {
+        None | Some(VERSION) => Ok(()),
+        Some(v) => Err(newer(path, v)),
+    }
+}
+
+fn newer(path: &Path, v: &str) -> String {
+    format!(
+        "{}: schema version {v} is newer than this ringgate understands ({VERSION})",
+        path.display()
+    )
 }
 
 /// Every key row, oldest first.

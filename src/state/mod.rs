@@ -13,7 +13,9 @@
 //!   or wait on it — the ledger's changes are coalesced by construction (one snapshot a second,
 //!   however many requests happened).
 //!
-//! Owns: the state directory (default path, created 0700), the writer thread and its queue.
+//! Owns: the state directory (its default — one per config file, `default_dir` — created
+//! 0700, and the one check of it `serve`, `check` and `doctor` share, `check_dir`), the writer
+//! thread and its queue.
 //! Must not: be called from a shard thread except through `Flusher` snapshots it pulls itself.
 
 pub mod db;
@@ -45,8 +47,10 @@ enum Op {
     Stop,
 }
 
-/// The default `state_dir`: `ringgate` under `$XDG_DATA_HOME`, else `~/.local/share`.
-pub fn default_dir() -> Option<PathBuf> {
+/// Where `ringgate serve`'s default state dirs live: `ringgate` under `$XDG_DATA_HOME`, else
+/// `~/.local/share`. Holding a `state.db` itself, it is the one shared default of ringgate
+/// before state dirs were per config file (`legacy_note`).
+pub fn data_dir() -> Option<PathBuf> {
     let data = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -56,6 +60,139 @@ pub fn default_dir() -> Option<PathBuf> {
                 .map(|h| PathBuf::from(h).join(".local/share"))
         })?;
     Some(data.join("ringgate"))
+}
+
+/// The default `state_dir` of `ringgate serve` for the config file `config`: one per config
+/// file, so unrelated gateways on one box never share keys, budgets or the spend ledger —
+/// `data_dir()/<file stem>-<first 16 hex digits of the SHA-256 of its canonical path>`
+/// (`~/.local/share/ringgate/gateway-3f0a…`); `data_dir()/built-in` for the built-in config.
+pub fn default_dir(config: Option<&Path>) -> Option<PathBuf> {
+    let data = data_dir()?;
+    let Some(file) = config else {
+        return Some(data.join("built-in"));
+    };
+    let canonical = std::fs::canonicalize(file).unwrap_or_else(|_| match file.is_absolute() {
+        true => file.to_path_buf(),
+        false => std::env::current_dir()
+            .map(|d| d.join(file))
+            .unwrap_or_else(|_| file.to_path_buf()),
+    });
+    let stem: String = canonical
+        .file_stem()
+        .map(|s| s.to_string_lossy())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(32)
+        .collect();
+    let stem = stem.trim_start_matches('.');
+    let hash = crate::config::text_hash(&canonical.to_string_lossy());
+    Some(data.join(match stem.is_empty() {
+        true => hash,
+        false => format!("{stem}-{hash}"),
+    }))
+}
+
+/// Whether `serve` keeps state for `cfg` (the admin listener or keys are on; see
+/// `gateway::start`): only then is `state_dir` opened, and checked.
+pub fn wanted(cfg: &crate::config::Config) -> bool {
+    cfg.admin.is_some() || cfg.auth_mode() == crate::config::AuthMode::Keys
+}
+
+/// The state directory `ringgate serve` would use for `cfg`: its `server.state_dir`, else the
+/// default for its config file (`default_dir`).
+pub fn serve_dir(cfg: &crate::config::Config) -> Option<PathBuf> {
+    match &cfg.server.state_dir {
+        Some(d) => Some(PathBuf::from(d)),
+        None => default_dir(cfg.origin.path.as_deref()),
+    }
+}
+
+/// What `Store::open` refuses about `dir`, found without creating or writing anything: the
+/// one check `serve` (through `Store::open`), `check` and `doctor` share. `dir` must be a
+/// directory this process may write (or one it may create: its nearest existing ancestor is a
+/// writable directory), and a `state.db` in it must be a ringgate state file of a schema this
+/// version reads.
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    use rustix::fs::Access;
+    let shown = dir.display();
+    if dir.as_os_str().is_empty() {
+        return Err("server.state_dir is empty: name a directory, e.g. /var/lib/ringgate".into());
+    }
+    let writable = |d: &Path| {
+        rustix::fs::access(d, Access::WRITE_OK | Access::EXEC_OK).map_err(|e| {
+            format!(
+                "server.state_dir {shown}: {} is not writable by this user ({e})",
+                d.display()
+            )
+        })
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(format!("server.state_dir {shown} is not a directory")),
+        Ok(_) => {
+            writable(dir)?;
+            let file = dir.join(FILE);
+            match std::fs::metadata(&file) {
+                Ok(m) if !m.is_file() => Err(format!(
+                    "server.state_dir {shown}: {} is not a file",
+                    file.display()
+                )),
+                Ok(_) => db::probe(&file),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(format!("server.state_dir {shown}: {}: {e}", file.display())),
+            }
+        }
+        Err(e) if missing(&e) => {
+            // created at start: the nearest existing ancestor must be a writable directory
+            let mut up = dir.parent();
+            while let Some(p) = up {
+                let p = if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                };
+                match std::fs::metadata(p) {
+                    Ok(m) if m.is_dir() => return writable(p),
+                    Ok(_) => {
+                        return Err(format!(
+                            "server.state_dir {shown} cannot be created: {} is not a directory",
+                            p.display()
+                        ))
+                    }
+                    Err(e) if missing(&e) => up = p.parent(),
+                    Err(e) => {
+                        return Err(format!("server.state_dir {shown}: {}: {e}", p.display()))
+                    }
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("server.state_dir {shown}: {e}")),
+    }
+}
+
+/// Not there (a component under a file counts: `create_dir_all` fails on that file).
+fn missing(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
+}
+
+/// A note for the start-up log when `used` is a per-file default and the old shared default
+/// (`data_dir()/state.db`, before state dirs were per config file) holds state: it is not used
+/// any more, and how to keep using it.
+pub fn legacy_note(used: &Path) -> Option<String> {
+    let data = data_dir()?;
+    let old = data.join(FILE);
+    (used != data && old.is_file()).then(|| {
+        format!(
+            "state: {} holds state from the shared default state_dir of an older ringgate; this gateway uses {} (one default state_dir per config file). To keep the keys and spend ledger there, write state_dir = \"{}\" in [server]",
+            old.display(),
+            used.display(),
+            data.display()
+        )
+    })
 }
 
 /// The open state: a handle on the writer thread.
@@ -79,6 +216,7 @@ impl Store {
         dir: &Path,
         book: Option<&Arc<crate::governance::SpendBook>>,
     ) -> Result<(Store, Vec<KeyRow>), String> {
+        check_dir(dir)?;
         if !dir.exists() {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()

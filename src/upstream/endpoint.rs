@@ -1,6 +1,8 @@
 //! An upstream base URL, parsed once at config time: scheme, host, port, path prefix.
 //!
-//! Owns: `Endpoint` and its parser (host and path checked by `target`'s rules). Must not: resolve names or open sockets.
+//! Owns: `Endpoint` and its parser (host and path checked by `target`'s rules; a refused URL is
+//! shown redacted, `config::redact_url`, so a `?key=` or password never reaches a log). Must
+//! not: resolve names or open sockets.
 
 /// Where a provider lives, as its SDK's `base_url` would say it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,57 +20,64 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// `url` parsed; its problem (with the URL redacted) when refused.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
+        Endpoint::parse_raw(url).map_err(|why| {
+            format!(
+                "base_url {:?}{why}",
+                crate::config::redact_url(url).as_ref()
+            )
+        })
+    }
+
+    /// `parse`, the problem without the URL (`: the path …`, ` has no host`).
+    fn parse_raw(url: &str) -> Result<Endpoint, String> {
         let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
             (true, r)
         } else if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else {
-            return Err(format!(
-                "base_url {url:?} must start with http:// or https://"
-            ));
+            return Err(" must start with http:// or https://".to_string());
         };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
         if authority.is_empty() {
-            return Err(format!("base_url {url:?} has no host"));
+            return Err(" has no host".to_string());
         }
         if authority.contains('@') {
-            return Err(format!(
-                "base_url {url:?} must not carry credentials; use api_key_env"
-            ));
+            return Err(" must not carry credentials; use api_key_env".to_string());
         }
         let default_port = if tls { 443 } else { 80 };
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let end = v6
                 .find(']')
-                .ok_or_else(|| format!("base_url {url:?}: unterminated IPv6 literal"))?;
+                .ok_or_else(|| ": unterminated IPv6 literal".to_string())?;
             let host = &v6[..end];
             let after = &v6[end + 1..];
             let port = match after.strip_prefix(':') {
-                Some(p) => parse_port(p, url)?,
+                Some(p) => parse_port(p)?,
                 None if after.is_empty() => default_port,
-                None => return Err(format!("base_url {url:?}: junk after IPv6 literal")),
+                None => return Err(": junk after IPv6 literal".to_string()),
             };
             (host.to_string(), port)
         } else {
             match authority.rsplit_once(':') {
-                Some((h, p)) => (h.to_string(), parse_port(p, url)?),
+                Some((h, p)) => (h.to_string(), parse_port(p)?),
                 None => (authority.to_string(), default_port),
             }
         };
         if host.is_empty() {
-            return Err(format!("base_url {url:?} has no host"));
+            return Err(" has no host".to_string());
         }
         // Host and path end up in every request head: only bytes `target` allows.
         if let Err(why) = super::target::host(&host) {
-            return Err(format!("base_url {url:?}: the host {why}"));
+            return Err(format!(": the host {why}"));
         }
         let base_path = path.trim_end_matches('/').to_string();
         if let Err(why) = super::target::path_prefix(&base_path) {
-            return Err(format!("base_url {url:?}: the path {why}"));
+            return Err(format!(": the path {why}"));
         }
         let host_header = match (host.contains(':'), port == default_port) {
             (true, true) => format!("[{host}]"),
@@ -92,11 +101,11 @@ impl Endpoint {
     }
 }
 
-fn parse_port(p: &str, url: &str) -> Result<u16, String> {
+fn parse_port(p: &str) -> Result<u16, String> {
     p.parse::<u16>()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("base_url {url:?}: invalid port {p:?}"))
+        .ok_or_else(|| format!(": invalid port {p:?}"))
 }
 
 #[cfg(test)]
