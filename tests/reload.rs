@@ -621,7 +621,12 @@ fn refusals(shards: usize, driver: &str, how: Trigger) {
                 problems.contains("allow_empty = true") || problems.contains("rename"),
                 "{ctx}, {what}: the refusal must say what to write: {v}"
             );
-            assert!(gw.logged(why), "{ctx}, {what}: not logged");
+            // the log is read by another thread: it may come after the answer
+            let until = Instant::now() + Duration::from_secs(20);
+            while !gw.logged(why) {
+                assert!(Instant::now() < until, "{ctx}, {what}: not logged");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
         assert!(gw.logged("keeping the running config"), "{ctx}");
         serving(what);
