@@ -4,7 +4,10 @@
 //! OpenAI Responses), `"cache_creation_input_tokens"`, `"cache_read_input_tokens"` (Anthropic:
 //! not part of its `input_tokens`) — or, for Gemini answers, `"promptTokenCount"`,
 //! `"candidatesTokenCount"`, `"thoughtsTokenCount"`, `"totalTokenCount"` — followed by `:` and a
-//! number. The last value of each key wins, so streams work too (Anthropic's `message_delta`
+//! number. A value is a count only when it is 1 to 20 plain digits worth at most `u64::MAX`
+//! (read exactly); a sign, fraction, exponent, string, `null` or a larger number makes the key
+//! absent (hostile numbers such as `-5`, `1.5` or `1e308` are not read as the digits they
+//! start with), and sums saturate. The last value of each key wins, so streams work too (Anthropic's `message_delta`
 //! carries the final output count; Gemini repeats `usageMetadata` with growing counts; OpenAI
 //! streams carry a usage chunk when `stream_options.include_usage` was sent, which the gateway
 //! asks for, see `plan`).
@@ -137,16 +140,22 @@ impl UsageScan {
             }
             j += 1;
             skip_ws(&mut j);
-            let digits = b[j.min(b.len())..]
+            let rest = b.get(j..).unwrap_or_default();
+            // The number token: JSON number characters (a sign, fraction or exponent included,
+            // so that `-5`, `1.5` or `1e308` is seen whole, not as the digits it starts with).
+            let len = rest
                 .iter()
-                .take_while(|c| c.is_ascii_digit())
-                .take(19)
-                .fold(None, |acc: Option<u64>, &d| {
-                    Some(acc.unwrap_or(0) * 10 + u64::from(d - b'0'))
-                });
-            if let Some(v) = digits {
-                self.values[slot] = Some(v);
+                .take_while(|c| matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .count();
+            if rest.is_empty() {
+                // The piece ends before the value: the seam scan (this piece's tail + the next
+                // one's head) reads it.
+                continue;
             }
+            // Anything but a plain count (a sign, fraction, exponent, a string, null, a value
+            // over u64::MAX) is not usage: the key is absent. A value cut at the piece's end
+            // is read again, whole, by the seam scan.
+            self.values[slot] = count(&rest[..len]);
         }
     }
 
@@ -162,7 +171,7 @@ impl UsageScan {
         if self.gemini {
             let output = match (v[COMPLETION], v[THOUGHTS]) {
                 (None, None) => None,
-                (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+                (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
             };
             return match (v[PROMPT], output, v[TOTAL]) {
                 (None, None, None) => None,
@@ -170,8 +179,10 @@ impl UsageScan {
                 (i, o, _) => Some((i.unwrap_or(0), o.unwrap_or(0))),
             };
         }
-        let anthropic_input =
-            v[INPUT].map(|i| i + v[CACHE_CREATE].unwrap_or(0) + v[CACHE_READ].unwrap_or(0));
+        let anthropic_input = v[INPUT].map(|i| {
+            i.saturating_add(v[CACHE_CREATE].unwrap_or(0))
+                .saturating_add(v[CACHE_READ].unwrap_or(0))
+        });
         let input = v[PROMPT].or(anthropic_input);
         let output = v[COMPLETION].or(v[OUTPUT]);
         match (input, output, v[TOTAL]) {
@@ -183,8 +194,22 @@ impl UsageScan {
 
     /// Tokens the answer reported (input + output), `None`: no usage was seen.
     pub fn tokens(&self) -> Option<u64> {
-        self.io().map(|(i, o)| i + o)
+        self.io().map(|(i, o)| i.saturating_add(o))
     }
+}
+
+/// A token count: 1 to 20 ASCII digits worth at most `u64::MAX`, exactly; anything else
+/// (empty, a sign, a fraction or exponent, an overflow) is `None`.
+fn count(token: &[u8]) -> Option<u64> {
+    if token.is_empty() || token.len() > 20 {
+        return None;
+    }
+    token.iter().try_fold(0u64, |acc, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 #[cfg(test)]
@@ -270,5 +295,55 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn hostile_numbers_are_absent_and_u64_max_is_exact() {
+        let body =
+            |v: &str| format!(r#"{{"usage":{{"prompt_tokens":{v},"completion_tokens":3}}}}"#);
+        for bad in [
+            "-5",
+            "-0",
+            "1e308",
+            "1E3",
+            "1.5",
+            "1.0",
+            "+7",
+            "18446744073709551616",
+            "99999999999999999999",
+            "100000000000000000000",
+            "\"5\"",
+            "null",
+        ] {
+            let b = body(bad);
+            for step in [1, 7, b.len()] {
+                let mut s = UsageScan::default();
+                for cut in b.as_bytes().chunks(step) {
+                    s.feed(cut);
+                }
+                assert_eq!(s.io(), Some((0, 3)), "{bad} in pieces of {step}");
+            }
+        }
+        for (good, want) in [
+            ("18446744073709551615", u64::MAX),
+            ("18446744073709551614", u64::MAX - 1),
+            ("0", 0),
+            ("10000000000000000000", 10_000_000_000_000_000_000),
+        ] {
+            let b = body(good);
+            for step in [1, 7, b.len()] {
+                let mut s = UsageScan::default();
+                for cut in b.as_bytes().chunks(step) {
+                    s.feed(cut);
+                }
+                assert_eq!(s.io(), Some((want, 3)), "{good} in pieces of {step}");
+            }
+        }
+        // sums saturate
+        let max = br#"{"usage":{"input_tokens":18446744073709551615,"cache_read_input_tokens":9,"output_tokens":18446744073709551615}}"#;
+        assert_eq!(io_in(Dialect::Messages, max), Some((u64::MAX, u64::MAX)));
+        assert_eq!(scan_in(&[max]), Some(u64::MAX));
+        let gem = br#"{"usageMetadata":{"candidatesTokenCount":18446744073709551615,"thoughtsTokenCount":2}}"#;
+        assert_eq!(io_in(Dialect::Gemini, gem), Some((0, u64::MAX)));
     }
 }

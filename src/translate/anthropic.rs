@@ -621,7 +621,7 @@ pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
     let read = util::u(u, "cache_read_input_tokens");
     let create = util::u(u, "cache_creation_input_tokens").unwrap_or(0);
     super::Usage {
-        prompt_tokens: input.map(|i| i + read.unwrap_or(0) + create),
+        prompt_tokens: input.map(|i| i.saturating_add(read.unwrap_or(0)).saturating_add(create)),
         completion_tokens: util::u(u, "output_tokens"),
         cached_tokens: read,
     }
@@ -761,5 +761,41 @@ mod tests {
         let back = usage_from_hub(&u);
         assert_eq!(back["input_tokens"], 10);
         assert_eq!(back["cache_read_input_tokens"], 90);
+    }
+
+    #[test]
+    fn hostile_usage_numbers() {
+        let read = |v: &str| {
+            let v: Value = serde_json::from_str(&format!(
+                r#"{{"input_tokens":{v},"cache_read_input_tokens":{v},"output_tokens":{v}}}"#
+            ))
+            .unwrap();
+            usage_to_hub(&v)
+        };
+        for bad in ["-5", "1e308", "1.5", "18446744073709551616"] {
+            let u = read(bad);
+            assert_eq!(
+                (u.prompt_tokens, u.completion_tokens),
+                (None, None),
+                "{bad}"
+            );
+        }
+        // exact, and sums saturate (here and in the hub's total)
+        let u = read("18446744073709551615");
+        assert_eq!(u.prompt_tokens, Some(u64::MAX));
+        assert_eq!(u.completion_tokens, Some(u64::MAX));
+        assert_eq!(util::chat_usage(&u)["total_tokens"], u64::MAX);
+        let g = crate::translate::gemini::usage_from_hub(&u);
+        assert_eq!(g["totalTokenCount"], u64::MAX);
+        let v: Value = serde_json::from_str(
+            r#"{"candidatesTokenCount":18446744073709551615,"thoughtsTokenCount":7}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            crate::translate::gemini::usage_to_hub(&v).completion_tokens,
+            Some(u64::MAX)
+        );
+        let r = crate::translate::responses::usage_from_hub(&u);
+        assert_eq!(r["total_tokens"], u64::MAX);
     }
 }

@@ -467,7 +467,7 @@ pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
     let thoughts = util::u(u, "thoughtsTokenCount");
     let completion = match (cand, thoughts) {
         (None, None) => None,
-        (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+        (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
     };
     super::Usage {
         prompt_tokens: util::u(u, "promptTokenCount"),
@@ -483,7 +483,7 @@ pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
     let mut o = Obj::new();
     o.insert("promptTokenCount".into(), p.into());
     o.insert("candidatesTokenCount".into(), c.into());
-    o.insert("totalTokenCount".into(), (p + c).into());
+    o.insert("totalTokenCount".into(), p.saturating_add(c).into());
     if let Some(cached) = u.cached_tokens {
         o.insert("cachedContentTokenCount".into(), cached.into());
     }

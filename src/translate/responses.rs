@@ -469,7 +469,7 @@ pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
         "input_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
         "output_tokens": o,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": i + o,
+        "total_tokens": i.saturating_add(o),
     })
 }
 

@@ -115,7 +115,8 @@ pub(crate) fn compact(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
-/// A u64 field, if present.
+/// A u64 field, if present. Usage counts are read with it: a negative, fractional or exponent
+/// number, or one over `u64::MAX` (serde_json holds those as i64 or f64), is absent.
 pub(crate) fn u(v: &Value, key: &str) -> Option<u64> {
     v.get(key).and_then(Value::as_u64)
 }
@@ -127,7 +128,7 @@ pub(crate) fn chat_usage(u: &super::Usage) -> Value {
     let mut o = Obj::new();
     o.insert("prompt_tokens".into(), p.into());
     o.insert("completion_tokens".into(), c.into());
-    o.insert("total_tokens".into(), (p + c).into());
+    o.insert("total_tokens".into(), p.saturating_add(c).into());
     if let Some(cached) = u.cached_tokens {
         o.insert(
             "prompt_tokens_details".into(),
