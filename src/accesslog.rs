@@ -91,7 +91,7 @@ impl AccessLog {
 fn write_batches(rx: Receiver<Batch>, mut out: Box<dyn Write + Send>, dropped: &AtomicU64) {
     for (batch, lines) in rx {
         if out.write_all(&batch).and_then(|_| out.flush()).is_err() {
-            dropped.fetch_add(lines, Ordering::Relaxed);
+            crate::metrics::add_atomic(dropped, lines);
         }
     }
 }
@@ -167,7 +167,7 @@ impl ShardLog {
             None => false,
         };
         if !sent {
-            inner.dropped.fetch_add(lines, Ordering::Relaxed);
+            crate::metrics::add_atomic(&inner.dropped, lines);
         }
     }
 
@@ -182,7 +182,7 @@ impl ShardLog {
         if let Some(batch) = batch {
             let lines = batch.1;
             if tx.send(batch).is_err() {
-                inner.dropped.fetch_add(lines, Ordering::Relaxed);
+                crate::metrics::add_atomic(&inner.dropped, lines);
             }
         }
     }

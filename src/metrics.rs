@@ -13,12 +13,14 @@
 //! snapshot of itself once a second (an `Arc<str>` swapped under a mutex held for a pointer
 //! copy), and a scrape merges its own fresh rendering with the others' latest snapshots and the
 //! process-wide lines (`expose::merge`: every family once with `# HELP`/`# TYPE`, identical
-//! series summed). Snapshots are at most one second stale.
+//! series summed). Snapshots are at most one second stale. Every counter saturates at
+//! `u64::MAX` (`bump`, `add`, `add_atomic`): none wraps or runs backwards.
 //! Must not: put locks or atomics on the request path (the hub's mutexes are touched once a
 //! second per shard and once per scrape per shard).
 
 use std::cell::Cell;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub mod expose;
@@ -107,8 +109,23 @@ pub fn escape(s: &str) -> String {
     o
 }
 
+/// Count one more. Every counter saturates at `u64::MAX`: it never wraps and never runs
+/// backwards, whatever an upstream reports (token counts are hostile numbers).
 pub fn bump(c: &Cell<u64>) {
-    c.set(c.get() + 1);
+    add(c, 1);
+}
+
+/// Add `n` to a counter, saturating.
+pub fn add(c: &Cell<u64>, n: u64) {
+    c.set(c.get().saturating_add(n));
+}
+
+/// Add `n` to a shared counter, saturating (a compare-and-swap loop; uncontended, one
+/// read-modify-write as `fetch_add` is).
+pub fn add_atomic(c: &AtomicU64, n: u64) {
+    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_add(n))
+    });
 }
 
 pub fn dec(c: &Cell<u64>) {
@@ -167,5 +184,47 @@ impl MetricsHub {
         parts.extend(others.iter().map(|s| &**s));
         parts.push(global);
         expose::merge(&parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::governance::spend::SpendBook;
+
+    #[test]
+    fn counters_saturate_instead_of_wrapping() {
+        let c = Cell::new(u64::MAX - 1);
+        bump(&c);
+        bump(&c);
+        assert_eq!(c.get(), u64::MAX);
+        add(&c, u64::MAX);
+        assert_eq!(c.get(), u64::MAX);
+        let a = AtomicU64::new(u64::MAX - 3);
+        add_atomic(&a, 2);
+        add_atomic(&a, u64::MAX);
+        add_atomic(&a, 1);
+        assert_eq!(a.load(Ordering::Relaxed), u64::MAX);
+
+        // the spend ledger: rows of two shards, the key's period spend, the summed rows
+        let book = SpendBook::new();
+        let l = book.ensure_key("k");
+        let (a, b) = (l.tally("m", 0), l.tally("m", 1));
+        let now = crate::governance::spend::unix_now();
+        let mut last = 0;
+        for t in [&a, &b, &a, &b] {
+            t.add(u64::MAX, 7, u64::MAX / 2 + 1, now);
+            let spent = l.spent(now);
+            assert!(spent >= last, "spend ran backwards: {spent} < {last}");
+            last = spent;
+        }
+        assert_eq!(last, u64::MAX);
+        let rows = book.snapshot();
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(
+            (r.requests, r.input_tokens, r.output_tokens, r.spend_nanos),
+            (4, u64::MAX, 28, u64::MAX)
+        );
     }
 }

@@ -64,7 +64,7 @@ impl Skip {
 }
 
 fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
+    crate::metrics::add_atomic(c, n);
 }
 
 impl Stats {
@@ -194,9 +194,9 @@ impl Stats {
             "histogram",
             "Time of one exact lookup (key, lock, map).",
         );
-        let mut cum = 0;
+        let mut cum = 0u64;
         for (i, b) in BOUNDS.iter().enumerate() {
-            cum += g(&self.lookup_buckets[i]);
+            cum = g(&self.lookup_buckets[i]).saturating_add(cum);
             let _ = writeln!(
                 out,
                 "ringgate_cache_lookup_seconds_bucket{{le=\"{b}\"}} {cum}"

@@ -182,10 +182,7 @@ pub async fn lookup(
             if let Some(o) =
                 answer_with(conn, shard, route, &e, dialect, fields, "hit", keep_alive).await
             {
-                cache
-                    .stats
-                    .hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                crate::metrics::add_atomic(&cache.stats.hits, 1);
                 return Lookup::Hit(o);
             }
         }
@@ -210,10 +207,7 @@ pub async fn lookup(
                             )
                             .await
                             {
-                                cache
-                                    .stats
-                                    .semantic_hits
-                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                crate::metrics::add_atomic(&cache.stats.semantic_hits, 1);
                                 return Lookup::Hit(o);
                             }
                         }
@@ -221,18 +215,12 @@ pub async fn lookup(
                     vector = Some((q.group, std::sync::Arc::from(v)));
                 }
                 None => {
-                    cache
-                        .stats
-                        .embedding_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    crate::metrics::add_atomic(&cache.stats.embedding_failures, 1);
                 }
             }
         }
     }
-    cache
-        .stats
-        .misses
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::add_atomic(&cache.stats.misses, 1);
     header(conn, "miss");
     // The recording of the answer is request memory: charged to the permit, or not kept.
     let cap = (cache.settings.max_entry_bytes as usize).saturating_mul(4);
@@ -303,10 +291,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         return;
     }
     let refused = || {
-        cache
-            .stats
-            .refused
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::add_atomic(&cache.stats.refused, 1);
     };
     let Some(tee) = tee.filter(|t| status == 200 && !t.over) else {
         return refused();
@@ -324,10 +309,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
     if let Some(r) = &shard.cache_remote {
         // the exact layer lives in Redis; only semantic entries (vectors) stay here too
         if r.set(&miss.key, &stored.body, stored.usage, miss.ttl) {
-            cache
-                .stats
-                .stores
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::metrics::add_atomic(&cache.stats.stores, 1);
         } else {
             refused();
         }
@@ -356,10 +338,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         .with_store(|s, freed| s.insert(key, entry, max, freed))
         .unwrap_or(false);
     if inserted {
-        cache
-            .stats
-            .stores
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::add_atomic(&cache.stats.stores, 1);
     } else {
         budget.release_hold(size);
         refused();

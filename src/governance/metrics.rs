@@ -113,7 +113,7 @@ impl KeyMetrics {
             .as_ref()
             .and_then(|ks| ks.get(key as usize))
         {
-            k.with_model(route, |m| m.requests += 1);
+            k.with_model(route, |m| m.requests = m.requests.saturating_add(1));
         }
     }
 
@@ -127,9 +127,9 @@ impl KeyMetrics {
             .and_then(|ks| ks.get(key as usize))
         {
             k.with_model(route, |m| {
-                m.input += input;
-                m.output += output;
-                m.spend_nanos += nanos;
+                m.input = m.input.saturating_add(input);
+                m.output = m.output.saturating_add(output);
+                m.spend_nanos = m.spend_nanos.saturating_add(nanos);
             });
         }
     }
@@ -216,7 +216,7 @@ impl KeyMetrics {
                             m.requests
                         );
                     }
-                    if m.input + m.output > 0 || m.spend_nanos > 0 {
+                    if m.input > 0 || m.output > 0 || m.spend_nanos > 0 {
                         let _ = writeln!(
                             out,
                             "ringgate_key_input_tokens_total{{{labels}}} {}\nringgate_key_output_tokens_total{{{labels}}} {}\nringgate_key_spend_usd_total{{{labels}}} {}",
@@ -245,5 +245,22 @@ impl KeyMetrics {
                 "ringgate_key_rejections_total{{shard=\"{shard}\",key=\"\",reason=\"auth\"}} {n}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_key_counters_saturate() {
+        let k = KeyMetrics::default();
+        k.grow(1);
+        for _ in 0..3 {
+            k.request(0, 0);
+            k.usage(0, 0, (u64::MAX, u64::MAX - 1), u64::MAX);
+        }
+        assert_eq!(k.usage_of(0, 0), (u64::MAX, u64::MAX, u64::MAX));
+        assert_eq!(k.requests(0, 0), 3);
     }
 }

@@ -192,8 +192,8 @@ pub struct UsageRow {
     pub period_start: i64,
 }
 
-/// Counters of one row. Written by one owner (a shard) with relaxed load + store; read by
-/// anyone.
+/// Counters of one row (saturating: they never wrap). Written by one owner (a shard) with
+/// relaxed load + store; read by anyone.
 #[derive(Debug, Default)]
 struct Cells {
     requests: AtomicU64,
@@ -205,7 +205,7 @@ struct Cells {
 
 impl Cells {
     fn bump(c: &AtomicU64, by: u64) {
-        c.store(c.load(Relaxed).wrapping_add(by), Relaxed);
+        c.store(c.load(Relaxed).saturating_add(by), Relaxed);
     }
 
     fn is_zero(&self) -> bool {
@@ -363,7 +363,7 @@ impl KeyLedger {
             .iter()
             .filter(|e| e.cells.period.load(Relaxed) == p)
             .map(|e| e.cells.spend.load(Relaxed))
-            .sum();
+            .fold(0u64, u64::saturating_add);
         self.spend.store(carried, Relaxed);
         self.current.store(p, Relaxed);
         self.until.store(until, Release);
@@ -426,7 +426,7 @@ impl KeyLedger {
             cells: Arc::new(cells),
         });
         if self.current.load(Relaxed) == row.period_start {
-            self.spend.fetch_add(row.spend_nanos, Relaxed);
+            crate::metrics::add_atomic(&self.spend, row.spend_nanos);
         }
     }
 
@@ -460,10 +460,10 @@ impl KeyLedger {
                     &mut out[last]
                 }
             };
-            row.requests += c.requests.load(Relaxed);
-            row.input_tokens += c.input.load(Relaxed);
-            row.output_tokens += c.output.load(Relaxed);
-            row.spend_nanos += c.spend.load(Relaxed);
+            row.requests = row.requests.saturating_add(c.requests.load(Relaxed));
+            row.input_tokens = row.input_tokens.saturating_add(c.input.load(Relaxed));
+            row.output_tokens = row.output_tokens.saturating_add(c.output.load(Relaxed));
+            row.spend_nanos = row.spend_nanos.saturating_add(c.spend.load(Relaxed));
         }
         for r in &mut out[first..] {
             r.spend_usd = r.spend_nanos as f64 / NANOS_PER_USD as f64;
@@ -493,7 +493,7 @@ impl Tally {
         Cells::bump(&c.output, output);
         if nanos > 0 {
             Cells::bump(&c.spend, nanos);
-            self.ledger.spend.fetch_add(nanos, Relaxed);
+            crate::metrics::add_atomic(&self.ledger.spend, nanos);
         }
     }
 

@@ -89,14 +89,14 @@ impl Histogram {
             .position(|&bound| ns <= bound)
             .unwrap_or(b.bounds_ns.len());
         if let Some(c) = self.counts.get_mut(i) {
-            *c += 1;
+            *c = c.saturating_add(1);
         }
         self.sum_ns = self.sum_ns.saturating_add(ns);
     }
 
     /// Observations counted.
     pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
+        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
     }
 
     /// `{name}_bucket{labels,le=..}` (cumulative), `{name}_sum` (seconds) and `{name}_count`.
@@ -105,7 +105,7 @@ impl Histogram {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0u64;
         for (i, le) in b.le.iter().enumerate() {
-            cumulative += self.counts.get(i).copied().unwrap_or(0);
+            cumulative = cumulative.saturating_add(self.counts.get(i).copied().unwrap_or(0));
             let _ = writeln!(
                 out,
                 "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
@@ -166,5 +166,19 @@ mod tests {
         h.render(&OVERHEAD, "y", "", &mut bare);
         assert!(bare.contains("y_bucket{le=\"+Inf\"} 3\n"), "{bare}");
         assert!(bare.contains("y_count 3\n"), "{bare}");
+    }
+
+    #[test]
+    fn counts_saturate() {
+        let mut h = Histogram::default();
+        h.counts[0] = u64::MAX;
+        h.counts[1] = u64::MAX;
+        h.observe(&OVERHEAD, 1);
+        h.observe(&OVERHEAD, 2_000_000_000);
+        assert_eq!(h.counts[0], u64::MAX);
+        assert_eq!(h.count(), u64::MAX);
+        let mut out = String::new();
+        h.render(&OVERHEAD, "x", "", &mut out);
+        assert!(out.contains(&format!("x_count {}\n", u64::MAX)), "{out}");
     }
 }

@@ -47,10 +47,10 @@ impl ProcessMetrics {
                 if let Ok(mut c) = self.config_hash.lock() {
                     *c = h.to_string();
                 }
-                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                super::add_atomic(&self.reloads_ok, 1);
             }
             None => {
-                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                super::add_atomic(&self.reloads_failed, 1);
             }
         }
     }

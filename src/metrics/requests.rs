@@ -95,7 +95,8 @@ impl RequestMetrics {
         let Some(s) = series.get_mut(i as usize) else {
             return;
         };
-        s.requests[class(status)] += 1;
+        let c = &mut s.requests[class(status)];
+        *c = c.saturating_add(1);
         let total = end.saturating_duration_since(t.start);
         s.duration.observe(&LATENCY, nanos(total));
         s.overhead.observe(&OVERHEAD, nanos(t.overhead(total)));
@@ -106,8 +107,8 @@ impl RequestMetrics {
             s.upstream.observe(&LATENCY, nanos(t.upstream));
         }
         if let Some((i, o)) = t.tokens {
-            s.tokens_in += i;
-            s.tokens_out += o;
+            s.tokens_in = s.tokens_in.saturating_add(i);
+            s.tokens_out = s.tokens_out.saturating_add(o);
         }
     }
 
@@ -117,8 +118,8 @@ impl RequestMetrics {
             i.series
                 .iter()
                 .filter(|s| s.endpoint == endpoint)
-                .map(|s| s.requests.iter().sum::<u64>())
-                .sum()
+                .flat_map(|s| s.requests)
+                .fold(0u64, u64::saturating_add)
         })
     }
 
@@ -190,7 +191,7 @@ impl RequestMetrics {
                 let l = format!("model=\"{m}\",provider=\"{p}\"");
                 s.upstream.render(&LATENCY, UPSTREAM, &l, out);
             }
-            if s.tokens_in + s.tokens_out > 0 {
+            if s.tokens_in > 0 || s.tokens_out > 0 {
                 for (dir, n) in [("input", s.tokens_in), ("output", s.tokens_out)] {
                     out.push_str(&format!(
                         "{TOKENS}{{model=\"{m}\",provider=\"{p}\",direction=\"{dir}\"}} {n}\n"

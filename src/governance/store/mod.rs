@@ -189,12 +189,12 @@ impl Store {
     /// A request was decided without the store (`closed`: refused).
     pub fn fell_back(&self, closed: bool) {
         let c = &self.fallbacks[usize::from(closed)];
-        c.set(c.get() + 1);
+        crate::metrics::bump(c);
     }
 
     fn count(&self, f: Fault) {
         if let Some(i) = COUNTED.iter().position(|&k| k == f) {
-            self.errors[i].set(self.errors[i].get() + 1);
+            crate::metrics::bump(&self.errors[i]);
         }
     }
 
@@ -265,7 +265,7 @@ impl Store {
                 {
                     Ok(Ok(stream)) => {
                         let _ = stream.set_nodelay(true);
-                        self.connects.set(self.connects.get() + 1);
+                        crate::metrics::bump(&self.connects);
                         self.connection(stream, on_up).await
                     }
                     Ok(Err(e)) => {
