@@ -12,7 +12,9 @@
 //! marker, or by [`StreamTranslator::finish`]); an error — the upstream's own
 //! in-stream error event, or [`StreamTranslator::error`] — ends the client's
 //! stream instead, and nothing claiming a normal end follows it (Responses
-//! clients get `response.failed`, never `response.completed`).
+//! clients get `response.failed`, never `response.completed`). An upstream
+//! event nested deeper than `nesting::MAX_DEPTH` is an error in every
+//! dialect (`push` fails before any decoder sees it).
 //!
 //! Reasoning travels as its own hub event (see `thinking`): Chat
 //! `reasoning_content` / `reasoning` deltas, Anthropic `thinking_delta` (+
@@ -490,6 +492,15 @@ impl StreamTranslator {
         if self.done {
             return Ok(());
         }
+        // The nesting bound holds for every upstream event, whatever decodes it: the typed
+        // Chat decoder skips unknown members without serde_json's depth limit, so a member
+        // nested past the bound would otherwise pass unseen (the same-dialect relay refuses
+        // such an event in `vet::sse_events`).
+        if let Err(e) = crate::nesting::check(ev.data.as_bytes()) {
+            return Err(TranslateError::new(format!(
+                "an upstream stream event's data is {e}"
+            )));
+        }
         if self.is_passthrough() {
             self.observe_passthrough(ev);
             super::sse::encode_event(ev.event.as_deref(), &ev.data, out);
@@ -676,6 +687,25 @@ mod tests {
         let mut t = StreamTranslator::new(Dialect::Gemini, Dialect::Messages, "m");
         let mut out = Vec::new();
         assert!(t.push(&SseEvent::new(None, "{nope"), &mut out).is_err());
+        // nested past the bound, in a member the decoder would skip: an error in every dialect
+        let n = crate::nesting::MAX_DEPTH; // with the event's own object: one over the bound
+        let deep = "[".repeat(n) + &"]".repeat(n);
+        let ok = format!(r#"{{"choices":[],"x":{}}}"#, &deep[n - 90..n + 90]);
+        for up in [
+            Dialect::Chat,
+            Dialect::Messages,
+            Dialect::Responses,
+            Dialect::Gemini,
+        ] {
+            let mut t = StreamTranslator::new(up, Dialect::Messages, "m");
+            assert!(
+                t.push(&SseEvent::new(None, &ok), &mut out).is_ok(),
+                "{up:?}"
+            );
+            let bad = format!(r#"{{"choices":[],"x":{deep}}}"#);
+            let e = t.push(&SseEvent::new(None, &bad), &mut out).unwrap_err();
+            assert!(e.message.contains("nested deeper than 128"), "{up:?} {e:?}");
+        }
     }
 
     #[test]
