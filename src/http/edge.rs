@@ -1,6 +1,6 @@
 //! Browser-facing checks on a request head, decided before admission: the `Origin` allow-list
 //! (cross-site requests, CORS preflights) and, on a loopback listener, a `Host` that must name
-//! the loopback (DNS rebinding). A request from a browser page on another site carries an
+//! the loopback (DNS rebinding) — and so must the authority of an absolute-form target. A request from a browser page on another site carries an
 //! `Origin`; SDKs and curl send none, so they never reach the allow-list.
 //!
 //! Owns: `EdgePolicy`, `Verdict`, the preflight answer and the CORS response header lines.
@@ -71,12 +71,16 @@ impl EdgePolicy {
             self.loopback_only
         };
         if loopback_only {
-            if let Some(host) = head.header(buf, &head.host) {
-                if !is_loopback_host(host) && !self.extra_host(host) {
-                    return Err(Error::new(
-                        Kind::Forbidden,
-                        "the Host header does not name this gateway (it listens on loopback only; see server.allowed_hosts)",
-                    ));
+            // An absolute-form target's authority names the host instead of `Host` (RFC 9112
+            // §3.2.2): both must name this gateway, so that neither can carry a foreign name.
+            for host in [&head.host, &head.authority] {
+                if let Some(host) = head.header(buf, host) {
+                    if !is_loopback_host(host) && !self.extra_host(host) {
+                        return Err(Error::new(
+                            Kind::Forbidden,
+                            "the Host header does not name this gateway (it listens on loopback only; see server.allowed_hosts)",
+                        ));
+                    }
                 }
             }
         }
@@ -272,6 +276,14 @@ mod tests {
             (&open, "GET / HTTP/1.1\r\nHost: gw.internal:8080\r\n\r\n", Ok(Verdict::Plain)),
             (&open, "GET / HTTP/1.1\r\nHost: other.internal\r\n\r\n", Err(403)),
             (&any, "POST / HTTP/1.1\r\nHost: anything.example\r\nOrigin: https://x.example\r\n\r\n", Ok(Verdict::Cors)),
+            // absolute-form targets: the authority and the Host header must both pass
+            (&closed, "GET http://localhost:8080/v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n", Ok(Verdict::Plain)),
+            (&closed, "GET HTTP://[::1]/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", Ok(Verdict::Plain)),
+            (&closed, "GET http://evil.example/v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n", Err(403)),
+            (&closed, "GET http://localhost/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n", Err(403)),
+            (&closed, "GET https://evil.example:443/ HTTP/1.1\r\nHost: localhost\r\n\r\n", Err(403)),
+            (&open, "GET http://gw.internal/v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n", Ok(Verdict::Plain)),
+            (&any, "GET http://evil.example/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n", Ok(Verdict::Plain)),
         ];
         for (p, head, want) in cases {
             assert_eq!(verdict(p, head), *want, "{head:?}");

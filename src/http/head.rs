@@ -3,8 +3,8 @@
 //! needs (method, framing, keep-alive, auth headers).
 //!
 //! Owns: RFC 9112 request framing decisions (CL/TE conflicts, duplicate or invalid
-//! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends)
-//! and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
+//! Content-Length, unsupported Transfer-Encoding, obs-fold, missing Host, bare LF line ends,
+//! absolute-form targets split into authority and path) and head limits; it also notes where `Host`, `Origin` and the CORS preflight headers are,
 //! for `edge` to judge, where the API-key headers each SDK sends are (`Authorization`,
 //! `x-api-key`, `api-key`, `x-goog-api-key`), for `governance`, `x-request-id`, and where the
 //! few other client headers an upstream may be sent are (`Passed`), for `upstream::headers` to
@@ -64,7 +64,8 @@ impl Passed {
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     pub method: Method,
-    /// Request target, as a range into the read buffer (path + query).
+    /// Request target, as a range into the read buffer (path + query). For an absolute-form
+    /// target (`http://host/path?q`, RFC 9112 §3.2.2) only its path and query.
     pub target: Range<usize>,
     /// Bytes taken by the head, including the final CRLF CRLF.
     pub len: usize,
@@ -84,6 +85,9 @@ pub struct RequestHead {
     pub anthropic_version: Option<Range<usize>>,
     /// `Host` value (checked against loopback names on a loopback listener).
     pub host: Option<Range<usize>>,
+    /// The authority of an absolute-form target (`host[:port]`, no userinfo). It names the
+    /// host instead of `Host` (RFC 9112 §3.2.2); the edge checks both.
+    pub authority: Option<Range<usize>>,
     /// `Origin` value: present on browser-borne requests (checked against the CORS allow-list).
     pub origin: Option<Range<usize>>,
     /// `Access-Control-Request-Method` was sent: with `OPTIONS`, a CORS preflight.
@@ -161,7 +165,8 @@ pub fn parse(
         _ => Method::Other,
     };
     let version = req.version.unwrap_or(1);
-    let target = range_of(buf, req.path.unwrap_or("").as_bytes());
+    let (target, authority) = split_target(req.path.unwrap_or("").as_bytes())?;
+    let (target, authority) = (range_of(buf, target), authority.map(|a| range_of(buf, a)));
 
     // RFC 9112 §2.2: a recipient MAY accept a bare LF as a line terminator. httparse does; a
     // gateway in front of other HTTP servers must not (a server that disagrees on where a line
@@ -339,6 +344,7 @@ pub fn parse(
         dup_credential,
         anthropic_version,
         host,
+        authority,
         origin,
         ac_request_method,
         ac_request_headers,
@@ -347,6 +353,33 @@ pub fn parse(
         x_ringgate_cache,
         passed,
     }))
+}
+
+/// An absolute-form target (`http://` or `https://`, any case) → (its path and query, its
+/// authority); any other target is returned whole. RFC 9112 §3.2.2: a server MUST accept the
+/// absolute form. An empty host (RFC 9110 §4.2.1) or a userinfo part (`user@host`, which would
+/// let a name that is not the host lead the authority) is a 400.
+fn split_target(t: &[u8]) -> Result<(&[u8], Option<&[u8]>), Error> {
+    let scheme = if t.len() >= 7 && t[..7].eq_ignore_ascii_case(b"http://") {
+        7
+    } else if t.len() >= 8 && t[..8].eq_ignore_ascii_case(b"https://") {
+        8
+    } else {
+        return Ok((t, None));
+    };
+    let rest = &t[scheme..];
+    let end = rest
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.is_empty() || authority.contains(&b'@') {
+        return Err(Error::new(
+            Kind::BadRequest,
+            "an absolute-form request target needs a host and no userinfo",
+        ));
+    }
+    Ok((path, Some(authority)))
 }
 
 /// Strict Content-Length: 1*DIGIT, no sign, no list, at most 19 digits.
@@ -537,5 +570,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(h.keep_alive);
+    }
+
+    #[test]
+    fn absolute_form_targets() {
+        let raw = b"GET http://localhost:8080/v1/models?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!(h.path(raw), b"/v1/models");
+        assert_eq!(h.query(raw), Some(&b"x=1"[..]));
+        assert_eq!(h.header(raw, &h.authority), Some(&b"localhost:8080"[..]));
+        assert_eq!(h.header(raw, &h.host), Some(&b"localhost"[..]));
+        let raw = b"POST HTTPS://[::1]?a HTTP/1.1\r\nHost: x\r\n\r\n";
+        let h = parse(raw, 4096, 64).unwrap().unwrap();
+        assert_eq!((h.path(raw), h.query(raw)), (&b""[..], Some(&b"a"[..])));
+        assert_eq!(h.header(raw, &h.authority), Some(&b"[::1]"[..]));
+        let raw = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(parse(raw, 4096, 64).unwrap().unwrap().authority, None);
+        for bad in [
+            "GET http:///v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET http:// HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET http://evil@localhost/v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET http://localhost/v1/models HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(
+                p(bad).map(|_| ()).map_err(|e| e.status()),
+                Err(400),
+                "{bad:?}"
+            );
+        }
     }
 }
