@@ -280,3 +280,93 @@ fn idle_connections_give_their_buffers_back_and_keep_serving() {
         }
     });
 }
+
+/// Absolute-form request targets (RFC 9112 §3.2.2: a server MUST accept them) are routed by
+/// their path and query; their authority is held to the loopback Host rule as `Host` is (and
+/// `Host` still is), so neither can carry a foreign name past it. 1 and 2 shards.
+#[test]
+fn absolute_form_targets_are_served_and_held_to_the_host_rule() {
+    each_driver(|d| {
+        for shards in [1, 2] {
+            let cfg = format!(
+                r#"
+[server]
+listen = "127.0.0.1:0"
+shards = {shards}
+pin = false
+driver = "{d}"
+
+[[provider]]
+name = "local"
+kind = "openai"
+base_url = "http://{{mock}}/v1"
+
+[[model]]
+name = "gpt-4o-mini"
+provider = "local"
+"#
+            );
+            let gw = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
+            let port = gw.addr.port();
+            let chat = |target: &str, host: &str| {
+                format!(
+                    "POST {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{CHAT}",
+                    CHAT.len()
+                )
+            };
+            let models =
+                |target: &str, host: &str| format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            let what = format!("{d} shards={shards}");
+            for (raw, want) in [
+                (models("http://localhost/v1/models", "localhost"), 200),
+                (
+                    models(
+                        &format!("HTTP://127.0.0.1:{port}/v1/models?x=1"),
+                        "127.0.0.1",
+                    ),
+                    200,
+                ),
+                (
+                    chat(
+                        &format!("http://localhost:{port}/v1/chat/completions"),
+                        "localhost",
+                    ),
+                    200,
+                ),
+                (chat("https://[::1]/v1/chat/completions", "[::1]"), 200),
+                // a foreign authority, or a foreign Host beside a loopback authority
+                (models("http://evil.example/v1/models", "localhost"), 403),
+                (
+                    chat("http://evil.example/v1/chat/completions", "localhost"),
+                    403,
+                ),
+                (models("http://localhost/v1/models", "evil.example"), 403),
+                (
+                    chat(
+                        "http://localhost.evil.example/v1/chat/completions",
+                        "localhost",
+                    ),
+                    403,
+                ),
+                // no host, or a userinfo leading the authority
+                (models("http:///v1/models", "localhost"), 400),
+                (
+                    models("http://evil.example@localhost/v1/models", "localhost"),
+                    400,
+                ),
+            ] {
+                let r = request(gw.addr, raw.as_bytes());
+                assert_eq!(r.status, want, "{what} {raw:?}: {}", r.text());
+                if want == 200 && raw.starts_with("GET") {
+                    assert_eq!(r.json()["data"][0]["id"], "gpt-4o-mini", "{what}");
+                }
+                if want == 200 && raw.starts_with("POST") {
+                    assert!(r.json()["choices"][0]["message"].is_object(), "{what}");
+                }
+                if want == 403 {
+                    assert_eq!(r.json()["error"]["code"], "forbidden", "{what}");
+                }
+            }
+        }
+    });
+}

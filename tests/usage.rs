@@ -562,3 +562,122 @@ fn restored_spend_counts_toward_the_budget() {
     let (statuses, r) = send_all(&st, "/v1/messages", &messages("claude", 1, false), 1);
     assert_eq!(statuses, [429], "{}", r.text());
 }
+
+/// A fake OpenAI upstream whose answers report `"prompt_tokens": V` (V: the text after
+/// `usage=` in the request's message, verbatim) and 3 completion tokens: a Chat answer, or a
+/// Chat stream with its usage chunk when the request asked for a stream.
+fn hostile_usage_upstream() -> SocketAddr {
+    fake_upstream(|s, _, req| {
+        let text = String::from_utf8_lossy(req);
+        let v = text
+            .split("usage=")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("0")
+            .to_string();
+        let usage = format!(r#"{{"prompt_tokens":{v},"completion_tokens":3,"total_tokens":{v}}}"#);
+        let (ct, body) = if text.contains(r#""stream":true"#) {
+            let chunk = |rest: &str| {
+                format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",{rest}}}\n\n")
+            };
+            let mut b = chunk(
+                r#""choices":[{"index":0,"delta":{"role":"assistant","content":"x"},"finish_reason":null}]"#,
+            );
+            b += &chunk(r#""choices":[{"index":0,"delta":{},"finish_reason":"stop"}]"#);
+            b += &chunk(&format!(r#""choices":[],"usage":{usage}"#));
+            b += "data: [DONE]\n\n";
+            ("text/event-stream", b)
+        } else {
+            let b = format!(
+                r#"{{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"x"}},"finish_reason":"stop"}}],"usage":{usage}}}"#
+            );
+            ("application/json", b)
+        };
+        let out = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(out.as_bytes()).is_ok()
+    })
+}
+
+/// Usage numbers an upstream should never send: a negative, fractional, exponent or over
+/// u64::MAX count is no count (the ledger gets 0 input tokens for it, not the digits it starts
+/// with); u64::MAX is read exactly; the ledger's spend and tokens saturate and never run
+/// backwards. Passthrough (scanned, JSON and stream) and translated (Anthropic client, parsed).
+#[test]
+fn hostile_usage_numbers_are_absent_or_exact_and_spend_never_runs_backwards() {
+    for d in DRIVERS {
+        for shards in [1, 2] {
+            let up = hostile_usage_upstream();
+            let cfg = config(d, "")
+                .replace("shards = 1", &format!("shards = {shards}"))
+                .replace("{mock}", &up.to_string());
+            let st = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
+            let paths = |v: &str| {
+                let m = format!(r#"[{{"role":"user","content":"usage={v}"}}]"#);
+                [
+                    (
+                        "/v1/chat/completions",
+                        format!(r#"{{"model":"gpt","messages":{m}}}"#),
+                    ),
+                    (
+                        "/v1/chat/completions",
+                        format!(r#"{{"model":"gpt","stream":true,"messages":{m}}}"#),
+                    ),
+                    (
+                        "/v1/messages",
+                        format!(r#"{{"model":"gpt","max_tokens":3,"messages":{m}}}"#),
+                    ),
+                ]
+            };
+            let now = ringgate::governance::spend::unix_now();
+            let mut n = 0u64;
+            let mut last_spend = 0u64;
+            let values = [
+                ("-5", 0),
+                ("-0", 0),
+                ("1e308", 0),
+                ("1E3", 0),
+                ("1.5", 0),
+                ("2.0", 0),
+                ("18446744073709551616", 0),
+                ("184467440737095516150", 0),
+                ("18446744073709551615", u64::MAX),
+                ("18446744073709551615", u64::MAX),
+                ("7", u64::MAX),
+            ];
+            for (v, want_input) in values {
+                for (path, body) in paths(v) {
+                    let what = format!("{d} shards={shards} {path} {body}");
+                    let r = request(st.addr, &post_key(path, &body));
+                    assert_eq!(r.status, 200, "{what}: {}", r.text());
+                    n += 1;
+                    let rows = rows_after(&st, n);
+                    let row = rows.iter().find(|r| r.model == "gpt").unwrap();
+                    assert_eq!(row.input_tokens, want_input, "{what}");
+                    assert_eq!(row.output_tokens, 3 * n, "{what}");
+                    let spent = st.gateway().spend.spent("team-a", now);
+                    assert!(spent >= last_spend, "{what}: spend ran backwards");
+                    assert!(
+                        row.spend_nanos >= last_spend,
+                        "{what}: ledger ran backwards"
+                    );
+                    last_spend = spent;
+                    if shards == 1 {
+                        // one shard: /metrics agrees (no snapshot of another shard; Prometheus
+                        // values are float64, so u64::MAX shows as 2^64)
+                        let text = request(st.addr, &get("/metrics")).text();
+                        let input: f64 = text
+                            .lines()
+                            .filter(|l| l.starts_with("ringgate_key_input_tokens_total{"))
+                            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+                            .sum();
+                        assert_eq!(input, want_input as f64, "{what}");
+                    }
+                }
+            }
+            assert_eq!(last_spend, u64::MAX, "{d}: saturated, not wrapped");
+        }
+    }
+}
