@@ -24,9 +24,15 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(h.len <= buf.len() && h.len <= max_head);
     assert!(h.target.start <= h.target.end && h.target.end <= h.len);
-    for r in [&h.authorization, &h.x_api_key, &h.anthropic_version]
-        .into_iter()
-        .flatten()
+    for r in [
+        &h.authorization,
+        &h.x_api_key,
+        &h.anthropic_version,
+        &h.host,
+        &h.authority,
+    ]
+    .into_iter()
+    .flatten()
     {
         assert!(r.start <= r.end && r.end <= h.len);
     }
