@@ -7,7 +7,9 @@
 //! skipped with `memchr`, escapes honoured; a SIMD bracket count skips it for most bodies) run
 //! before those parsers; serde_json (`translate`,
 //! the mock's embeddings) stops at its own default of 127 levels on its own, so whichever bound
-//! is met first answers (400 for client bytes, 502 for upstream bytes). Shard threads get
+//! is met first answers (400 for client bytes, 502 for upstream bytes). serde_json skips
+//! unknown members of a typed value without that limit, so the stream translator runs
+//! [`check`] on every upstream event itself (an error event on every route). Shard threads get
 //! `shard::STACK_BYTES` of stack so that this bound, not the stack size, is what stops deep input.
 //!
 //! Owns: `MAX_DEPTH` and the check. Must not: validate JSON otherwise (the parsers do that; the
