@@ -54,6 +54,7 @@ pub mod mock;
 pub mod models;
 pub mod nesting;
 pub mod outcome;
+pub mod peer;
 pub mod pipeline;
 pub mod plan;
 pub mod provider;
