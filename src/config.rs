@@ -131,6 +131,17 @@ pub struct ServerConfig {
     pub body_timeout_ms: u64,
     /// Idle keep-alive time between requests. Default 60 s, then the connection is closed.
     pub idle_timeout_ms: u64,
+    /// A new connection must have sent its first complete request head within this (from
+    /// accept; on the TLS listener from the end of the handshake), else it is closed (408 if
+    /// part of a head came). Default 10 s; shorter than `idle_timeout_ms`, which only applies
+    /// once a connection has sent a request. Connections that send nothing do not stay.
+    pub first_request_timeout_ms: u64,
+    /// Open connections per client address (IPv6: per /64), process-wide. Beyond it a new
+    /// connection is treated like one over `max_connections` (`/healthz` and `/readyz` still
+    /// answer; a request with a valid key is served; anything else gets 503 and is closed).
+    /// Default 1024; `0` turns the cap off. Behind a reverse proxy every connection comes from
+    /// its address: raise it, or set 0.
+    pub max_connections_per_address: u32,
     /// Open client connections, process-wide (split across shards). Beyond it a new connection
     /// gets `503` + `Retry-After` and is closed; a few per shard have their first request read
     /// so `/healthz` and `/readyz` still answer. Default 16384. Each idle connection costs a few
@@ -197,6 +208,8 @@ impl Default for ServerConfig {
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
+            first_request_timeout_ms: 10_000,
+            max_connections_per_address: 1024,
             max_connections: 16_384,
             idle_release_ms: 1_000,
             cors_allow_origins: Vec::new(),

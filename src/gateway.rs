@@ -229,6 +229,12 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     // the Responses state store: one for the process (see `responses_state`)
     let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
     let pin = cfg.server.pin;
+    // per client address, process-wide: open connections, and unknown keys presented
+    let peers = crate::peer::Addresses::new(cfg.server.max_connections_per_address);
+    let key_guesses = live_keys.then(|| Arc::new(crate::peer::Slowdown::new()));
+    let admin_edge = admin_plan
+        .as_ref()
+        .map(|(a, ..)| EdgePolicy::new(&[], a.ip().is_loopback(), &cfg.server.allowed_hosts));
     let spin = Duration::from_micros(cfg.server.idle_spin_us);
     let sd = shutdown.clone();
     let book = spend.clone();
@@ -252,6 +258,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
             let published = published.clone();
             let responses = responses.clone();
+            let peers = peers.clone();
+            let key_guesses = key_guesses.clone();
             async move {
                 let s = &cfg.server;
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
@@ -269,6 +277,9 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                         header_timeout: Duration::from_millis(s.header_timeout_ms),
                         body_timeout: Duration::from_millis(s.body_timeout_ms),
                         idle_timeout: Duration::from_millis(s.idle_timeout_ms),
+                        first_head_timeout: Duration::from_millis(
+                            s.first_request_timeout_ms.min(s.idle_timeout_ms),
+                        ),
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
                     responses: crate::responses_state::ShardStore::new(
@@ -289,6 +300,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     drain_expired: LocalSignal::default(),
                     max_connections: s.max_connections.div_ceil(n).max(1) as u64,
                     over_cap: std::cell::Cell::new(0),
+                    peers,
+                    key_guesses,
                     read_bufs: ReadBufs::new(Duration::from_millis(s.idle_release_ms)),
                     edge: EdgePolicy::new(&s.cors_allow_origins, loopback, &s.allowed_hosts)
                         .with_tls_listener(tls_loopback.unwrap_or(loopback)),
@@ -326,6 +339,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 drain_timeout_ms,
                 exit: exit.clone(),
                 cache: admin_cache,
+                edge: admin_edge.unwrap_or_default(),
             },
         )?),
         None => None,
@@ -373,20 +387,26 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
             time: shard.drain_time,
         },
         open,
-        |stream| {
-            let conn = ClientConn::pooled(stream, &shard.read_bufs);
-            // Under the cap, a connection holds `connection_reserve` of the budget until it
-            // closes; one that does not fit is treated like one over the cap.
+        |stream, addr| {
+            let mut conn = ClientConn::pooled(stream, &shard.read_bufs);
+            let peer = crate::peer::Peer::of(addr.ip());
+            conn.peer = Some(peer);
+            // Under the caps (the shard's, the address's), a connection holds
+            // `connection_reserve` of the budget until it closes; one that does not fit is
+            // treated like one over the cap.
             let charge = if shard.metrics.connections.get() < shard.max_connections {
-                shard.admission.connection().ok()
+                shard
+                    .peers
+                    .enter(peer)
+                    .and_then(|slot| Some((slot, shard.admission.connection().ok()?)))
             } else {
                 None
             };
-            if let Some(charge) = charge {
+            if let Some(held) = charge {
                 let shard = shard.clone();
                 monoio::spawn(async move {
                     pipeline::serve_connection(conn, shard).await;
-                    drop(charge);
+                    drop(held);
                 });
             } else if shard.over_cap.get() < OVER_CAP_PROBES {
                 // At the cap, a few connections still get their first request read: health

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ErrorShape, Kind};
 use crate::forward::open::{NoHead, Tried};
-use crate::governance::Gate;
+use crate::governance::{Caller, Gate};
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
@@ -91,6 +91,8 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     bump(&shard.metrics.connections);
     bump(&shard.metrics.connections_total);
+    // a connection that sends no complete head does not stay for the keep-alive idle time
+    conn.first_head_by = Some(Instant::now() + shard.limits.first_head_timeout);
     loop {
         // parse head (an idle connection also ends when the shard drains)
         let next = monoio::select! {
@@ -132,8 +134,11 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
     dec(&shard.metrics.connections);
 }
 
-/// Over `max_connections`: read one request head (briefly: probes send at once), answer
-/// `/healthz` and `/readyz` as usual and anything else with 503 + Retry-After, then close.
+/// Over `max_connections` (or the address's cap, or the budget's connection share): read one
+/// request head (briefly: probes send at once), answer `/healthz` and `/readyz` as usual; a
+/// request with a valid key, while under `max_connections`, is served as on any connection
+/// (charged past the connection share: the budget keeps that part for keyed requests);
+/// anything else gets 503 + Retry-After, then close.
 pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
     shard.over_cap.set(shard.over_cap.get() + 1);
     let wt = shard.limits.write_timeout;
@@ -147,6 +152,22 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
         _ = shard.draining.wait() => Err(Error::overloaded("draining")),
         h = conn.read_head(&limits) => h,
     };
+    if let Ok(Some(head)) = &next {
+        let keyed = matches!(
+            shard.governance.identify(head, &conn.buf),
+            crate::governance::Caller::Key(_)
+        );
+        let room = shard.metrics.connections.get() < shard.max_connections;
+        if let Some(charge) = (keyed && room)
+            .then(|| shard.admission.keyed_connection().ok())
+            .flatten()
+        {
+            shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
+            Box::pin(serve_connection(conn, shard)).await;
+            drop(charge);
+            return;
+        }
+    }
     match next {
         Ok(Some(head)) => {
             let sent_id = head.header(&conn.buf, &head.x_request_id);
@@ -358,10 +379,28 @@ async fn serve(
         )
         .into());
     }
-    // govern: a valid key (401), its in-flight and request-rate shares (429), on the head
-    let mut grant = shard
+    // govern: a valid key (401), its in-flight and request-rate shares (429), on the head;
+    // an address that keeps sending unknown keys waits first (nothing when keys are off)
+    if let (Some(slow), Some(peer)) = (&shard.key_guesses, conn.peer) {
+        if caller != Caller::Open && target.gate() != Gate::Open {
+            slow.wait(peer, conn.head_at).await.map_err(|d| {
+                Error::new(
+                    Kind::RateLimited,
+                    "too many requests with an unknown API key from this address; retry later",
+                )
+                .retry_after(d.as_secs().clamp(1, 3600) as u32)
+            })?;
+        }
+    }
+    let grant = shard
         .governance
-        .admit(caller, target.gate(), &mut conn.resp_headers)?;
+        .admit(caller, target.gate(), &mut conn.resp_headers);
+    if let (Err(_), Caller::Unknown, Some(slow), Some(peer)) =
+        (&grant, caller, &shard.key_guesses, conn.peer)
+    {
+        slow.failed(peer, Instant::now());
+    }
+    let mut grant = grant?;
     if let Some(g) = grant.as_mut() {
         // with a shared limits store: its verdict (a branch otherwise)
         g.confirm(&mut conn.resp_headers).await?;

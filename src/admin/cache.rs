@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{json, Value};
 
-use super::{only, Ctx, Reply};
+use super::{json, only, Ctx, Reply};
 use crate::error::{Error, Kind};
 use crate::http::Method;
 
@@ -45,8 +45,7 @@ pub(super) fn route(ctx: &Ctx, method: Method, path: &str, body: &[u8]) -> Resul
             let v: Value = if body.iter().all(u8::is_ascii_whitespace) {
                 json!({})
             } else {
-                serde_json::from_slice(body)
-                    .map_err(|e| Error::new(Kind::InvalidBody, format!("invalid JSON: {e}")))?
+                json::value(body)?
             };
             let field = |k: &str| -> Result<Option<&str>, Error> {
                 match v.get(k) {

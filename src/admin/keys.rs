@@ -56,17 +56,7 @@ pub(super) fn route(ctx: &Ctx, method: Method, path: &str, body: &[u8]) -> Resul
 
 /// The request body as a JSON object.
 fn object(body: &[u8]) -> Result<Map<String, Value>, Error> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(Error::new(
-            Kind::InvalidBody,
-            "the body must be a JSON object",
-        )),
-        Err(e) => Err(Error::new(
-            Kind::InvalidBody,
-            format!("the body is not JSON: {e}"),
-        )),
-    }
+    super::json_object(body)
 }
 
 /// A percent-decoded path segment.

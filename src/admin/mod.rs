@@ -4,11 +4,20 @@
 //!
 //! - **Token**: every `/admin/*` request needs `Authorization: Bearer <token>`, the token read
 //!   once at start from the env var `token_env` names (compared as SHA-256 digests in constant
-//!   time). A non-loopback admin address without a token refuses to start. On loopback without a
-//!   token the admin API answers 401 (the start-up log says how to set one) and `/metrics` is
-//!   served to anyone on the machine; with a token, `/metrics` needs it too.
-//! - **Bounds**: heads up to 16 KiB, bodies up to 64 KiB (413), 10 s to send a request, at most
-//!   64 connections; every error is JSON (`{"error":{"message","type","code"}}`).
+//!   time). A non-loopback admin address without a token, or with one shorter than 16 bytes or
+//!   only whitespace, refuses to start (`weak_token`; a reload refuses such a file too). On
+//!   loopback without a token the admin API answers 401 (the start-up log says how to set one)
+//!   and `/metrics` is served to anyone on the machine; with a token, `/metrics` needs it too.
+//!   Two `Authorization` headers: 400.
+//! - **Guessing**: an address that keeps sending wrong tokens is slowed down before its next
+//!   token check (`peer::slowdown`: 4 free, then doubling delays up to 5 s per guess; a
+//!   correct token forgives the address).
+//! - **Bounds**: heads up to 16 KiB, bodies up to 64 KiB (413), the first head within 5 s of
+//!   the connect (then 30 s idle between requests, 5 s per head, 10 s per body), at most 128
+//!   connections and 8 per client address (IPv6: per /64); the loopback `Host` rule of the main
+//!   listener (`http::edge`, with `server.allowed_hosts`) and no cross-site `Origin`; bodies
+//!   are strict JSON (`json`: a field named twice is a 400); every error is JSON
+//!   (`{"error":{"message","type","code"}}`).
 //! - **Reload** (`POST /admin/reload`): the config file read again and applied, or refused
 //!   (422) with every problem; the JSON report says what changed and what needs a restart
 //!   (`reload`). `GET /admin/config`: the running file, secrets masked, and its hash.
@@ -17,13 +26,16 @@
 //!   as SIGTERM, bounded by `drain_timeout_ms`); the process then stays up with this listener
 //!   until SIGTERM/SIGINT, so an orchestrator can watch it and stop it.
 //!
-//! Owns: the admin thread, its listener, request routing and the token check. Must not: touch a
-//! shard's state (it sees the key registry, the published metrics snapshots and the shutdown
-//! signal only).
+//! Owns: the admin thread, its listener, its per-address limits, request routing and the token
+//! check. Must not: touch a shard's state (it sees the key registry, the published metrics
+//! snapshots and the shutdown signal only).
 
 mod cache;
+mod json;
 mod keys;
 mod usage;
+
+pub(crate) use json::object as json_object;
 
 use std::cell::Cell;
 use std::io;
@@ -42,18 +54,25 @@ use crate::governance::keyring::Digest;
 use crate::governance::registry::Registry;
 use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
+use crate::http::edge::EdgePolicy;
 use crate::http::{BodyFraming, Method};
 use crate::metrics::MetricsHub;
+use crate::peer::{Addresses, Peer, Slowdown};
 use crate::shutdown::Shutdown;
 
 const MAX_BODY: u64 = 64 * 1024;
-const MAX_CONNECTIONS: u32 = 64;
+const MAX_CONNECTIONS: u32 = 128;
+/// Admin connections one client address may hold open (IPv6: one /64).
+const MAX_PER_PEER: u32 = 8;
+/// Shortest admin token accepted on a non-loopback admin listener.
+pub const MIN_TOKEN_BYTES: usize = 16;
 const LIMITS: Limits = Limits {
     max_head: 16 * 1024,
     max_headers: 64,
-    header_timeout: Duration::from_secs(10),
+    header_timeout: Duration::from_secs(5),
     body_timeout: Duration::from_secs(10),
-    idle_timeout: Duration::from_secs(60),
+    idle_timeout: Duration::from_secs(30),
+    first_head_timeout: Duration::from_secs(5),
     write_timeout: Duration::from_secs(10),
 };
 
@@ -75,6 +94,15 @@ pub struct Ctx {
     pub exit: Shutdown,
     /// The response cache (`/admin/cache`, `/admin/cache/purge`), when on.
     pub cache: Option<Arc<crate::cache::Cache>>,
+    /// The loopback `Host` rule (on a loopback admin address; `server.allowed_hosts` too) and
+    /// no cross-site `Origin` at all.
+    pub edge: EdgePolicy,
+}
+
+/// What the admin listener keeps per client address: open connections and wrong tokens.
+struct Guard {
+    peers: Arc<Addresses>,
+    guesses: Slowdown,
 }
 
 /// A started admin listener.
@@ -91,23 +119,48 @@ impl Admin {
 }
 
 /// The admin address and token `cfg` asks for (`None`: no `[admin]`). Refuses a non-loopback
-/// address without a token.
+/// address without a token, or with a weak one (`weak_token`).
 pub fn plan(cfg: &Config) -> Result<Option<(SocketAddr, Option<Digest>, String)>, String> {
     let (Some(a), Some(addr)) = (&cfg.admin, cfg.admin_addr()) else {
         return Ok(None);
     };
     let addr = addr?;
     let env = a.token_env.get_ref().clone();
-    let token = std::env::var_os(&env)
-        .filter(|v| !v.is_empty())
-        .map(|v| Digest::of(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str())));
-    if token.is_none() && !addr.ip().is_loopback() {
-        return Err(format!(
+    let raw = std::env::var_os(&env).filter(|v| !v.is_empty());
+    let raw = raw
+        .as_ref()
+        .map(|v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
+    if let Some(why) = weak_token(addr, &env, raw) {
+        return Err(why);
+    }
+    Ok(Some((addr, raw.map(Digest::of), env)))
+}
+
+/// Why the admin token (`raw`, from `env`) may not guard a listener on `addr`: none at all,
+/// shorter than `MIN_TOKEN_BYTES` or only whitespace on a non-loopback address. What `serve`
+/// refuses to start with and a reload refuses to apply (`Config::validate`).
+pub fn weak_token(addr: SocketAddr, env: &str, raw: Option<&[u8]>) -> Option<String> {
+    if addr.ip().is_loopback() {
+        return None;
+    }
+    let Some(raw) = raw else {
+        return Some(format!(
             "refusing to serve the admin API on {addr} without a token: anyone who can reach it could make keys and read usage. \
              Set the env var {env} (admin.token_env) to a long random secret, or listen on a loopback address"
         ));
+    };
+    let blank = raw.iter().all(u8::is_ascii_whitespace);
+    if raw.len() < MIN_TOKEN_BYTES || blank {
+        let what = match blank {
+            true => "only whitespace".to_string(),
+            false => format!("{} bytes long", raw.len()),
+        };
+        return Some(format!(
+            "refusing to serve the admin API on {addr} with a weak token: {env} is {what}; a non-loopback admin listener needs at least {MIN_TOKEN_BYTES} bytes that are not all whitespace \
+             (e.g. `openssl rand -hex 32`), or listen on a loopback address"
+        ));
     }
-    Ok(Some((addr, token, env)))
+    None
 }
 
 /// Bind `addr` and serve on a thread of its own until `ctx.exit` fires.
@@ -145,24 +198,39 @@ async fn accept_loop(std_listener: std::net::TcpListener, ctx: Rc<Ctx>) {
         }
     };
     let open = Rc::new(Cell::new(0u32));
+    let guard = Rc::new(Guard {
+        peers: Addresses::new(MAX_PER_PEER),
+        guesses: Slowdown::new(),
+    });
     let mut exit = std::pin::pin!(ctx.exit.wait());
     loop {
         monoio::select! {
             _ = &mut exit => break,
             r = listener.accept() => match r {
-                Ok((stream, _)) => {
+                Ok((stream, addr)) => {
                     let mut conn = ClientConn::new(stream);
-                    if open.get() >= MAX_CONNECTIONS {
-                        let e = Error::new(Kind::Overloaded, "too many admin connections");
-                        monoio::spawn(async move {
-                            conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout).await;
-                        });
-                        continue;
-                    }
+                    let peer = Peer::of(addr.ip());
+                    conn.peer = Some(peer);
+                    let slot = match open.get() < MAX_CONNECTIONS {
+                        true => guard.peers.enter(peer).ok_or("too many admin connections from this address"),
+                        false => Err("too many admin connections"),
+                    };
+                    let slot = match slot {
+                        Ok(s) => s,
+                        Err(why) => {
+                            let e = Error::new(Kind::Overloaded, why);
+                            monoio::spawn(async move {
+                                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout).await;
+                            });
+                            continue;
+                        }
+                    };
                     open.set(open.get() + 1);
-                    let (ctx, open) = (ctx.clone(), open.clone());
+                    let (ctx, open, guard) = (ctx.clone(), open.clone(), guard.clone());
                     monoio::spawn(async move {
-                        serve(conn, &ctx).await;
+                        conn.first_head_by = Some(Instant::now() + LIMITS.first_head_timeout);
+                        serve(conn, &ctx, &guard).await;
+                        drop(slot);
                         open.set(open.get() - 1);
                     });
                 }
@@ -192,7 +260,7 @@ impl Reply {
     }
 }
 
-async fn serve(mut conn: ClientConn, ctx: &Ctx) {
+async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
     loop {
         let next = monoio::select! {
             _ = ctx.exit.wait() => return,
@@ -207,11 +275,48 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx) {
                 return;
             }
         };
+        let keep = head.keep_alive;
+        // the loopback Host rule, no Origin; one credential at most
+        let refused = match ctx.edge.check(&head, &conn.buf) {
+            Err(e) => Some(e),
+            Ok(_) if head.dup_credential => Some(Error::new(
+                Kind::BadRequest,
+                "more than one Authorization header: send the admin token once",
+            )),
+            Ok(_) => None,
+        };
+        if let Some(e) = refused {
+            conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
+                .await;
+            return;
+        }
         // copy what routing needs before the body read moves the buffer
         let method = head.method;
         let path = String::from_utf8_lossy(head.path(&conn.buf)).into_owned();
+        // a guess: a token sent where one is checked
+        let presented = head.header(&conn.buf, &head.authorization).is_some()
+            && (path.starts_with("/admin/") || path == "/metrics");
+        // an address that keeps sending wrong tokens waits before its token is checked
+        if let (Some(peer), true, Some(_)) = (conn.peer, presented, ctx.token) {
+            if let Err(d) = guard.guesses.wait(peer, Instant::now()).await {
+                let e = Error::new(
+                    Kind::RateLimited,
+                    "too many wrong admin tokens from this address; retry later",
+                )
+                .retry_after(d.as_secs().clamp(1, 3600) as u32);
+                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
+                    .await;
+                return;
+            }
+        }
         let authorized = authorize(ctx, head.header(&conn.buf, &head.authorization));
-        let keep = head.keep_alive;
+        if let (Some(peer), true) = (conn.peer, presented) {
+            match authorized {
+                Some(true) => guard.guesses.forgive(peer),
+                Some(false) => guard.guesses.failed(peer, Instant::now()),
+                None => {}
+            }
+        }
         let body = if head.body == BodyFraming::None {
             conn.consume(head.len);
             Ok(Vec::new())

@@ -111,6 +111,9 @@ pub(super) struct BudgetInner {
     /// Bytes of `used` held by open connections (`ConnCharge`), and how many hold them.
     conn_bytes: Cell<u64>,
     conns: Cell<u32>,
+    /// Most bytes connections may hold before their first request passed the key check
+    /// (`connection_share` of `capacity`; `charge_connection`).
+    conn_limit: Cell<u64>,
     rejected: [Cell<u64>; Reject::COUNT],
     pub(super) queue: RefCell<WaitQueue>,
 }
@@ -140,6 +143,7 @@ impl Budget {
                 in_flight: Cell::new(0),
                 conn_bytes: Cell::new(0),
                 conns: Cell::new(0),
+                conn_limit: Cell::new(capacity),
                 rejected: Default::default(),
                 queue: RefCell::new(WaitQueue::new(max_queue as usize)),
             }),
@@ -160,6 +164,21 @@ impl Budget {
     /// Bytes of [`Budget::used`] held by open connections (`ConnCharge`s).
     pub fn connection_bytes(&self) -> u64 {
         self.inner.conn_bytes.get()
+    }
+
+    /// Most bytes [`Budget::charge_connection`] lets connections hold (default: `capacity`).
+    pub fn connection_limit(&self) -> u64 {
+        self.inner.conn_limit.get()
+    }
+
+    /// Connections may hold at most `percent` % of the capacity through
+    /// [`Budget::charge_connection`]; the rest stays for requests (and for connections whose
+    /// request passed the key check, `charge_keyed_connection`).
+    pub fn set_connection_share(&self, percent: u64) {
+        let c = self.inner.capacity;
+        self.inner
+            .conn_limit
+            .set((c / 100).saturating_mul(percent.min(100)) + c % 100 * percent.min(100) / 100);
     }
 
     /// Open connections holding a `ConnCharge`.

@@ -5,6 +5,12 @@
 //! Must not: take an in-flight slot (a connection is not a request), wait or queue (a
 //! connection that does not fit is refused at once), or cross shards/threads.
 //!
+//! Share: connections hold at most `connection_share` of the budget (default 50 %): however
+//! many connections send nothing, the rest stays for requests — with keys on, only requests
+//! that passed the key check take permits, so idle unauthenticated connections cannot starve
+//! keyed clients. A connection over the share whose first request has a valid key is charged
+//! past it (`charge_keyed_connection`, see `pipeline::serve_over_cap`).
+//!
 //! Why: per-connection memory is paid whether or not the connection carries a request — idle
 //! keep-alive connections and connections whose request waits in the block-mode queue hold it
 //! too. Charging it makes `used` cover it, so the budget bounds connections and requests
@@ -38,9 +44,20 @@ impl fmt::Debug for ConnCharge {
 
 impl Budget {
     /// Charges `bytes` for one open connection, now or never: no slot, no queueing (it does
-    /// not wait behind queued requests, and they do not wait for it). A refusal is counted as
-    /// a `budget` rejection.
+    /// not wait behind queued requests, and they do not wait for it), and only while
+    /// connections hold at most `connection_limit` (the connection share): the rest of the
+    /// budget stays for requests. A refusal is counted as a `budget` rejection.
     pub fn charge_connection(&self, bytes: u64) -> Result<ConnCharge, Reject> {
+        if self.connection_bytes().saturating_add(bytes) > self.connection_limit() {
+            self.record_rejection(Reject::Budget);
+            return Err(Reject::Budget);
+        }
+        self.charge_keyed_connection(bytes)
+    }
+
+    /// [`Budget::charge_connection`] past the connection share, for a connection whose first
+    /// request carries a valid key (it may use the part kept for such requests).
+    pub fn charge_keyed_connection(&self, bytes: u64) -> Result<ConnCharge, Reject> {
         self.try_grow(bytes)?;
         self.add_connection(bytes);
         Ok(ConnCharge {

@@ -80,6 +80,10 @@ pub struct AdmissionConfig {
     /// one over `server.max_connections`. Default 8 KiB.
     #[serde(deserialize_with = "de_size")]
     pub connection_reserve: u64,
+    /// Percent of the budget open connections may hold through `connection_reserve` (1..=100).
+    /// The rest stays for requests, which with keys on means requests that passed the key
+    /// check: connections that send nothing cannot take the whole budget. Default 50.
+    pub connection_share: u64,
 }
 
 impl Default for AdmissionConfig {
@@ -93,6 +97,7 @@ impl Default for AdmissionConfig {
             max_queue: 1024,
             response_reserve: 64 << 10,
             connection_reserve: 8 << 10,
+            connection_share: 50,
         }
     }
 }
@@ -145,6 +150,9 @@ impl AdmissionConfig {
         if self.max_in_flight == 0 {
             return Err("admission.max_in_flight must be > 0".into());
         }
+        if !(1..=100).contains(&self.connection_share) {
+            return Err("admission.connection_share must be a percentage, 1..=100".into());
+        }
         if self.mode == Mode::Block && self.queue_timeout_ms == 0 {
             return Err("admission.queue_timeout_ms must be > 0 in block mode".into());
         }
@@ -194,8 +202,10 @@ impl Admission {
         let max_queue = cfg.max_queue.div_ceil(n as u32);
         let chunk = DEFAULT_CHUNK_SIZE;
         let max_free = (capacity / chunk as u64 / 8).clamp(16, 256) as usize;
+        let budget = Budget::new(capacity, max_in_flight, max_queue);
+        budget.set_connection_share(cfg.connection_share);
         Admission {
-            budget: Budget::new(capacity, max_in_flight, max_queue),
+            budget,
             pool: ChunkPool::new(chunk, max_free),
             mode: cfg.mode,
             queue_timeout: Duration::from_millis(cfg.queue_timeout_ms),
@@ -248,6 +258,16 @@ impl Admission {
     /// `budget`) and feeds the rejection log.
     pub fn connection(&self) -> Result<ConnCharge, Reject> {
         let r = self.budget.charge_connection(self.connection_reserve);
+        if r.is_err() {
+            self.log_tick();
+        }
+        r
+    }
+
+    /// [`Admission::connection`] past the connection share, for a connection whose first
+    /// request has a valid key.
+    pub fn keyed_connection(&self) -> Result<ConnCharge, Reject> {
+        let r = self.budget.charge_keyed_connection(self.connection_reserve);
         if r.is_err() {
             self.log_tick();
         }

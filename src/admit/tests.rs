@@ -175,7 +175,7 @@ fn admit_block_mode_waits_then_times_out() {
 #[test]
 fn connections_are_charged_to_the_shared_budget() {
     let c = cfg(
-        "memory_budget = 1000\nresponse_reserve = 100\nconnection_reserve = 300\nmax_in_flight = 1",
+        "memory_budget = 1000\nresponse_reserve = 100\nconnection_reserve = 300\nmax_in_flight = 1\nconnection_share = 100",
     );
     let a = Admission::new(&c, 1);
     let c1 = a.connection().unwrap();
@@ -206,6 +206,32 @@ fn connections_are_charged_to_the_shared_budget() {
     let mut out = String::new();
     a.render_prometheus(0, &mut out);
     assert!(out.contains("ringgate_budget_connection_bytes{shard=\"0\"} 0\n"));
+}
+
+/// Connections hold at most `connection_share` of the budget (default half): the rest stays
+/// for requests however many connections are open; a connection whose request has a valid
+/// key is charged past the share, within the budget.
+#[test]
+fn connections_keep_to_their_share() {
+    let c = cfg("memory_budget = 1000\nresponse_reserve = 100\nconnection_reserve = 200");
+    assert_eq!(c.connection_share, 50);
+    let a = Admission::new(&c, 1);
+    let held: Vec<_> = (0..2).map(|_| a.connection().unwrap()).collect();
+    assert_eq!(a.connection().err(), Some(Reject::Budget), "past the share");
+    assert_eq!(a.budget().connection_limit(), 500);
+    // the other half is for requests
+    let p = a.try_admit(300).unwrap();
+    drop(p);
+    // a keyed connection goes past the share, not past the budget
+    let k1 = a.keyed_connection().unwrap();
+    let k2 = a.keyed_connection().unwrap();
+    let k3 = a.keyed_connection().unwrap();
+    assert_eq!(a.stats().used, 1000);
+    assert_eq!(a.keyed_connection().err(), Some(Reject::Budget));
+    drop((held, k1, k2, k3));
+    assert_eq!(a.stats().used, 0);
+    assert!(cfg("connection_share = 0").validate().is_err());
+    assert!(cfg("connection_share = 101").validate().is_err());
 }
 
 /// Block mode: a connection never waits (it takes what is left now, even with requests

@@ -2,7 +2,9 @@
 //! files, providers, models, deployments, keys, limits, cache, engines), each problem with its
 //! line, and the non-fatal warnings printed at start (and on a reload) and by `ringgate check`.
 //!
-//! Owns: `Config::validate`, `Config::warnings` and `Config::start_warnings`. Must not: read secrets' values, touch the
+//! Owns: `Config::validate`, `Config::warnings` and `Config::start_warnings`. Must not: read
+//! secrets' values (beyond the admin token's length and whether it is blank, for a
+//! non-loopback admin address), touch the
 //! network or the file system beyond what a rule names (TLS files exist), or change the config.
 
 use std::ops::Range;
@@ -47,12 +49,28 @@ impl Config {
         } else if let Some(f) = s.tls_cert.as_ref().or(s.tls_key.as_ref()) {
             err(f.span(), "server.tls_cert / tls_key are set but tls_listen is not (e.g. tls_listen = \"127.0.0.1:8443\")".into());
         }
+        if s.first_request_timeout_ms == 0 {
+            err(0..0, "server.first_request_timeout_ms must be > 0".into());
+        }
         if s.tls_handshake_timeout_ms == 0 {
             err(0..0, "server.tls_handshake_timeout_ms must be > 0".into());
         }
         if let Some(Err(e)) = self.admin_addr() {
             if let Some(a) = &self.admin {
                 err(a.listen.span(), e);
+            }
+        }
+        if let (Some(a), Some(Ok(addr))) = (&self.admin, self.admin_addr()) {
+            // a weak token on a non-loopback admin address: refused here too, so a reload
+            // (and `check`) says so before a restart would fail (none at all: a warning)
+            let raw = std::env::var_os(a.token_env.get_ref()).filter(|v| !v.is_empty());
+            let raw = raw
+                .as_ref()
+                .map(|v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
+            if let Some(why) =
+                raw.and_then(|r| crate::admin::weak_token(addr, a.token_env.get_ref(), Some(r)))
+            {
+                err(a.listen.span(), why);
             }
         }
         if let Some(a) = &self.admin {

@@ -1,5 +1,7 @@
 //! A client connection as the server sees it: the socket, its read buffer (heads are parsed in
-//! place), and the idle / header-read timeouts between requests.
+//! place), and the idle / header-read timeouts between requests — and, before its first
+//! request, the shorter first-head deadline (`first_head_by`: a connection that never sends a
+//! complete head does not stay for the keep-alive idle time).
 //!
 //! Owns: reading one request head, writing whole responses and error responses, and what an
 //! idle connection holds: after `release_after` without a byte it gives its buffers back (the
@@ -29,6 +31,10 @@ pub struct Limits {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
+    /// A new connection's first complete head must be in this long after it started serving
+    /// (`ClientConn::first_head_by`); shorter than `idle_timeout`, which applies between
+    /// requests of a connection that already sent one.
+    pub first_head_timeout: Duration,
     /// Longest a single write to a client may block (a client that stops reading).
     pub write_timeout: Duration,
 }
@@ -116,6 +122,11 @@ pub struct ClientConn {
     /// When the current request's head had been parsed (`read_head`; the request's start in
     /// metrics and the access log).
     pub head_at: Instant,
+    /// Until its first head is complete: when it must be (`Limits::first_head_timeout` from
+    /// when serving began; `None` after it, or when not set).
+    pub first_head_by: Option<Instant>,
+    /// The client's address as the per-address tables key it (`None`: not known, e.g. mocks).
+    pub peer: Option<crate::peer::Peer>,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -142,17 +153,22 @@ impl ClientConn {
             bytes_out: 0,
             capture: None,
             head_at: Instant::now(),
+            first_head_by: None,
+            peer: None,
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
     }
 
     /// Wait for the next request head. `Ok(None)`: the client closed (or idled out) cleanly
-    /// between requests.
+    /// between requests. Before the first head, `first_head_by` bounds both waits.
     pub async fn read_head(&mut self, limits: &Limits) -> Result<Option<RequestHead>, Error> {
+        let first_by = self.first_head_by;
         if self.buf.is_empty() {
             let now = Instant::now();
-            match self.first_bytes(now, now + limits.idle_timeout).await {
+            let idle_until = now + limits.idle_timeout;
+            let until = first_by.map_or(idle_until, |by| by.min(idle_until));
+            match self.first_bytes(now, until).await {
                 Ok(n) if n > 0 => {}
                 // EOF, idle timeout or a reset between requests: a clean end.
                 _ => return Ok(None),
@@ -164,10 +180,14 @@ impl ClientConn {
         loop {
             if let Some(h) = head::parse(&self.buf, limits.max_head, limits.max_headers)? {
                 self.head_at = Instant::now();
+                self.first_head_by = None;
                 return Ok(Some(h));
             }
             let now = Instant::now();
-            let deadline = *deadline.get_or_insert(now + limits.header_timeout);
+            let deadline = *deadline.get_or_insert_with(|| {
+                let d = now + limits.header_timeout;
+                first_by.map_or(d, |by| by.min(d))
+            });
             match read_more_at(&mut self.stream, &mut self.buf, deadline, now).await {
                 Ok(0) => return Err(Error::new(Kind::BadRequest, "connection closed mid-head")),
                 Ok(_) => {}

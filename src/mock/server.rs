@@ -63,6 +63,7 @@ const LIMITS: Limits = Limits {
     header_timeout: Duration::from_secs(10),
     body_timeout: Duration::from_secs(60),
     idle_timeout: Duration::from_secs(120),
+    first_head_timeout: Duration::from_secs(120),
     write_timeout: Duration::from_secs(60),
 };
 const MAX_BODY: u64 = 256 * 1024 * 1024;
@@ -141,7 +142,7 @@ pub fn start_full(
                         time: Duration::from_secs(5),
                     },
                     open,
-                    |stream| {
+                    |stream, _peer| {
                         monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
                     },
                 )

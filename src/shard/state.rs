@@ -1,5 +1,7 @@
 //! One shard's state: everything one core needs to serve requests, shared with nobody (no
-//! locks, atomics or `Arc` on the hot path). Lives in an `Rc` on its thread.
+//! locks, atomics or `Arc` on the hot path; the per-address tables of `peer` are touched on
+//! accept and close, and on a keyed request one relaxed load unless its address is slowed).
+//! Lives in an `Rc` on its thread.
 //!
 //! Owns: the `Shard` struct. Must not: build itself from the config (that is `gateway`) or
 //! handle requests (that is `pipeline`).
@@ -40,6 +42,11 @@ pub struct Shard {
     pub max_connections: u64,
     /// Connections over the cap whose first request is being read, to answer health probes.
     pub over_cap: std::cell::Cell<u32>,
+    /// Open connections per client address, process-wide (`server.max_connections_per_address`).
+    pub peers: std::sync::Arc<crate::peer::Addresses>,
+    /// Addresses presenting unknown API keys, slowed down process-wide (`None`: keys are never
+    /// checked, nothing to guess).
+    pub key_guesses: Option<std::sync::Arc<crate::peer::Slowdown>>,
     /// Client read buffers (idle connections hold none).
     pub read_bufs: ReadBufs,
     /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.

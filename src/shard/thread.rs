@@ -219,8 +219,8 @@ pub struct Drain<'a> {
 /// Longest wait, after the drain time is up, for cut streams to write their last bytes.
 const CUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A shard's accept loop: adopt `std_listener`, hand every accepted connection to `on_conn`
-/// until `shutdown` fires; then close the listener (new connections are refused) and drain
+/// A shard's accept loop: adopt `std_listener`, hand every accepted connection (and its
+/// peer's address) to `on_conn` until `shutdown` fires; then close the listener (new connections are refused) and drain
 /// (see [`Drain`]) while `open()` is above zero.
 pub async fn accept_until<F, O>(
     name: &str,
@@ -230,7 +230,7 @@ pub async fn accept_until<F, O>(
     open: O,
     mut on_conn: F,
 ) where
-    F: FnMut(monoio::net::TcpStream),
+    F: FnMut(monoio::net::TcpStream, std::net::SocketAddr),
     O: Fn() -> u64,
 {
     let listener = match monoio::net::TcpListener::from_std(std_listener) {
@@ -245,7 +245,7 @@ pub async fn accept_until<F, O>(
         monoio::select! {
             _ = &mut stop => break,
             r = listener.accept() => match r {
-                Ok((stream, _peer)) => on_conn(stream),
+                Ok((stream, peer)) => on_conn(stream, peer),
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning.
                     crate::log::info(format_args!("{name}: accept: {e}"));

@@ -7,8 +7,8 @@
 //! (beyond recognising a plain-HTTP first byte) or hold anything shared across shards except
 //! the certificate (`certs::TlsCerts`).
 //!
-//! Caps: a connection counts in `ringgate_connections_open` and `max_connections` from accept,
-//! handshake included, and holds `connection_reserve` + [`TLS_CONNECTION_EXTRA`] of the
+//! Caps: a connection counts in `ringgate_connections_open`, `max_connections` and
+//! `max_connections_per_address` from accept, handshake included, and holds `connection_reserve` + [`TLS_CONNECTION_EXTRA`] of the
 //! budget until it closes (the TLS layer keeps two 16 KiB record buffers per connection). Over
 //! the cap a few connections per shard still get a (shorter) handshake so `/healthz` and
 //! `/readyz` answer; the rest are closed at once — a refusal cannot be written before a
@@ -106,7 +106,7 @@ pub async fn accept_loop(
         monoio::select! {
             _ = &mut stop => break,
             r = listener.accept() => match r {
-                Ok((stream, _peer)) => on_accept(stream, &shard, &acceptors, handshake_timeout),
+                Ok((stream, peer)) => on_accept(stream, peer, &shard, &acceptors, handshake_timeout),
                 Err(e) => {
                     crate::log::info(format_args!("{name}: accept: {e}"));
                     monoio::time::sleep(Duration::from_millis(10)).await;
@@ -118,6 +118,7 @@ pub async fn accept_loop(
 
 fn on_accept(
     stream: TcpStream,
+    addr: std::net::SocketAddr,
     shard: &Rc<Shard>,
     acceptors: &Rc<Acceptors>,
     handshake_timeout: Duration,
@@ -126,14 +127,17 @@ fn on_accept(
         return;
     }
     let _ = stream.set_nodelay(true);
+    let peer = crate::peer::Peer::of(addr.ip());
     let charge = if shard.metrics.connections.get() < shard.max_connections {
-        shard.admission.connection().ok().and_then(|c| {
+        let slot = shard.peers.enter(peer);
+        slot.and_then(|slot| {
+            let c = shard.admission.connection().ok()?;
             let extra = shard
                 .admission
                 .budget()
                 .charge_connection(TLS_CONNECTION_EXTRA)
                 .ok()?;
-            Some((c, extra))
+            Some((slot, c, extra))
         })
     } else {
         None
@@ -150,7 +154,8 @@ fn on_accept(
                 c = handshake(stream, &shard, &acceptors, handshake_timeout) => c,
             };
             dec(&shard.metrics.connections);
-            if let Some(conn) = conn {
+            if let Some(mut conn) = conn {
+                conn.peer = Some(peer);
                 pipeline::serve_connection(conn, shard).await;
             }
             drop(charge);
@@ -161,7 +166,8 @@ fn on_accept(
             let wait = handshake_timeout.min(OVER_CAP_HANDSHAKE);
             let conn = handshake(stream, &shard, &acceptors, wait).await;
             shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
-            if let Some(conn) = conn {
+            if let Some(mut conn) = conn {
+                conn.peer = Some(peer);
                 pipeline::serve_over_cap(conn, shard).await;
             }
         });
