@@ -302,11 +302,12 @@ fn keep_one(addr: std::net::SocketAddr, d: &str) -> std::net::TcpStream {
 fn connections_are_charged_to_the_budget() {
     for d in DRIVERS {
         let mock = start_mock(Profile::Instant, d);
-        // 64 KiB budget, 16 KiB per connection: four fit.
+        // 128 KiB budget, half of it for connections (`connection_share`), 16 KiB per
+        // connection: four fit.
         let gw = start_gateway(
             mock.addr,
             d,
-            &admission("64KiB", "drop", "connection_reserve = \"16KiB\""),
+            &admission("128KiB", "drop", "connection_reserve = \"16KiB\""),
         );
         let idle: Vec<_> = (0..3).map(|_| keep_one(gw.addr, d)).collect();
         // Three idle keep-alive connections plus the scrape's own.

@@ -397,3 +397,24 @@ pub fn json_response(body: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A connection to `to` from the loopback address `from` (any of 127.0.0.0/8 binds on Linux):
+/// a second (third, ...) client address for per-address limits.
+pub fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// One request on a fresh connection from `from` (see [`connect_from`]); `None`: closed or
+/// reset without an answer.
+pub fn request_from(from: [u8; 4], to: SocketAddr, raw: &[u8]) -> Option<Response> {
+    let mut s = connect_from(from, to);
+    s.write_all(raw).ok()?;
+    read_response(&mut s, &mut Vec::new())
+}
