@@ -4,8 +4,8 @@
 //!
 //! Owns: `Config::validate`, `Config::warnings` and `Config::start_warnings`. Must not: read
 //! secrets' values (beyond the admin token's length and whether it is blank, for a
-//! non-loopback admin address), touch the
-//! network or the file system beyond what a rule names (TLS files exist), or change the config.
+//! non-loopback admin address), touch the network or the file system beyond what a rule names
+//! (TLS files exist), or change the config.
 
 use std::ops::Range;
 
