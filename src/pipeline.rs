@@ -333,6 +333,18 @@ async fn serve(
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
     let caller = shard.governance.identify(head, &conn.buf);
     req.trace.key = caller.key();
+    // an unknown key: its fingerprint, for the per-address guess count (`peer::slowdown`)
+    let guess = match (caller, &shard.key_guesses) {
+        (Caller::Unknown, Some(slow)) => Some(crate::governance::credential::with_presented(
+            head,
+            &conn.buf,
+            |p| match p {
+                crate::governance::credential::Presented::Key(k) => slow.fingerprint(k),
+                _ => 0,
+            },
+        )),
+        _ => None,
+    };
     // the response cache's directives and tenant, read off the head (nothing when it is off)
     let cache_ask = match (&shard.cache, &target) {
         (Some(c), Ok(Target::Api(..))) => {
@@ -402,10 +414,10 @@ async fn serve(
     let grant = shard
         .governance
         .admit(caller, target.gate(), &mut conn.resp_headers);
-    if let (Err(_), Caller::Unknown, Some(slow), Some(peer)) =
-        (&grant, caller, &shard.key_guesses, conn.peer)
+    if let (Err(_), Some(secret), Some(slow), Some(peer)) =
+        (&grant, guess, &shard.key_guesses, conn.peer)
     {
-        slow.failed(peer, Instant::now());
+        slow.failed(peer, Instant::now(), secret);
     }
     let mut grant = grant?;
     if let Some(g) = grant.as_mut() {

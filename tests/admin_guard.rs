@@ -212,39 +212,40 @@ fn a_reload_to_an_exposed_admin_with_a_weak_token_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Send `n` requests from `from` one after another; how long they took, and their statuses.
-fn timed(n: usize, from: [u8; 4], to: SocketAddr, raw: &[u8]) -> (Duration, Vec<u16>) {
+/// Send `n` requests (`raw(i)`) from `from` one after another; how long they took, and their
+/// statuses.
+fn timed(
+    n: usize,
+    from: [u8; 4],
+    to: SocketAddr,
+    raw: impl Fn(usize) -> Vec<u8>,
+) -> (Duration, Vec<u16>) {
     let t0 = Instant::now();
-    let s = (0..n).map(|_| status_from(from, to, raw)).collect();
+    let s = (0..n).map(|i| status_from(from, to, &raw(i))).collect();
     (t0.elapsed(), s)
 }
 
 /// Item 5: wrong admin tokens from one address are slowed (4 free, then 0.25 s doubling up to
 /// 5 s per guess: 9 take > 2 s; before, ~34k/s), a correct token from it still works (after
-/// the wait) and clears the count; another address is not slowed.
+/// the wait) and clears the count; another address is not slowed; one wrong token repeated is
+/// not a guess (not slowed).
 #[test]
 fn wrong_admin_tokens_are_slowed_per_address() {
     for d in DRIVERS {
         let (gw, mock) = start("RG_TEST_ADMIN_GUARD_GUESS", TOKEN, 1, d);
         let admin = gw.admin_addr.unwrap();
-        let (took, statuses) = timed(
-            9,
-            HOME,
-            admin,
-            &admin_get("/admin/keys", "guess-000000000000"),
-        );
+        let (took, statuses) = timed(9, HOME, admin, |i| {
+            admin_get("/admin/keys", &format!("guess-{i:012}"))
+        });
         assert!(statuses.iter().all(|&s| s == 401), "{d}: {statuses:?}");
         assert!(
             took > Duration::from_secs(2),
             "{d}: 9 wrong tokens took {took:?}"
         );
         // another address: its own (free) guesses, and its correct token, at once
-        let (took, statuses) = timed(
-            3,
-            OTHER,
-            admin,
-            &admin_get("/admin/keys", "guess-000000000000"),
-        );
+        let (took, statuses) = timed(3, OTHER, admin, |i| {
+            admin_get("/admin/keys", &format!("guess-{i:012}"))
+        });
         assert_eq!(statuses, [401; 3], "{d}");
         assert_eq!(
             status_from(OTHER, admin, &admin_get("/admin/keys", TOKEN)),
@@ -260,11 +261,17 @@ fn wrong_admin_tokens_are_slowed_per_address() {
             200,
             "{d}"
         );
-        let (took, statuses) = timed(3, HOME, admin, &admin_get("/admin/keys", TOKEN));
+        let (took, statuses) = timed(3, HOME, admin, |_| admin_get("/admin/keys", TOKEN));
         assert_eq!(statuses, [200; 3], "{d}");
         assert!(
             took < Duration::from_secs(2),
             "{d}: forgiven, took {took:?}"
+        );
+        let (took, statuses) = timed(12, OTHER, admin, |_| admin_get("/admin/keys", "stale"));
+        assert_eq!(statuses, [401; 12], "{d}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{d}: one wrong token took {took:?}"
         );
         gw.stop();
         mock.stop();
@@ -280,7 +287,7 @@ fn unknown_api_keys_are_slowed_per_address_across_shards() {
         for d in DRIVERS {
             let (gw, mock) = start("RG_TEST_ADMIN_GUARD_API", TOKEN, shards, d);
             let main = gw.addr;
-            let (took, statuses) = timed(9, HOME, main, &chat("rg-guess-00000000000000000"));
+            let (took, statuses) = timed(9, HOME, main, |i| chat(&format!("rg-guess-{i:020}")));
             assert!(
                 statuses.iter().all(|&s| s == 401),
                 "{d}/{shards}: {statuses:?}"
@@ -289,7 +296,7 @@ fn unknown_api_keys_are_slowed_per_address_across_shards() {
                 took > Duration::from_secs(2),
                 "{d}/{shards}: 9 unknown keys took {took:?}"
             );
-            let (took, statuses) = timed(3, OTHER, main, &chat(KEY));
+            let (took, statuses) = timed(3, OTHER, main, |_| chat(KEY));
             assert_eq!(statuses, [200; 3], "{d}/{shards}");
             assert!(took < Duration::from_secs(2), "{d}/{shards}: took {took:?}");
             assert_eq!(status_from(HOME, main, &chat(KEY)), 200, "{d}/{shards}");

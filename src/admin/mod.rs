@@ -9,8 +9,8 @@
 //!   loopback without a token the admin API answers 401 (the start-up log says how to set one)
 //!   and `/metrics` is served to anyone on the machine; with a token, `/metrics` needs it too.
 //!   Two `Authorization` headers: 400.
-//! - **Guessing**: an address that keeps sending wrong tokens is slowed down before its next
-//!   token check (`peer::slowdown`: 4 free, then doubling delays up to 5 s per guess; a
+//! - **Guessing**: an address that keeps sending new wrong tokens is slowed down before its
+//!   next token check (`peer::slowdown`: 4 free, then doubling delays up to 5 s per guess; a
 //!   correct token forgives the address).
 //! - **Bounds**: heads up to 16 KiB, bodies up to 64 KiB (413), the first head within 5 s of
 //!   the connect (then 30 s idle between requests, 5 s per head, 10 s per body), at most 128
@@ -293,9 +293,10 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
         // copy what routing needs before the body read moves the buffer
         let method = head.method;
         let path = String::from_utf8_lossy(head.path(&conn.buf)).into_owned();
-        // a guess: a token sent where one is checked
-        let presented = head.header(&conn.buf, &head.authorization).is_some()
-            && (path.starts_with("/admin/") || path == "/metrics");
+        // a guess: a token sent where one is checked (told apart by its fingerprint)
+        let sent = head.header(&conn.buf, &head.authorization);
+        let presented = sent.is_some() && (path.starts_with("/admin/") || path == "/metrics");
+        let fingerprint = sent.map_or(0, |t| guard.guesses.fingerprint(t));
         // an address that keeps sending wrong tokens waits before its token is checked
         if let (Some(peer), true, Some(_)) = (conn.peer, presented, ctx.token) {
             if let Err(d) = guard.guesses.wait(peer, Instant::now()).await {
@@ -313,7 +314,7 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
         if let (Some(peer), true) = (conn.peer, presented) {
             match authorized {
                 Some(true) => guard.guesses.forgive(peer),
-                Some(false) => guard.guesses.failed(peer, Instant::now()),
+                Some(false) => guard.guesses.failed(peer, Instant::now(), fingerprint),
                 None => {}
             }
         }

@@ -3,7 +3,11 @@
 //! waits before its next credential check — every request of it, valid or not, so a correct
 //! guess is not told apart by answering sooner.
 //!
-//! Rule: [`FREE`] wrong secrets cost nothing (typos); each one after pushes the address's
+//! A guess is a *new* wrong secret: one the address has not presented among its last
+//! [`RECENT`] wrong ones. A client repeating one wrong secret — a revoked key still in use, a
+//! misconfigured retry loop — learns nothing and is not slowed (nor are its neighbours).
+//!
+//! Rule: [`FREE`] guesses cost nothing (typos); each one after pushes the address's
 //! next check back by a delay that doubles from [`FIRST_DELAY`] up to [`MAX_DELAY`], so one
 //! address gets at most one guess per `MAX_DELAY` once it is slowed (connections in
 //! parallel included: they all wait for the same time). An address whose next check is more
@@ -37,6 +41,9 @@ pub const MAX_WAIT: Duration = Duration::from_secs(30);
 pub const FORGET: Duration = Duration::from_secs(60);
 /// Addresses remembered at once (the table's bound).
 pub const MAX_PEERS: usize = 4096;
+/// Wrong secrets remembered per address (by fingerprint): presenting one of them again is
+/// not a new guess.
+pub const RECENT: usize = 4;
 
 const STRIPES: usize = 16;
 
@@ -53,6 +60,9 @@ pub enum Wait {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     fails: u32,
+    /// Fingerprints of the last wrong secrets (0: none), written round-robin.
+    recent: [u64; RECENT],
+    next: usize,
     /// The earliest time the address's next credential check runs.
     ready: Instant,
     last: Instant,
@@ -71,6 +81,9 @@ struct Stripe {
 pub struct Slowdown {
     base: Instant,
     stripes: [Stripe; STRIPES],
+    /// Keys the secrets' fingerprints (random per process: no one can make two secrets
+    /// collide on purpose).
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Default for Slowdown {
@@ -84,7 +97,14 @@ impl Slowdown {
         Slowdown {
             base: Instant::now(),
             stripes: Default::default(),
+            hasher: Default::default(),
         }
+    }
+
+    /// The fingerprint [`Slowdown::failed`] tells wrong secrets apart by.
+    pub fn fingerprint(&self, secret: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(secret).max(1)
     }
 
     fn ns(&self, t: Instant) -> u64 {
@@ -129,8 +149,8 @@ impl Slowdown {
         }
     }
 
-    /// `peer` presented a wrong secret at `now`.
-    pub fn failed(&self, peer: Peer, now: Instant) {
+    /// `peer` presented a wrong secret (its [`Slowdown::fingerprint`]) at `now`.
+    pub fn failed(&self, peer: Peer, now: Instant, secret: u64) {
         let s = &self.stripes[peer.stripe(STRIPES)];
         let Ok(mut m) = s.map.lock() else {
             return;
@@ -140,12 +160,20 @@ impl Slowdown {
         }
         let e = m.entry(peer).or_insert(Entry {
             fails: 0,
+            recent: [0; RECENT],
+            next: 0,
             ready: now,
             last: now,
         });
         if now.saturating_duration_since(e.last) > FORGET {
             e.fails = 0;
+            e.recent = [0; RECENT];
         }
+        if e.recent.contains(&secret) {
+            return;
+        }
+        e.recent[e.next % RECENT] = secret;
+        e.next = (e.next + 1) % RECENT;
         e.fails = e.fails.saturating_add(1);
         e.last = now;
         if e.fails > FREE {
@@ -199,25 +227,36 @@ mod tests {
         Peer::of(std::net::IpAddr::V4(i.into()))
     }
 
+    /// A new wrong secret each call.
+    fn guess(s: &Slowdown) -> u64 {
+        use std::sync::atomic::AtomicU32;
+        static N: AtomicU32 = AtomicU32::new(0);
+        s.fingerprint(&N.fetch_add(1, Ordering::Relaxed).to_le_bytes())
+    }
+
     #[test]
     fn free_failures_then_doubling_delays_up_to_the_cap() {
         let s = Slowdown::new();
         let (a, b) = (peer(1), peer(2));
         let t = Instant::now();
         for _ in 0..FREE {
-            s.failed(a, t);
+            s.failed(a, t, guess(&s));
             assert_eq!(s.before(a, t), Wait::Now);
         }
-        s.failed(a, t);
+        // the same wrong secret again and again is not a guess
+        let same = guess(&s);
+        for _ in 0..100 {
+            s.failed(a, t, same);
+        }
         assert_eq!(s.before(a, t), Wait::Until(t + FIRST_DELAY));
         assert_eq!(s.before(b, t), Wait::Now, "another address is not slowed");
-        s.failed(a, t);
+        s.failed(a, t, guess(&s));
         assert_eq!(s.before(a, t), Wait::Until(t + FIRST_DELAY * 3));
         assert_eq!(s.before(a, t + FIRST_DELAY * 3), Wait::Now);
         assert_eq!(delay(FREE + 30), MAX_DELAY);
         // parallel failures pile up, bounded: far away is refused
         for _ in 0..40 {
-            s.failed(a, t);
+            s.failed(a, t, guess(&s));
         }
         assert!(matches!(s.before(a, t), Wait::Refuse(d) if d > MAX_WAIT));
         s.forgive(a);
@@ -229,10 +268,10 @@ mod tests {
         let s = Slowdown::new();
         let t = Instant::now();
         for _ in 0..=FREE {
-            s.failed(peer(1), t);
+            s.failed(peer(1), t, guess(&s));
         }
         let later = t + FORGET + Duration::from_secs(1);
-        s.failed(peer(1), later);
+        s.failed(peer(1), later, guess(&s));
         assert_eq!(
             s.before(peer(1), later),
             Wait::Now,
@@ -245,7 +284,7 @@ mod tests {
         let s = Slowdown::new();
         let t = Instant::now();
         for i in 0..(MAX_PEERS as u32 * 3) {
-            s.failed(peer(i), t);
+            s.failed(peer(i), t, guess(&s));
         }
         assert!(s.len() <= MAX_PEERS, "{}", s.len());
     }
