@@ -3,8 +3,9 @@
 //!
 //! Also opens the state store (`state`), builds the key registry and its directory (the shards
 //! follow it), the published config and its `reload::Reloader` (SIGHUP, `POST /admin/reload`;
-//! the shards follow it through `shard::routing`), and starts the admin listener (`admin`) when
-//! `[admin]` is configured.
+//! the shards follow it through `shard::routing`), the per-address tables every shard shares
+//! (`peer`: connections per address on accept, unknown-key guesses), and starts the admin
+//! listener (`admin`) when `[admin]` is configured.
 //!
 //! Owns: building each `Shard` (see `shard::state`) and `Running` (the handle tests and
 //! `main` hold). Must not: handle requests — that is `pipeline`.

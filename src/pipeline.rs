@@ -4,6 +4,11 @@
 //! file only sequences them and turns their errors into responses in the client's dialect, in
 //! one sink (`handle`).
 //!
+//! Connections: the first head must come within `first_request_timeout_ms`; an address that
+//! keeps sending unknown keys waits before its key is acted on (`peer::slowdown`; nothing when
+//! keys are off); over a cap, a first request with a valid key is still served
+//! (`serve_over_cap`).
+//!
 //! Owns: the per-connection loop and the order of stages. Must not: parse bytes, build
 //! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
 //! `forward`, `respond`).
