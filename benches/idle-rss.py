@@ -41,8 +41,9 @@ def run(driver):
     base = rss_kib(p.pid)
     socks = []
     req = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
-    for _ in range(N):
-        s = socket.create_connection(addr)
+    for i in range(N):
+        # from 127.1.x.1, 1000 per address: under the default max_connections_per_address
+        s = socket.create_connection(addr, source_address=(f"127.1.{i // 1000}.1", 0))
         s.sendall(req)
         got = b""
         while b'{"status":"ok"}' not in got:
