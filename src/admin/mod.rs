@@ -209,7 +209,9 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx) {
         };
         // copy what routing needs before the body read moves the buffer
         let method = head.method;
-        let path = String::from_utf8_lossy(head.path(&conn.buf)).into_owned();
+        // the target (path and query): `route` splits it
+        let target = conn.buf.get(head.target.clone()).unwrap_or_default();
+        let path = String::from_utf8_lossy(target).into_owned();
         let authorized = authorize(ctx, head.header(&conn.buf, &head.authorization));
         let keep = head.keep_alive;
         let body = if head.body == BodyFraming::None {
@@ -283,10 +285,14 @@ fn authorize(ctx: &Ctx, authorization: Option<&[u8]>) -> Option<bool> {
 fn route(
     ctx: &Ctx,
     method: Method,
-    path: &str,
+    target: &str,
     authorized: Option<bool>,
     body: &[u8],
 ) -> Result<Reply, Error> {
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
     let draining = ctx.drain.is_fired();
     match path {
         "/healthz" => {
@@ -360,7 +366,7 @@ fn route(
     if path == "/admin/usage" {
         return only(method, Method::Get, || usage::all(ctx));
     }
-    keys::route(ctx, method, path, body)
+    keys::route(ctx, method, path, query, body)
 }
 
 fn only(method: Method, want: Method, f: impl FnOnce() -> Reply) -> Result<Reply, Error> {
