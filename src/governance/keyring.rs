@@ -362,6 +362,54 @@ mod tests {
     }
 
     #[test]
+    fn set_keeps_the_digest_index_right() {
+        let key = |n: &str| Key {
+            name: n.into(),
+            models: None,
+            rpm: None,
+            tpm: None,
+            max_in_flight: None,
+            expires: None,
+            enabled: true,
+            budget_nanos: None,
+            period: Period::default(),
+        };
+        let (a, b) = (Digest::of(b"secret-a"), Digest::of(b"secret-b"));
+        let r0 = Keyring::assemble(true, vec![(key("a"), Some(a)), (key("b"), Some(b))]).unwrap();
+        assert_eq!((r0.lookup(b"secret-a"), r0.usable()), (Some(0), 2));
+        // the same digest in another slot is refused; in its own slot (a patch) it is kept
+        assert!(r0
+            .set(1, key("b"), Some(a))
+            .unwrap_err()
+            .contains("same secret"));
+        let r1 = r0.set(0, key("a2"), Some(a)).unwrap();
+        assert_eq!((r1.lookup(b"secret-a"), r1.usable()), (Some(0), 2));
+        // revoked: no digest; the old snapshot still has it
+        let r2 = r1.set(1, key("b"), None).unwrap();
+        assert_eq!((r2.lookup(b"secret-b"), r2.usable()), (None, 1));
+        assert_eq!(r1.lookup(b"secret-b"), Some(1));
+        // two keys trade secrets: off both, then on again
+        let r3 = r1
+            .set(0, key("a"), None)
+            .unwrap()
+            .set(1, key("b"), None)
+            .unwrap();
+        let r3 = r3
+            .set(0, key("a"), Some(b))
+            .unwrap()
+            .set(1, key("b"), Some(a))
+            .unwrap();
+        assert_eq!(
+            (r3.lookup(b"secret-a"), r3.lookup(b"secret-b")),
+            (Some(1), Some(0))
+        );
+        assert_eq!(r3.usable(), 2);
+        // slots are dense
+        assert!(r3.set(3, key("c"), None).is_err());
+        assert_eq!(r3.set(2, key("c"), None).unwrap().keys.len(), 3);
+    }
+
+    #[test]
     fn same_secret_twice_is_refused_and_auth_none_checks_nothing() {
         std::env::set_var("RG_KEYRING_TEST_SECRET", "test");
         let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
