@@ -292,10 +292,13 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
         }
         // copy what routing needs before the body read moves the buffer
         let method = head.method;
-        let path = String::from_utf8_lossy(head.path(&conn.buf)).into_owned();
+        // the target (path and query): `route` splits it
+        let target = conn.buf.get(head.target.clone()).unwrap_or_default();
+        let path = String::from_utf8_lossy(target).into_owned();
+        let bare = head.path(&conn.buf);
         // a guess: a token sent where one is checked (told apart by its fingerprint)
         let sent = head.header(&conn.buf, &head.authorization);
-        let presented = sent.is_some() && (path.starts_with("/admin/") || path == "/metrics");
+        let presented = sent.is_some() && (bare.starts_with(b"/admin/") || bare == b"/metrics");
         let fingerprint = sent.map_or(0, |t| guard.guesses.fingerprint(t));
         // an address that keeps sending wrong tokens waits before its token is checked
         if let (Some(peer), true, Some(_)) = (conn.peer, presented, ctx.token) {
@@ -389,10 +392,14 @@ fn authorize(ctx: &Ctx, authorization: Option<&[u8]>) -> Option<bool> {
 fn route(
     ctx: &Ctx,
     method: Method,
-    path: &str,
+    target: &str,
     authorized: Option<bool>,
     body: &[u8],
 ) -> Result<Reply, Error> {
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
     let draining = ctx.drain.is_fired();
     match path {
         "/healthz" => {
@@ -466,7 +473,7 @@ fn route(
     if path == "/admin/usage" {
         return only(method, Method::Get, || usage::all(ctx));
     }
-    keys::route(ctx, method, path, body)
+    keys::route(ctx, method, path, query, body)
 }
 
 fn only(method: Method, want: Method, f: impl FnOnce() -> Reply) -> Result<Reply, Error> {

@@ -2,25 +2,28 @@
 //! and the SHA-256 digests of the secrets (never the secrets themselves).
 //!
 //! Owns: reading each `key_env` secret once at start (hashing it and dropping the value),
-//! `Digest` and its constant-time equality, lookup of a presented secret, the allow-list rule.
+//! `Digest` and its constant-time equality, lookup of a presented secret, the allow-list rule,
+//! and the snapshot structure (`Keyring`, `Slots`: a change makes the next snapshot in O(log n),
+//! sharing every unchanged key).
 //! Must not: keep, log or display a secret (errors and logs use the key's name), or hold
 //! per-request state (that is `Governance` per shard).
 //!
 //! Lookup: the presented secret is hashed (SHA-256, `ring`) and the digest looked up in a
-//! `HashMap` with std's randomly seeded SipHash. What the lookup's timing can reveal is about
-//! *digests* of attacker-chosen strings: which bucket (SipHash with a secret per-process seed:
-//! nothing about digest bytes) and whether a stored digest sits there, then equality, which is
+//! persistent map (`trie`) keyed by std's randomly seeded SipHash of the digest. What the
+//! lookup's timing can reveal is about *digests* of attacker-chosen strings: how deep the
+//! SipHash value's path goes (a secret per-process seed: nothing about digest bytes) and
+//! whether a stored digest sits there, then equality, which is
 //! constant-time (`subtle`) so no prefix of a stored digest leaks either. Learning a stored digest
 //! would still not give the secret (preimage resistance), but it would allow an offline search of
 //! a low-entropy secret; hence constant-time equality, and `ringgate check` warns about short
 //! secrets.
 
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 
 use subtle::ConstantTimeEq;
 
 use super::spend::{usd_to_nanos, Period};
+use super::trie::Trie;
 use crate::config::{keys::parse_sha256, AuthMode, Config};
 
 /// SHA-256 of a secret. Equality is constant-time.
@@ -103,6 +106,55 @@ impl Key {
     }
 }
 
+/// A snapshot's keys by slot: a persistent vector (`trie::Trie` keyed by slot), so the next
+/// snapshot shares every key it did not change with this one.
+#[derive(Debug, Clone, Default)]
+pub struct Slots {
+    trie: Trie<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: Key,
+    /// `None`: the key cannot be presented (revoked, or its secret is unknown).
+    digest: Option<Digest>,
+}
+
+impl Slots {
+    /// The key in slot `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&Key> {
+        self.trie.get(i as u64).map(|s| &s.key)
+    }
+
+    /// How many slots (live keys and tombstones).
+    pub fn len(&self) -> usize {
+        self.trie.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.trie.is_empty()
+    }
+
+    /// Every key in slot order (O(n log n): listings and metrics, not the request path).
+    pub fn iter(&self) -> impl Iterator<Item = &Key> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The slots set since `old` (a snapshot this one was derived from: only the changed paths
+    /// are visited), in slot order.
+    pub fn changed_since<'a>(&'a self, old: &'a Slots) -> Vec<(usize, &'a Key)> {
+        let mut out = Vec::new();
+        self.trie.diff(&old.trie, &mut |i, _, new| {
+            if let Some(s) = new {
+                out.push((i as usize, &s.key));
+            }
+        });
+        out.sort_unstable_by_key(|(i, _)| *i);
+        out
+    }
+}
+
 /// Every virtual key and the digest index: one snapshot. Built at start from the config (and
 /// the state store); runtime changes publish a new snapshot through `governance::directory`,
 /// and each shard refreshes its own view of it.
@@ -111,12 +163,22 @@ impl Key {
 /// (new keys are appended, changed ones updated in place, a revoked key stays as a tombstone
 /// with no digest, so nothing can present it) — shards carry each key's windows and in-flight
 /// count across snapshots by index.
+///
+/// Both maps are persistent (`trie`): `set` makes the next snapshot in O(log n) and shares
+/// everything else with this one; `Slots::changed_since` tells a shard which slots to look at.
+/// The digest index is keyed by a per-process seeded SipHash of the digest (`RandomState`, the
+/// same seed in every snapshot of a process), so lookup timing says as little about stored
+/// digests as a `HashMap` bucket did; equality at the leaf is constant-time.
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
     /// `server.auth` resolved: keys are checked only in `AuthMode::Keys`.
     pub checked: bool,
-    pub keys: Vec<Key>,
-    by_digest: HashMap<Digest, u32>,
+    pub keys: Slots,
+    /// Seeded hash of a digest → the slots with that hash (one, but for a 2⁻⁶⁴ collision).
+    by_digest: Trie<Box<[(Digest, u32)]>>,
+    /// Keys that can be presented.
+    usable: usize,
+    seed: RandomState,
 }
 
 impl Keyring {
@@ -125,14 +187,11 @@ impl Keyring {
     /// would apply?). The config is assumed validated.
     pub fn build(cfg: &Config) -> Result<Keyring, String> {
         let checked = cfg.auth_mode() == AuthMode::Keys;
-        let mut ring = Keyring {
-            checked,
-            ..Keyring::default()
-        };
         if !checked {
-            return Ok(ring);
+            return Ok(Keyring::default());
         }
-        for (i, k) in cfg.keys.iter().enumerate() {
+        let mut keys = Vec::with_capacity(cfg.keys.len());
+        for k in &cfg.keys {
             let name = k.name.get_ref().as_str();
             let digest = match (&k.key_env, &k.key_sha256) {
                 (Some(env), _) => match std::env::var_os(env.get_ref()) {
@@ -145,18 +204,6 @@ impl Keyring {
                 (None, Some(hex)) => parse_sha256(hex.get_ref()).map(Digest),
                 (None, None) => None,
             };
-            if let Some(d) = digest {
-                if let Some(&other) = ring.by_digest.get(&d) {
-                    let other = cfg
-                        .keys
-                        .get(other as usize)
-                        .map_or("?", |o| o.name.get_ref());
-                    return Err(format!(
-                        "keys {other:?} and {name:?} have the same secret; give each key its own"
-                    ));
-                }
-                ring.by_digest.insert(d, i as u32);
-            }
             let models = k.models.as_ref().map(|ms| {
                 ms.iter()
                     .map(|m| match m.get_ref().strip_suffix('*') {
@@ -165,7 +212,7 @@ impl Keyring {
                     })
                     .collect()
             });
-            ring.keys.push(Key {
+            let key = Key {
                 name: name.into(),
                 models,
                 rpm: k.rpm.as_ref().map(|v| *v.get_ref()),
@@ -179,9 +226,10 @@ impl Keyring {
                     .as_ref()
                     .and_then(|p| Period::parse(p.get_ref()))
                     .unwrap_or_default(),
-            });
+            };
+            keys.push((key, digest));
         }
-        Ok(ring)
+        Keyring::assemble(checked, keys)
     }
 
     /// A snapshot from compiled keys and their digests, in slot order (`None`: the key cannot
@@ -189,33 +237,101 @@ impl Keyring {
     pub fn assemble(checked: bool, keys: Vec<(Key, Option<Digest>)>) -> Result<Keyring, String> {
         let mut ring = Keyring {
             checked,
-            keys: Vec::with_capacity(keys.len()),
-            by_digest: HashMap::with_capacity(keys.len()),
+            ..Keyring::default()
         };
         for (i, (key, digest)) in keys.into_iter().enumerate() {
-            if let Some(d) = digest {
-                if let Some(&other) = ring.by_digest.get(&d) {
-                    let other = ring.keys.get(other as usize).map_or("?", |k| &*k.name);
-                    return Err(format!(
-                        "keys {other:?} and {:?} have the same secret; give each key its own",
-                        &*key.name
-                    ));
-                }
-                ring.by_digest.insert(d, i as u32);
-            }
-            ring.keys.push(key);
+            let slot = u32::try_from(i).map_err(|_| "too many keys".to_string())?;
+            ring = ring.set(slot, key, digest)?;
         }
         Ok(ring)
     }
 
+    /// The next snapshot: slot `slot` (an existing one, or the next new one) holds `key`, with
+    /// `digest` (`None`: it cannot be presented). O(log n); this snapshot is unchanged. A digest
+    /// another slot already has is refused.
+    pub fn set(&self, slot: u32, key: Key, digest: Option<Digest>) -> Result<Keyring, String> {
+        if slot as usize > self.keys.len() {
+            return Err(format!(
+                "key slot {slot} is past the end ({})",
+                self.keys.len()
+            ));
+        }
+        if let Some(d) = digest {
+            if let Some(other) = self.slot_of(&d).filter(|o| *o != slot) {
+                let other = self.keys.get(other as usize).map_or("?", |k| &*k.name);
+                return Err(format!(
+                    "keys {other:?} and {:?} have the same secret; give each key its own",
+                    &*key.name
+                ));
+            }
+        }
+        let mut next = self.clone();
+        let old = self.keys.trie.get(u64::from(slot)).and_then(|s| s.digest);
+        if let Some(d) = old {
+            next.unindex(d, slot);
+        }
+        if let Some(d) = digest {
+            next.index(d, slot);
+        }
+        next.keys.trie = next.keys.trie.insert(u64::from(slot), Slot { key, digest });
+        Ok(next)
+    }
+
+    /// This snapshot with `checked` set.
+    pub fn with_checked(mut self, checked: bool) -> Keyring {
+        self.checked = checked;
+        self
+    }
+
+    fn hash(&self, d: &Digest) -> u64 {
+        self.seed.hash_one(d.0)
+    }
+
+    fn slot_of(&self, d: &Digest) -> Option<u32> {
+        let list = self.by_digest.get(self.hash(d))?;
+        list.iter().find(|(stored, _)| stored == d).map(|(_, i)| *i)
+    }
+
+    fn index(&mut self, d: Digest, slot: u32) {
+        let h = self.hash(&d);
+        let mut list: Vec<(Digest, u32)> = self
+            .by_digest
+            .get(h)
+            .map(|l| l.iter().filter(|(_, i)| *i != slot).copied().collect())
+            .unwrap_or_default();
+        list.push((d, slot));
+        self.by_digest = self.by_digest.insert(h, list.into());
+        self.usable += 1;
+    }
+
+    fn unindex(&mut self, d: Digest, slot: u32) {
+        let h = self.hash(&d);
+        let Some(list) = self.by_digest.get(h) else {
+            return;
+        };
+        let rest: Vec<(Digest, u32)> = list
+            .iter()
+            .filter(|(stored, i)| !(*i == slot && *stored == d))
+            .copied()
+            .collect();
+        if rest.len() == list.len() {
+            return;
+        }
+        self.usable = self.usable.saturating_sub(1);
+        self.by_digest = match rest.is_empty() {
+            true => self.by_digest.remove(h),
+            false => self.by_digest.insert(h, rest.into()),
+        };
+    }
+
     /// The index of the key whose secret is `secret`.
     pub fn lookup(&self, secret: &[u8]) -> Option<u32> {
-        self.by_digest.get(&Digest::of(secret)).copied()
+        self.slot_of(&Digest::of(secret))
     }
 
     /// Keys that can actually be presented (their secret is known).
     pub fn usable(&self) -> usize {
-        self.by_digest.len()
+        self.usable
     }
 }
 
@@ -233,7 +349,7 @@ mod tests {
         assert!(ring.checked);
         assert_eq!(ring.lookup(b"test"), Some(0));
         assert_eq!(ring.lookup(b"tesT"), None);
-        let k = &ring.keys[0];
+        let k = ring.keys.get(0).unwrap();
         assert!(k.allows("gpt-4o-mini") && k.allows("claude-3-haiku"));
         assert!(!k.allows("gpt-4o") && !k.allows("gpt-4o-mini-2"));
         assert_eq!(k.rpm, Some(5));
@@ -243,6 +359,54 @@ mod tests {
             other.0[i] ^= 1;
             assert_ne!(Digest::of(b"test"), other, "byte {i}");
         }
+    }
+
+    #[test]
+    fn set_keeps_the_digest_index_right() {
+        let key = |n: &str| Key {
+            name: n.into(),
+            models: None,
+            rpm: None,
+            tpm: None,
+            max_in_flight: None,
+            expires: None,
+            enabled: true,
+            budget_nanos: None,
+            period: Period::default(),
+        };
+        let (a, b) = (Digest::of(b"secret-a"), Digest::of(b"secret-b"));
+        let r0 = Keyring::assemble(true, vec![(key("a"), Some(a)), (key("b"), Some(b))]).unwrap();
+        assert_eq!((r0.lookup(b"secret-a"), r0.usable()), (Some(0), 2));
+        // the same digest in another slot is refused; in its own slot (a patch) it is kept
+        assert!(r0
+            .set(1, key("b"), Some(a))
+            .unwrap_err()
+            .contains("same secret"));
+        let r1 = r0.set(0, key("a2"), Some(a)).unwrap();
+        assert_eq!((r1.lookup(b"secret-a"), r1.usable()), (Some(0), 2));
+        // revoked: no digest; the old snapshot still has it
+        let r2 = r1.set(1, key("b"), None).unwrap();
+        assert_eq!((r2.lookup(b"secret-b"), r2.usable()), (None, 1));
+        assert_eq!(r1.lookup(b"secret-b"), Some(1));
+        // two keys trade secrets: off both, then on again
+        let r3 = r1
+            .set(0, key("a"), None)
+            .unwrap()
+            .set(1, key("b"), None)
+            .unwrap();
+        let r3 = r3
+            .set(0, key("a"), Some(b))
+            .unwrap()
+            .set(1, key("b"), Some(a))
+            .unwrap();
+        assert_eq!(
+            (r3.lookup(b"secret-a"), r3.lookup(b"secret-b")),
+            (Some(1), Some(0))
+        );
+        assert_eq!(r3.usable(), 2);
+        // slots are dense
+        assert!(r3.set(3, key("c"), None).is_err());
+        assert_eq!(r3.set(2, key("c"), None).unwrap().keys.len(), 3);
     }
 
     #[test]

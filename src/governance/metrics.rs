@@ -168,7 +168,15 @@ impl KeyMetrics {
     /// `ringgate_key_{input,output}_tokens_total{shard,key,model}`,
     /// `ringgate_key_spend_usd_total{shard,key,model}` and
     /// `ringgate_key_rejections_total{shard,key,reason}` (`key=""` when no key was named).
-    pub fn render(&self, names: &[&str], routes: &RouteTable, shard: usize, out: &mut String) {
+    /// `name(i)` is key `i`'s name, asked only for keys with something to show (a shard renders
+    /// every second: a quiet key costs one check, not a name lookup).
+    pub fn render<'n>(
+        &self,
+        name: &dyn Fn(usize) -> &'n str,
+        routes: &RouteTable,
+        shard: usize,
+        out: &mut String,
+    ) {
         crate::metrics::help(
             out,
             "ringgate_key_requests_total",
@@ -202,7 +210,13 @@ impl KeyMetrics {
         let Ok(keys) = self.keys.try_borrow() else {
             return;
         };
-        for (k, name) in keys.iter().zip(names) {
+        for (i, k) in keys.iter().enumerate() {
+            let quiet = k.models.try_borrow().map_or(true, |l| l.is_empty())
+                && k.rejections.iter().all(|c| c.get() == 0);
+            if quiet {
+                continue;
+            }
+            let name = name(i);
             if let Ok(list) = k.models.try_borrow() {
                 for m in list.iter() {
                     let model = routes

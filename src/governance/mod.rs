@@ -7,11 +7,13 @@
 //!   metrics or errors (the key's name does) and are never forwarded upstream: upstream requests
 //!   carry the provider's header lines (`route::Provider::auth_headers`) and only the client
 //!   headers `upstream::headers` forwards, never a credential.
-//! - **Runtime keys** (`registry`, `spec`, `directory`): the admin API changes the process-wide
-//!   key list (`registry`, admin thread only) and publishes a new keyring snapshot; each shard's
-//!   `Governance` compares the directory generation once per request and refreshes its view,
-//!   keeping each key's counters by slot (a key keeps its slot, by name, for the process's life)
-//!   and giving new keys their `SpendBook` ledger.
+//! - **Runtime keys** (`registry`, `spec`, `directory`, `trie`): the admin API changes the
+//!   process-wide key list (`registry`, admin thread only) and publishes a new keyring snapshot
+//!   (O(log n): it shares every unchanged key with the last one); each shard's `Governance`
+//!   compares the directory generation once per request and refreshes its view, visiting only
+//!   the slots that changed since its view (O(changes × log n), not O(keys)), keeping each
+//!   key's counters by slot (a key keeps its slot, by name, for the process's life) and giving
+//!   new keys their `SpendBook` ledger.
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
 //!   unless `auth = "none"` is written explicitly.
 //! - **Limits per shard.** The gateway shares nothing between cores on the hot path, so each
@@ -48,7 +50,7 @@
 //! Cost: with keys off for good (no keys and no admin listener, or `auth = "none"`),
 //! `identify` is one branch and nothing else runs; with an admin listener but no key yet, one
 //! relaxed atomic load more. With keys on, one
-//! SHA-256 of the presented key and one hash-map probe per request, plus two `Instant::now()`
+//! SHA-256 of the presented key and one digest-map probe per request, plus two `Instant::now()`
 //! when the key has limits (see `benches/micro.rs`, group `governance`).
 //!
 //! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: share mutable state
@@ -72,6 +74,7 @@ mod shared;
 pub mod spec;
 pub mod spend;
 pub mod store;
+mod trie;
 pub mod usage;
 pub mod window;
 
@@ -175,6 +178,8 @@ pub struct Governance {
     /// Model (route) names by route index, for ledger rows (set with the `SpendBook`, and again
     /// by a reload: route indices are stable, new models are appended).
     models: RefCell<Vec<Box<str>>>,
+    /// Slots the last `install` visited (tests: a change visits its slots, not every key).
+    installed: Cell<usize>,
     /// The shared store (`[limits] store = "redis"`); `None`: per-shard counters only.
     pub(crate) store: Option<store::Store>,
     /// The process-wide ledger new keys get their rows in (set by `with_spend`).
@@ -204,7 +209,7 @@ impl Governance {
             shards,
             ..Governance::default()
         };
-        g.install(Arc::new(ring));
+        g.install(Arc::new(ring), true);
         g
     }
 
@@ -220,7 +225,7 @@ impl Governance {
             shards,
             ..Governance::default()
         };
-        g.install(ring);
+        g.install(ring, true);
         g
     }
 
@@ -232,7 +237,7 @@ impl Governance {
         self.book = Some(book.clone());
         let ring = self.ring.try_borrow().map(|r| r.clone()).ok();
         if let Some(ring) = ring {
-            self.install(ring);
+            self.install(ring, true);
         }
         self
     }
@@ -250,43 +255,43 @@ impl Governance {
 
     /// Take `ring` as this shard's view: counters of the keys it already had are kept (by
     /// slot; a slot whose name changed starts fresh), new keys get theirs (and their ledger),
-    /// every key's share of its limits and its budget are set again (they may have changed).
-    fn install(&self, ring: Arc<Keyring>) -> bool {
+    /// and each changed key's share of its limits and its budget are set again. Only the slots
+    /// set since the current view are visited (`Slots::changed_since`: the snapshots share
+    /// everything else), so a directory change costs O(changes × log n) per shard; `all`
+    /// visits every slot (the same ring again, with a ledger book now).
+    fn install(&self, ring: Arc<Keyring>, all: bool) -> bool {
         let (Ok(mut cur), Ok(mut state)) =
             (self.ring.try_borrow_mut(), self.state.try_borrow_mut())
         else {
             return false;
         };
-        for (i, k) in ring.keys.iter().enumerate() {
+        let changed: Vec<(usize, &Key)> = match all {
+            true => ring.keys.iter().enumerate().collect(),
+            false => ring.keys.changed_since(&cur.keys),
+        };
+        self.installed.set(changed.len());
+        // slots are dense: new ones (in `changed`) get fresh counters below
+        if state.len() < ring.keys.len() {
+            state.resize_with(ring.keys.len(), KeyState::default);
+        }
+        for (i, k) in changed {
             let share = Share {
                 rpm: k.rpm.map(|l| share(l, self.shard, self.shards)),
                 tpm: k.tpm.map(|l| share(l, self.shard, self.shards)),
                 max_in_flight: k.max_in_flight.map(|l| share(l, self.shard, self.shards)),
             };
             let same = cur.keys.get(i).is_some_and(|old| old.name == k.name);
-            let st = match state.get_mut(i) {
-                Some(st) if same => {
-                    st.share = share;
-                    st
-                }
-                Some(st) => {
-                    *st = KeyState {
-                        share,
-                        ..KeyState::default()
-                    };
-                    st
-                }
-                None => {
-                    state.push(KeyState {
-                        share,
-                        ..KeyState::default()
-                    });
-                    let Some(st) = state.last_mut() else {
-                        return false;
-                    };
-                    st
-                }
+            let Some(st) = state.get_mut(i) else {
+                continue;
             };
+            if same {
+                st.share = share;
+            } else {
+                *st = KeyState {
+                    share,
+                    ..KeyState::default()
+                };
+            }
             if let Some(book) = &self.book {
                 let ledger = st
                     .ledger
@@ -308,7 +313,7 @@ impl Governance {
     fn refresh(&self, dir: &Directory) {
         let (generation, ring) = dir.load();
         // refused only while a view is borrowed (never between requests): retried next request
-        if self.install(ring) {
+        if self.install(ring, false) {
             self.seen.set(generation);
         }
     }
@@ -591,8 +596,8 @@ impl Governance {
         let Ok(ring) = self.ring.try_borrow() else {
             return;
         };
-        let names: Vec<&str> = ring.keys.iter().map(|k| &*k.name).collect();
-        self.metrics.render(&names, routes, shard, out);
+        let name = |i: usize| ring.keys.get(i).map_or("", |k| &*k.name);
+        self.metrics.render(&name, routes, shard, out);
         if let Some(s) = &self.store {
             s.render(out);
         }

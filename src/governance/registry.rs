@@ -1,7 +1,10 @@
 //! The authoritative list of virtual keys while the gateway runs: `[[key]]` entries from the
 //! config and keys made through the admin API, with their settings, sources and lifecycle
 //! (created, updated, revoked). Every change is written to the state store first (when there is
-//! one), then published as a new `Keyring` snapshot to the directory every shard follows.
+//! one: one row), then published as a new `Keyring` snapshot to the directory every shard
+//! follows. A change costs O(log n) whatever the number of keys: names and live slots are
+//! indexed (`by_name`, `live`), the next snapshot is derived from the last (`Keyring::set`),
+//! only the changed key's budget is set; listings are pages (`page`, O(log n + page)).
 //!
 //! Rules (README "Admin API"):
 //! - Names are unique among live keys (409), follow the `[[key]]` name rule, and keep their slot
@@ -19,6 +22,7 @@
 //! Owns: `Registry`. Must not: run on a shard (it is the admin thread's, behind a mutex), or
 //! keep a secret.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ring::rand::{SecureRandom, SystemRandom};
@@ -65,8 +69,22 @@ pub struct Record {
     pub row: Option<i64>,
 }
 
+impl Record {
+    /// The digest a request can present (none once revoked).
+    fn presentable(&self) -> Option<Digest> {
+        self.digest.filter(|_| self.revoked.is_none())
+    }
+}
+
 pub struct Registry {
+    /// By slot (the index is the key's slot in every snapshot).
     records: Vec<Record>,
+    /// The slot of every name this process has seen, live or tombstone (a name keeps its slot).
+    by_name: HashMap<String, usize>,
+    /// The live slots, in order (listing pages).
+    live: BTreeSet<usize>,
+    /// The snapshot last published; the next one is derived from it (`Keyring::set`).
+    ring: Keyring,
     /// `server.auth` as written (`Some(true)`: keys, `Some(false)`: none).
     explicit: Option<bool>,
     checked: bool,
@@ -99,13 +117,20 @@ impl Registry {
             .map(|a| a.get_ref().as_str() != "none");
         let mut log = Vec::new();
         let mut records = Vec::new();
+        let mut by_name = HashMap::new();
         if explicit != Some(false) {
+            // revoked config keys by name (a name may have several rows: several secrets)
+            let mut revoked_config: HashMap<&str, Vec<&KeyRow>> = HashMap::new();
+            for r in stored.iter().filter(|r| r.source == "config") {
+                revoked_config.entry(r.name.as_str()).or_default().push(r);
+            }
             for k in &cfg.keys {
                 let name = k.name.get_ref().clone();
                 let digest = config_digest(k);
-                let revoked = stored
-                    .iter()
-                    .filter(|r| r.source == "config" && r.name == name)
+                let revoked = revoked_config
+                    .get(name.as_str())
+                    .into_iter()
+                    .flatten()
                     .filter(|r| digest.is_some_and(|d| d == Digest(r.sha256)))
                     .find_map(|r| r.revoked);
                 if revoked.is_some() {
@@ -113,6 +138,7 @@ impl Registry {
                         "key {name:?} (config) was revoked through the admin API and stays revoked; give it a new secret to use it again"
                     ));
                 }
+                by_name.insert(name.clone(), records.len());
                 records.push(Record {
                     name,
                     source: Source::Config,
@@ -128,7 +154,7 @@ impl Registry {
                 .iter()
                 .filter(|r| r.source == "api" && r.revoked.is_none())
             {
-                if records.iter().any(|c| c.name == r.name) {
+                if by_name.contains_key(&r.name) {
                     return Err(format!(
                         "key {:?} is in the config and was also made through the admin API (in the state_dir); \
                          rename the [[key]] or revoke the runtime key first",
@@ -137,6 +163,7 @@ impl Registry {
                 }
                 let spec = KeySpec::from_json(&r.spec)
                     .map_err(|e| format!("state: key {:?}: {e}", r.name))?;
+                by_name.insert(r.name.clone(), records.len());
                 records.push(Record {
                     name: r.name.clone(),
                     source: Source::Api,
@@ -151,17 +178,31 @@ impl Registry {
         }
         let ever = !cfg.keys.is_empty() || stored.iter().any(|r| r.source == "api");
         let checked = explicit.unwrap_or(ever);
-        let mut reg = Registry {
+        let live = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.revoked.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        let ring = Keyring::assemble(
+            checked,
+            records
+                .iter()
+                .map(|r| (r.spec.compile(&r.name), r.presentable()))
+                .collect(),
+        )?;
+        let reg = Registry {
             records,
+            by_name,
+            live,
+            dir: Arc::new(Directory::new(ring.clone())),
+            ring,
             explicit,
             checked,
-            dir: Arc::new(Directory::new(Keyring::default())),
             store,
             book: None,
             rng: SystemRandom::new(),
         };
-        let ring = reg.snapshot()?;
-        reg.dir = Arc::new(Directory::new(ring));
         Ok((reg, log))
     }
 
@@ -173,8 +214,17 @@ impl Registry {
     }
 
     fn apply_budgets(&self) {
-        let Some(book) = &self.book else { return };
-        for r in self.records.iter().filter(|r| r.revoked.is_none()) {
+        for i in &self.live {
+            self.apply_budget(*i);
+        }
+    }
+
+    /// Set slot `i`'s budget on its ledger (a live key's; a revoked key's ledger is history).
+    fn apply_budget(&self, i: usize) {
+        let (Some(book), Some(r)) = (&self.book, self.records.get(i)) else {
+            return;
+        };
+        if r.revoked.is_none() {
             let k = r.spec.compile(&r.name);
             book.ensure_key(&r.name)
                 .set_budget(k.budget_nanos, Some(k.period));
@@ -196,30 +246,43 @@ impl Registry {
         self.explicit != Some(false)
     }
 
-    fn snapshot(&self) -> Result<Keyring, String> {
-        Keyring::assemble(
-            self.checked,
-            self.records
-                .iter()
-                .map(|r| {
-                    let digest = if r.revoked.is_none() { r.digest } else { None };
-                    (r.spec.compile(&r.name), digest)
-                })
-                .collect(),
-        )
+    /// The next snapshot with `rec` in slot `i` (O(log n); nothing changes yet).
+    fn stage(&self, ring: &Keyring, i: usize, rec: &Record) -> Result<Keyring, Error> {
+        let slot =
+            u32::try_from(i).map_err(|_| Error::new(Kind::Internal, "too many keys (slots)"))?;
+        ring.set(slot, rec.spec.compile(&rec.name), rec.presentable())
+            .map_err(|e| Error::new(Kind::Internal, e))
     }
 
-    fn publish(&self) -> Result<(), Error> {
-        let ring = self.snapshot().map_err(|e| Error::new(Kind::Internal, e))?;
-        self.apply_budgets();
-        self.dir.publish(ring);
-        Ok(())
+    /// Take `ring` (made by `stage` from the current one), set the budgets of `changed` and
+    /// publish it: the shards apply just those slots (`Governance::refresh`).
+    fn commit(&mut self, ring: Keyring, changed: &[usize]) {
+        self.ring = ring.with_checked(self.checked);
+        for i in changed {
+            self.apply_budget(*i);
+        }
+        self.dir.publish(self.ring.clone());
+    }
+
+    /// Put `rec` in slot `i` (an existing slot, or the next new one) and index it.
+    fn put(&mut self, i: usize, rec: Record) {
+        if rec.revoked.is_none() {
+            self.live.insert(i);
+        } else {
+            self.live.remove(&i);
+        }
+        self.by_name.insert(rec.name.clone(), i);
+        match self.records.get_mut(i) {
+            Some(r) => *r = rec,
+            None => self.records.push(rec),
+        }
     }
 
     fn live(&self, name: &str) -> Result<usize, Error> {
-        self.records
-            .iter()
-            .position(|r| r.name == name && r.revoked.is_none())
+        self.by_name
+            .get(name)
+            .copied()
+            .filter(|&i| self.records.get(i).is_some_and(|r| r.revoked.is_none()))
             .ok_or_else(|| Error::new(Kind::NotFound, format!("no key named {name:?}")))
     }
 
@@ -233,24 +296,45 @@ impl Registry {
         }
     }
 
-    /// Live keys, in slot order.
-    pub fn list(&self) -> Vec<Value> {
-        self.records
-            .iter()
-            .filter(|r| r.revoked.is_none())
+    /// A page of live keys in slot order (creation order): at most `limit`, starting after the
+    /// key named `after` (the last one of the previous page; a revoked name still marks its
+    /// place). Returns the page and whether more follow. O(log n + limit). An unknown `after`
+    /// is a 400.
+    pub fn page(&self, after: Option<&str>, limit: usize) -> Result<(Vec<Value>, bool), Error> {
+        let from = match after {
+            None => 0,
+            Some(name) => self.by_name.get(name).map(|i| i + 1).ok_or_else(|| {
+                Error::new(
+                    Kind::BadRequest,
+                    format!(
+                        "after: no key named {name:?} (pass the last name of the previous page)"
+                    ),
+                )
+            })?,
+        };
+        let mut slots = self.live.range(from..);
+        let page = slots
+            .by_ref()
+            .take(limit)
+            .filter_map(|i| self.records.get(*i))
             .map(view)
-            .collect()
+            .collect();
+        Ok((page, slots.next().is_some()))
     }
 
     pub fn get(&self, name: &str) -> Result<Value, Error> {
-        Ok(view(&self.records[self.live(name)?]))
+        let i = self.live(name)?;
+        self.records
+            .get(i)
+            .map(view)
+            .ok_or_else(|| Error::new(Kind::NotFound, format!("no key named {name:?}")))
     }
 
     /// Live key names (for usage listings).
     pub fn names(&self) -> Vec<String> {
-        self.records
+        self.live
             .iter()
-            .filter(|r| r.revoked.is_none())
+            .filter_map(|i| self.records.get(*i))
             .map(|r| r.name.clone())
             .collect()
     }
@@ -290,15 +374,7 @@ impl Registry {
             secret.push_str(&format!("{b:02x}"));
         }
         let digest = Digest::of(secret.as_bytes());
-        let row = self.persist(KeyWrite::Insert {
-            name: name.clone(),
-            source: "api",
-            sha256: digest.0,
-            spec: spec.to_json(),
-            at: now,
-            revoked: None,
-        })?;
-        let rec = Record {
+        let mut rec = Record {
             name: name.clone(),
             source: Source::Api,
             digest: Some(digest),
@@ -306,27 +382,33 @@ impl Registry {
             created: Some(now),
             updated: Some(now),
             revoked: None,
-            row,
+            row: None,
         };
-        let slot = match self.records.iter().position(|r| r.name == name) {
-            Some(i) => {
-                self.records[i] = rec;
-                i
-            }
-            None => {
-                self.records.push(rec);
-                self.records.len() - 1
-            }
-        };
+        // a name keeps its slot (a revoked one made again); a new name takes the next slot
+        let slot = self
+            .by_name
+            .get(&name)
+            .copied()
+            .unwrap_or(self.records.len());
+        let ring = self.stage(&self.ring, slot, &rec)?;
+        rec.row = self.persist(KeyWrite::Insert {
+            name: name.clone(),
+            source: "api",
+            sha256: digest.0,
+            spec: rec.spec.to_json(),
+            at: now,
+            revoked: None,
+        })?;
+        self.put(slot, rec);
         if !self.checked {
             self.checked = true;
             crate::log::info(format_args!(
                 "admin: first key created: API requests need a key from now on"
             ));
         }
-        self.publish()?;
+        self.commit(ring, &[slot]);
         crate::log::info(format_args!("admin: key {name:?} created"));
-        Ok((view(&self.records[slot]), secret))
+        Ok((self.get(&name)?, secret))
     }
 
     /// Change an API key's settings.
@@ -337,53 +419,61 @@ impl Registry {
         now: i64,
     ) -> Result<Value, Error> {
         let i = self.live(name)?;
-        if self.records[i].source == Source::Config {
+        let Some(old) = self.records.get(i) else {
+            return Err(Error::new(Kind::NotFound, format!("no key named {name:?}")));
+        };
+        if old.source == Source::Config {
             return Err(Error::new(
                 Kind::Conflict,
                 format!("key {name:?} comes from the config file: change it there (config keys can only be revoked here)"),
             ));
         }
-        let mut spec = self.records[i].spec.clone();
-        spec.apply(body, &[]).map_err(invalid)?;
-        if let Some(id) = self.records[i].row {
+        let mut rec = old.clone();
+        rec.spec.apply(body, &[]).map_err(invalid)?;
+        rec.updated = Some(now);
+        let ring = self.stage(&self.ring, i, &rec)?;
+        if let Some(id) = rec.row {
             self.persist(KeyWrite::Update {
                 id,
-                spec: spec.to_json(),
+                spec: rec.spec.to_json(),
                 at: now,
             })?;
         }
-        let r = &mut self.records[i];
-        r.spec = spec;
-        r.updated = Some(now);
-        self.publish()?;
+        self.put(i, rec);
+        self.commit(ring, &[i]);
         crate::log::info(format_args!("admin: key {name:?} updated"));
-        Ok(view(&self.records[i]))
+        self.get(name)
     }
 
     /// Revoke a key: it stops on every shard at their next request.
     pub fn revoke(&mut self, name: &str, now: i64) -> Result<Value, Error> {
         let i = self.live(name)?;
-        let r = &self.records[i];
-        let write = match (r.source, r.row) {
+        let Some(old) = self.records.get(i) else {
+            return Err(Error::new(Kind::NotFound, format!("no key named {name:?}")));
+        };
+        let write = match (old.source, old.row) {
             (Source::Api, Some(id)) => Some(KeyWrite::Revoke { id, at: now }),
             (Source::Api, None) => None,
-            (Source::Config, _) => r.digest.map(|d| KeyWrite::Insert {
-                name: r.name.clone(),
+            (Source::Config, _) => old.digest.map(|d| KeyWrite::Insert {
+                name: old.name.clone(),
                 source: "config",
                 sha256: d.0,
-                spec: r.spec.to_json(),
+                spec: old.spec.to_json(),
                 at: now,
                 revoked: Some(now),
             }),
         };
+        let mut rec = old.clone();
+        rec.revoked = Some(now);
+        rec.updated = Some(now);
+        let ring = self.stage(&self.ring, i, &rec)?;
         if let Some(w) = write {
             self.persist(w)?;
         }
-        self.records[i].revoked = Some(now);
-        self.records[i].updated = Some(now);
-        self.publish()?;
+        let mut v = view(&rec);
+        self.put(i, rec);
+        self.commit(ring, &[i]);
         crate::log::info(format_args!("admin: key {name:?} revoked"));
-        let mut v = view(&self.records[i]);
         if let Value::Object(m) = &mut v {
             m.insert("revoked".into(), Value::from(crate::date::rfc3339(now)));
         }
@@ -420,9 +510,10 @@ impl Registry {
             .keys
             .iter()
             .filter(|k| {
-                self.records.iter().any(|r| {
-                    r.source == Source::Api && r.revoked.is_none() && &r.name == k.name.get_ref()
-                })
+                self.by_name
+                    .get(k.name.get_ref().as_str())
+                    .and_then(|i| self.records.get(*i))
+                    .is_some_and(|r| r.source == Source::Api && r.revoked.is_none())
             })
             .map(|k| crate::config::ConfigError {
                 line: None,
@@ -438,57 +529,89 @@ impl Registry {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        for r in self
-            .records
-            .iter_mut()
-            .filter(|r| r.source == Source::Config)
-        {
-            if r.revoked.is_none() && !cfg.keys.iter().any(|k| k.name.get_ref() == &r.name) {
+        // the new records of the slots this reload changes (applied only if the snapshot builds)
+        let in_file: HashSet<&str> = cfg.keys.iter().map(|k| k.name.get_ref().as_str()).collect();
+        let mut changes: Vec<(usize, Record)> = Vec::new();
+        for (i, r) in self.records.iter().enumerate() {
+            if r.source == Source::Config
+                && r.revoked.is_none()
+                && !in_file.contains(r.name.as_str())
+            {
                 // removed from the file: a tombstone with no secret (re-adding it revives it)
+                let mut r = r.clone();
                 r.revoked = Some(now);
                 r.digest = None;
+                changes.push((i, r));
             }
         }
+        let mut new_names: HashMap<&str, usize> = HashMap::new();
         for k in &cfg.keys {
             let name = k.name.get_ref();
             let digest = config_digest(k);
             let spec = KeySpec::from_config(k);
-            match self
-                .records
-                .iter_mut()
-                .find(|r| r.source == Source::Config && &r.name == name)
-            {
-                Some(r) => {
-                    // revoked through the admin API with this same secret: stays revoked
-                    let keep_revoked =
-                        r.revoked.is_some() && r.digest.is_some() && r.digest == digest;
-                    if !keep_revoked {
-                        r.revoked = None;
+            let fresh = Record {
+                name: name.clone(),
+                source: Source::Config,
+                digest,
+                spec: spec.clone(),
+                created: None,
+                updated: None,
+                revoked: None,
+                row: None,
+            };
+            let (i, rec) = match self.by_name.get(name.as_str()) {
+                Some(&i) => match self.records.get(i) {
+                    Some(r) if r.source == Source::Config => {
+                        // revoked through the admin API with this same secret: stays revoked
+                        let keep_revoked =
+                            r.revoked.is_some() && r.digest.is_some() && r.digest == digest;
+                        let mut r = r.clone();
+                        if !keep_revoked {
+                            r.revoked = None;
+                        }
+                        r.digest = digest;
+                        r.spec = spec;
+                        (i, r)
                     }
-                    r.digest = digest;
-                    r.spec = spec;
+                    // a revoked runtime key's name (a live one was refused above): its slot
+                    _ => (i, fresh),
+                },
+                None if new_names.contains_key(name.as_str()) => continue,
+                None => {
+                    let i = self.records.len() + new_names.len();
+                    new_names.insert(name.as_str(), i);
+                    (i, fresh)
                 }
-                None => self.records.push(Record {
-                    name: name.clone(),
-                    source: Source::Config,
-                    digest,
-                    spec,
-                    created: None,
-                    updated: None,
-                    revoked: None,
-                    row: None,
-                }),
-            }
+            };
+            changes.push((i, rec));
         }
-        if self.explicit.is_none() && !cfg.keys.is_empty() {
-            self.checked = true;
-        }
-        self.publish().map_err(|e| {
+        let config_error = |e: Error| {
             vec![crate::config::ConfigError {
                 line: None,
                 message: e.message,
             }]
-        })
+        };
+        // secrets first taken off every changed slot, then put back: two keys may trade secrets
+        let mut ring = self.ring.clone();
+        for (i, rec) in &changes {
+            let hidden = Record {
+                digest: None,
+                ..rec.clone()
+            };
+            ring = self.stage(&ring, *i, &hidden).map_err(config_error)?;
+        }
+        for (i, rec) in changes.iter().filter(|(_, r)| r.presentable().is_some()) {
+            ring = self.stage(&ring, *i, rec).map_err(config_error)?;
+        }
+        let slots: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
+        for (i, rec) in changes {
+            self.put(i, rec);
+        }
+        if self.explicit.is_none() && !cfg.keys.is_empty() {
+            self.checked = true;
+        }
+        self.commit(ring, &slots);
+        Ok(())
     }
 }
 
@@ -565,11 +688,11 @@ mod tests {
             (v["rpm"].as_u64(), v["enabled"].as_bool()),
             (Some(7), Some(false))
         );
-        assert_eq!(dir.load().1.keys[1].rpm, Some(7));
+        assert_eq!(dir.load().1.keys.get(1).unwrap().rpm, Some(7));
         // revoke: gone from lookups and listings, slot kept; the name can be made again
         reg.revoke("a", 103).unwrap();
         assert_eq!(dir.load().1.lookup(secret.as_bytes()), None);
-        assert_eq!(reg.list().len(), 1);
+        assert_eq!(reg.page(None, 100).unwrap().0.len(), 1);
         let (_, again) = reg.create(&body(r#"{"name":"a"}"#), 104).unwrap();
         let ring = dir.load().1;
         assert_eq!(
@@ -579,6 +702,53 @@ mod tests {
         reg.revoke("cfg", 105).unwrap();
         assert_eq!(dir.load().1.lookup(b"test"), None);
         assert_eq!(reg.revoke("cfg", 106).unwrap_err().status(), 404);
+    }
+
+    #[test]
+    fn a_change_shares_every_other_key_with_the_last_snapshot() {
+        let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
+        let dir = reg.directory();
+        for i in 0..2_000 {
+            let b = body(&format!(r#"{{"name":"k{i}","rpm":{}}}"#, i + 1));
+            reg.create(&b, 1).unwrap();
+        }
+        let (_, before) = dir.load();
+        reg.create(&body(r#"{"name":"new"}"#), 2).unwrap();
+        reg.patch("k7", &body(r#"{"rpm":99}"#), 3).unwrap();
+        reg.revoke("k9", 4).unwrap();
+        let (_, after) = dir.load();
+        assert_eq!((before.keys.len(), after.keys.len()), (2_000, 2_001));
+        // no key was copied or compiled again but the three that changed
+        for i in 0..2_000 {
+            let (a, b) = (before.keys.get(i).unwrap(), after.keys.get(i).unwrap());
+            assert_eq!(std::ptr::eq(a, b), ![7, 9].contains(&i), "slot {i}");
+        }
+        assert_eq!(after.keys.get(7).unwrap().rpm, Some(99));
+        assert_eq!(after.keys.get(2_000).unwrap().name.as_ref(), "new");
+        assert_eq!(after.usable(), 2_000);
+    }
+
+    #[test]
+    fn pages_follow_slot_order_after_a_name() {
+        let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
+        for i in 0..2_000 {
+            reg.create(&body(&format!(r#"{{"name":"k{i}"}}"#)), 1)
+                .unwrap();
+        }
+        reg.create(&body(r#"{"name":"new"}"#), 2).unwrap();
+        reg.revoke("k9", 4).unwrap();
+        // after a name (a revoked one still marks its place); revoked keys are not listed
+        let (page, more) = reg.page(Some("k8"), 3).unwrap();
+        let names: Vec<&str> = page.iter().map(|k| k["name"].as_str().unwrap()).collect();
+        assert_eq!((names, more), (vec!["k10", "k11", "k12"], true));
+        let (page, more) = reg.page(Some("k9"), 1).unwrap();
+        assert_eq!((page[0]["name"].as_str(), more), (Some("k10"), true));
+        let (page, more) = reg.page(Some("k1999"), 1000).unwrap();
+        assert_eq!(
+            (page.len(), page[0]["name"].as_str(), more),
+            (1, Some("new"), false)
+        );
+        assert_eq!(reg.page(Some("nobody"), 10).unwrap_err().status(), 400);
     }
 
     #[test]

@@ -244,3 +244,39 @@ fn limits_split_across_shards_sum_to_the_limit() {
         }
     }
 }
+
+#[test]
+fn a_directory_change_visits_only_the_slots_it_set() {
+    use super::registry::Registry;
+    let body = |t: &str| {
+        serde_json::from_str::<serde_json::Value>(t)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .clone()
+    };
+    let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
+    let mut secrets = Vec::new();
+    for i in 0..3_000 {
+        let (_, s) = reg
+            .create(&body(&format!(r#"{{"name":"k{i}"}}"#)), 1)
+            .unwrap();
+        secrets.push(s);
+    }
+    let g = Governance::follow(reg.directory(), true, 0, 2);
+    assert_eq!(g.installed.get(), 3_000, "the first view: every slot");
+    let bearer = |s: &str| format!("Authorization: Bearer {s}");
+    assert_eq!(caller(&g, &bearer(&secrets[2_999])), Caller::Key(2_999));
+    // three changes between two requests: the next request applies those three slots only
+    let (_, fresh) = reg.create(&body(r#"{"name":"new"}"#), 2).unwrap();
+    reg.patch("k5", &body(r#"{"enabled":false}"#), 3).unwrap();
+    reg.revoke("k6", 4).unwrap();
+    assert_eq!(caller(&g, &bearer(&fresh)), Caller::Key(3_000));
+    assert_eq!(g.installed.get(), 3);
+    assert_eq!(caller(&g, &bearer(&secrets[6])), Caller::Unknown);
+    assert_eq!(caller(&g, &bearer(&secrets[7])), Caller::Key(7));
+    let mut h = Vec::new();
+    let e = g.admit(Caller::Key(5), Gate::Limits, &mut h).unwrap_err();
+    assert!(e.message.contains("disabled"), "{e}");
+    assert!(g.admit(Caller::Key(3_000), Gate::Limits, &mut h).is_ok());
+}

@@ -7,8 +7,9 @@
 //! (schema version).
 //!
 //! Owns: opening (WAL, `synchronous = FULL`: a key the admin API acknowledged survives a crash),
-//! the schema, and the row types. Must not: be called from a shard thread (only from start-up and
-//! the writer thread in `state`).
+//! the schema, and the row types. A key change is one row in one transaction (`write_key`),
+//! never a rewrite of the table: its cost does not grow with the number of keys. Must not: be
+//! called from a shard thread (only from start-up and the writer thread in `state`).
 
 use std::path::Path;
 
@@ -180,8 +181,16 @@ pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Apply one key change; returns the row id.
+/// Apply one key change in a transaction of its own: one row inserted or updated, whatever the
+/// number of keys (`id` is the primary key), never a rewrite of the table. Returns the row id.
 pub fn write_key(conn: &Connection, w: &KeyWrite) -> Result<i64, String> {
+    let tx = conn.unchecked_transaction().map_err(|e| e.to_string())?;
+    let id = write_key_row(&tx, w)?;
+    tx.commit().map_err(|e| e.to_string())?;
+    Ok(id)
+}
+
+fn write_key_row(conn: &Connection, w: &KeyWrite) -> Result<i64, String> {
     let r = match w {
         KeyWrite::Insert {
             name,
@@ -191,23 +200,19 @@ pub fn write_key(conn: &Connection, w: &KeyWrite) -> Result<i64, String> {
             at,
             revoked,
         } => conn
-            .execute(
+            .prepare_cached(
                 "INSERT INTO keys (name, source, sha256, spec, created, updated, revoked)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
-                params![name, source, &sha256[..], spec, at, revoked],
             )
+            .and_then(|mut st| st.execute(params![name, source, &sha256[..], spec, at, revoked]))
             .map(|_| conn.last_insert_rowid()),
         KeyWrite::Update { id, spec, at } => conn
-            .execute(
-                "UPDATE keys SET spec = ?2, updated = ?3 WHERE id = ?1",
-                params![id, spec, at],
-            )
+            .prepare_cached("UPDATE keys SET spec = ?2, updated = ?3 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![id, spec, at]))
             .map(|_| *id),
         KeyWrite::Revoke { id, at } => conn
-            .execute(
-                "UPDATE keys SET revoked = ?2, updated = ?2 WHERE id = ?1",
-                params![id, at],
-            )
+            .prepare_cached("UPDATE keys SET revoked = ?2, updated = ?2 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![id, at]))
             .map(|_| *id),
     };
     r.map_err(|e| e.to_string())
@@ -310,6 +315,45 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn each_key_change_writes_one_row_whatever_the_table_size() {
+        let dir = std::env::temp_dir().join(format!("rg-db-rows-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("t.db");
+        let _ = std::fs::remove_file(&path);
+        let c = open(&path).unwrap();
+        c.pragma_update(None, "synchronous", "OFF").unwrap(); // speed only: rows are counted
+        let ins = |i: usize| KeyWrite::Insert {
+            name: format!("k{i}"),
+            source: "api",
+            sha256: [1; 32],
+            spec: "{}".into(),
+            at: 1,
+            revoked: None,
+        };
+        let mut last = 0;
+        for i in 0..3_000 {
+            let before = c.total_changes();
+            last = write_key(&c, &ins(i)).unwrap();
+            assert_eq!(c.total_changes() - before, 1, "insert {i}");
+        }
+        for w in [
+            ins(3_000),
+            KeyWrite::Update {
+                id: last,
+                spec: "{\"rpm\":2}".into(),
+                at: 2,
+            },
+            KeyWrite::Revoke { id: last, at: 3 },
+        ] {
+            let before = c.total_changes();
+            write_key(&c, &w).unwrap();
+            assert_eq!(c.total_changes() - before, 1, "{w:?}");
+        }
+        assert_eq!(keys(&c).unwrap().len(), 3_001);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
