@@ -14,13 +14,14 @@
 //!   `max_in_flight`. Full deployments are not picked; all full → `LoadPick::Full` (the
 //!   caller answers 429 + Retry-After before anything goes upstream).
 //! - score (the Gateway API inference extension's EPP scorers): queue `(max q − q) / (max q −
-//!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks this shard
-//!   routed there recently / prompt blocks, counted only while the deployment's queue is
+//!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks the gateway
+//!   (any shard) routed there recently / prompt blocks, counted only while the deployment's queue is
 //!   within `affinity_slack` of the shortest (bounded load). Weighted sum (default 2/2/3);
 //!   highest wins, ties broken at random.
 //!
-//! The prefix index is per shard (`PrefixIndex`, approximate by design); the engine signals
-//! are process-wide (`EngineCell`).
+//! The prefix index (`PrefixIndex`, approximate by design) and the engine signals
+//! (`EngineCell`) are process-wide: a turn routed by one shard is warm for the next turn on
+//! any shard.
 //!
 //! Owns: `LoadPicker`, `LoadSettings`, `LoadPick`. Must not: read clocks (callers pass
 //! `now_ms`), do IO, or decide retries.
@@ -31,7 +32,7 @@ use super::prefix::PrefixIndex;
 use super::signal::{EngineCell, View};
 use crate::forward::rng::Rng;
 
-/// Prefix-index capacity per deployment and shard (block hashes).
+/// Prefix-index capacity per deployment, process-wide (block hashes; 8 bytes each).
 pub const INDEX_BLOCKS: usize = 16_384;
 /// How long a routed prefix is assumed warm at the engine.
 pub const INDEX_TTL_MS: u64 = 120_000;
@@ -71,10 +72,10 @@ pub enum LoadPick {
 #[derive(Debug)]
 struct Dep {
     cell: Option<Arc<EngineCell>>,
-    index: PrefixIndex,
+    index: Arc<PrefixIndex>,
 }
 
-/// One model's load-aware picker on one shard.
+/// One model's load-aware picker on one shard (over process-wide signals and indexes).
 #[derive(Debug)]
 pub struct LoadPicker {
     pub settings: LoadSettings,
@@ -89,16 +90,29 @@ struct Cand {
 }
 
 impl LoadPicker {
-    /// `cells[i]`: deployment i's engine signal, if its provider has one.
+    /// `cells[i]`: deployment i's engine signal, if its provider has one; prefix indexes of
+    /// its own (tests).
     pub fn new(settings: LoadSettings, cells: Vec<Option<Arc<EngineCell>>>) -> LoadPicker {
+        let indexes = cells
+            .iter()
+            .map(|_| Arc::new(PrefixIndex::new(INDEX_BLOCKS, INDEX_TTL_MS)))
+            .collect();
+        LoadPicker::shared(settings, cells, indexes)
+    }
+
+    /// As `new`, with deployment i's process-wide prefix index `indexes[i]`
+    /// (`forward::shared`).
+    pub fn shared(
+        settings: LoadSettings,
+        cells: Vec<Option<Arc<EngineCell>>>,
+        indexes: Vec<Arc<PrefixIndex>>,
+    ) -> LoadPicker {
         LoadPicker {
             settings,
             deps: cells
                 .into_iter()
-                .map(|cell| Dep {
-                    cell,
-                    index: PrefixIndex::new(INDEX_BLOCKS, INDEX_TTL_MS),
-                })
+                .zip(indexes)
+                .map(|(cell, index)| Dep { cell, index })
                 .collect(),
         }
     }

@@ -143,16 +143,24 @@ fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
 
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
-/// Milliseconds since the process's first call (never 0: 0 means "never").
+/// How far before the first call the scale starts: every `Instant` a caller can hold (taken a
+/// little before the first call, or `t0 + n` in a test) lies after it, so none saturates to
+/// the same value.
+const EPOCH_BEFORE: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// Milliseconds on the process's routing clock (never 0: 0 means "never"). The scale starts
+/// a day before the first call (`EPOCH_BEFORE`); only differences mean anything.
 pub fn now_ms() -> u64 {
     ms_of(Instant::now())
 }
 
-/// `now` on the same millisecond scale as `now_ms` (no clock read).
+/// `now` on the same millisecond scale as `now_ms` (no clock read after the first call).
 pub fn ms_of(now: Instant) -> u64 {
-    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
-        .as_millis() as u64
-        + 1
+    let epoch = EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(EPOCH_BEFORE).unwrap_or(now)
+    });
+    now.saturating_duration_since(*epoch).as_millis() as u64 + 1
 }
 
 /// `kv` stored as millionths; this means "not reported".
