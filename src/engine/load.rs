@@ -8,7 +8,10 @@
 //!   those already answered load it no more); KV `kv` = its KV usage, grown by
 //!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (worst
 //!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
-//!   the gateway's own in-flight count as their queue.
+//!   the gateway's own in-flight count as their queue. When no candidate has a usable signal
+//!   (every polled engine down or stale: a broken metrics page), all of them are routed so, by
+//!   the gateway's own view, instead of shedding forever; `ringgate_engine_blind_routes_total`
+//!   counts it and the poller logs it once per outage.
 //! - full when one more request would make its waiting exceed `max_waiting` (waiting + sent
 //!   since the poll while it queues), or its in-flight (this gateway's, all shards) reach
 //!   `max_in_flight`. Full deployments are not picked; all full → `LoadPick::Full` (the
@@ -168,9 +171,29 @@ impl LoadPicker {
         if cands.iter().any(|(_, v)| v.up) {
             cands.retain(|(_, v)| v.up);
         }
+        // No usable signal at all (every engine down, or every signal stale): route by the
+        // gateway's own view — its in-flight count as the queue, no KV — rather than shed
+        // forever on a broken metrics page; the cells count it (`EngineCell::routed_blind`).
+        let blind = cands
+            .iter()
+            .all(|(d, v)| self.polled(*d) && (!v.up || self.stale(*d, v)));
+        if blind {
+            for (d, v) in cands.iter_mut() {
+                *v = View {
+                    age_ms: 0,
+                    up: true,
+                    waiting: local_in_flight(*d),
+                    running: 0,
+                    kv: None,
+                    in_flight: v.in_flight,
+                    sent_since: 0,
+                    tokens_since: 0,
+                };
+            }
+        }
         let mut live: smallvec::SmallVec<[Cand; 8]> = smallvec::SmallVec::new();
         for (d, v) in &cands {
-            let stale = self.stale(*d, v);
+            let stale = !blind && self.stale(*d, v);
             let unseen = v.sent_since.min(v.in_flight);
             let queued = if v.waiting > 0 { unseen } else { 0 };
             let waiting_est = v.waiting.saturating_add(queued);
@@ -238,7 +261,25 @@ impl LoadPicker {
                 }
             }
         }
-        best.map_or(LoadPick::None, |(_, d)| LoadPick::Pick(d))
+        match best {
+            Some((_, d)) => {
+                if blind {
+                    if let Some(c) = self.deps.get(d).and_then(|x| x.cell.as_ref()) {
+                        c.routed_blind();
+                    }
+                }
+                LoadPick::Pick(d)
+            }
+            None => LoadPick::None,
+        }
+    }
+
+    /// Whether deployment `d` has an engine signal to poll.
+    fn polled(&self, d: usize) -> bool {
+        self.deps
+            .get(d)
+            .and_then(|x| x.cell.as_ref())
+            .is_some_and(|c| c.polled)
     }
 
     /// The request with `blocks` went to deployment `d`: its prefix is now warm there.
@@ -328,9 +369,28 @@ mod tests {
         let p = picker(vec![cell(8, 8, 1.0, 100), cell(9, 4, 1.0, 100)], s);
         assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Full);
         assert_eq!(p.pick(100, &[], &rng, |_| false, |_| 0), LoadPick::None);
-        // stale (> 1,000 ms): saturated, hence full
-        let p = picker(vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100)], s);
-        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+        // stale (> 1,000 ms): saturated, hence full — while another engine has a signal
+        let p = picker(vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 4_500)], s);
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        // every signal stale or down: routed by the gateway's own in-flight count, counted
+        let (a, b) = (cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100));
+        a.fail();
+        b.fail();
+        let p = picker(vec![a.clone(), b.clone()], s);
+        assert_eq!(
+            p.pick(5_000, &[], &rng, |_| true, |d| [3, 0][d]),
+            LoadPick::Pick(1)
+        );
+        assert_eq!(b.blind_routes.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // …and its max_in_flight still holds (on the gateway's count)
+        let capped = LoadSettings {
+            max_in_flight: Some(1),
+            ..s
+        };
+        let p = picker(vec![a.clone(), b.clone()], capped);
+        b.start(0);
+        a.start(0);
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 1), LoadPick::Full);
         // a failed poll takes an engine out while the other answers
         let (a, b) = (cell(0, 0, 0.0, 100), cell(5, 8, 0.9, 100));
         a.fail();

@@ -9,6 +9,9 @@
 //! tokens sent since the last poll) are `Relaxed` counters touched only for providers with an
 //! `engine` — nothing is shared or written for the others.
 //!
+//! A page with a negative queue, running or KV value is no signal (`normalise` refuses it: the
+//! poll failed), never an idle engine.
+//!
 //! Owns: `EngineKind`, `Sample`, `normalise`, `EngineCell`, the process clock in ms
 //! (`now_ms`). Must not: do IO (the poller does) or decide routing (`load` does).
 
@@ -104,6 +107,13 @@ pub fn normalise(kind: EngineKind, page: &[u8], slots: bool) -> Result<Sample, &
         ],
     );
     let waiting = waiting.ok_or("no waiting-requests series on the page")?;
+    // a count or usage below zero is a broken page, not an idle engine
+    if [Some(waiting), running, kv, kv_old]
+        .iter()
+        .any(|v| v.is_some_and(|v| v < 0.0))
+    {
+        return Err("a negative queue, running or KV value on the page");
+    }
     Ok(Sample {
         waiting: count(waiting),
         running: running.map_or(0, count),
@@ -190,6 +200,9 @@ pub struct EngineCell {
     tokens_at_poll: AtomicU64,
     pub polls_ok: AtomicU64,
     pub polls_failed: AtomicU64,
+    /// Requests routed to this engine by the gateway's own in-flight count because no engine
+    /// of the model had a usable signal (`load`); the poller logs the first of an outage.
+    pub blind_routes: AtomicU64,
 }
 
 /// What a shard reads from a cell at one moment.
@@ -225,6 +238,7 @@ impl EngineCell {
             tokens_at_poll: AtomicU64::new(0),
             polls_ok: AtomicU64::new(0),
             polls_failed: AtomicU64::new(0),
+            blind_routes: AtomicU64::new(0),
         }
     }
 
@@ -246,6 +260,13 @@ impl EngineCell {
     pub fn fail(&self) {
         self.up.store(false, Relaxed);
         self.polls_failed.fetch_add(1, Relaxed);
+    }
+
+    /// A request went to this engine without a usable signal (see `blind_routes`).
+    pub fn routed_blind(&self) {
+        let _ = self
+            .blind_routes
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(1)));
     }
 
     /// A request of ~`tokens` prompt tokens goes to this engine.
