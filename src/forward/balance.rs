@@ -12,6 +12,8 @@
 //! as 32 bits of the ms routing clock, compared wrapping: ±24 days), updated by
 //! compare-and-swap; the in-flight count is an `AtomicU32`. The weighted rotation's running
 //! scores stay per shard (a rotation, not knowledge: each shard's own sequence is exact).
+//! Nothing is written to the cells of a model that never reads them (one deployment under
+//! p2c, or `weighted`): its requests touch no shared line here.
 //!
 //! Eligibility (breaker open, already tried in this request, keys cooling) is the caller's
 //! predicate; with one eligible deployment it is picked, with none `pick` returns `None`.
@@ -132,6 +134,10 @@ struct Slot {
 pub struct Balancer {
     lb: Lb,
     slots: Vec<Slot>,
+    /// Whether anything reads the latency estimates and in-flight counts (p2c over two or
+    /// more deployments, `load`): else nothing is written to them (a shared cache line less
+    /// per request for one-deployment and weighted models).
+    learn: bool,
 }
 
 impl Balancer {
@@ -148,6 +154,7 @@ impl Balancer {
     pub fn shared(lb: Lb, weights: &[u32], cells: Vec<Arc<LoadCell>>) -> Balancer {
         Balancer {
             lb,
+            learn: lb == Lb::Load || (lb == Lb::P2c && weights.len() > 1),
             slots: weights
                 .iter()
                 .zip(cells)
@@ -162,6 +169,11 @@ impl Balancer {
 
     pub fn lb(&self) -> Lb {
         self.lb
+    }
+
+    /// Whether latency and in-flight are tracked for this model (see `learn`).
+    pub fn learns(&self) -> bool {
+        self.learn
     }
 
     pub fn len(&self) -> usize {
@@ -251,7 +263,7 @@ impl Balancer {
 
     /// An attempt on deployment `i` started.
     pub fn start(&self, i: usize) {
-        if let Some(s) = self.slots.get(i) {
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
             // paired with `end` by the attempt's guard: at most the requests in flight
             s.load.in_flight.fetch_add(1, Relaxed);
         }
@@ -259,7 +271,7 @@ impl Balancer {
 
     /// An attempt on deployment `i` ended (after its body/stream, or its failure).
     pub fn end(&self, i: usize) {
-        if let Some(s) = self.slots.get(i) {
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
             let _ = s
                 .load
                 .in_flight
@@ -269,7 +281,7 @@ impl Balancer {
 
     /// A latency sample (time to the response head) for deployment `i`.
     pub fn observe(&self, i: usize, now: Instant, latency: Duration) {
-        if let Some(s) = self.slots.get(i) {
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
             s.load.ewma.observe(now, latency);
         }
     }

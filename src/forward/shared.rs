@@ -173,9 +173,14 @@ name = "p"
 kind = "openai"
 base_url = "http://127.0.0.1:9001/v1"
 
+[[provider]]
+name = "q"
+kind = "openai"
+base_url = "http://127.0.0.1:9002/v1"
+
 [[model]]
 name = "m"
-provider = "p"
+deployments = [{ provider = "p" }, { provider = "q" }]
 breaker = { failures = 2, cooldown_ms = 60000 }
 
 [[model]]
@@ -229,6 +234,6 @@ provider = "p"
             fresh.model(0).unwrap().breakers[0].state(),
             BreakerState::Closed
         );
-        assert_eq!(cells.counts(), (2, 2, 0, 3));
+        assert_eq!(cells.counts(), (3, 3, 0, 5));
     }
 }
