@@ -251,9 +251,9 @@ max_retry_wait_ms = 3000
     // a new request meanwhile skips the cooling provider
     let mut other = Attempts::new(&t, &st, route, "m", ms(t0, 10));
     assert_eq!(take(other.next(ms(t0, 10))).deployment_index, 1);
+    assert!(st.keys(0).unwrap().is_cooling(0, 0, ms(t0, 1_999)));
     let s = plan.next(ms(t0, 2_000));
     assert_eq!(take(s).deployment_index, 0);
-    assert!(st.keys(0).unwrap().is_cooling(0, 0, ms(t0, 1_999)));
 
     // the waits of one request add up: 2 s waited, 1.5 s more would pass the 3 s
     let one = table("[[model]]\nname = \"one\"\nprovider = \"a\"\nmax_attempts = 5\ntimeout_ms = 10000\nmax_retry_wait_ms = 3000\n");

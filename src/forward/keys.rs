@@ -48,6 +48,41 @@ impl CoolCell {
     fn extend(&self, until: u64) -> u64 {
         self.0.fetch_max(until, Relaxed).max(until)
     }
+
+    /// A cooldown found over at `now` (ms) goes back to 0, so later checks need no clock.
+    fn clear_if_over(&self, now: u64) {
+        let u = self.until();
+        if u != 0 && now >= u {
+            let _ = self.0.compare_exchange(u, 0, Relaxed, Relaxed);
+        }
+    }
+}
+
+/// `now` in ms, converted at most once (most checks find no cooldown and need none).
+struct Clock {
+    now: Instant,
+    ms: Cell<u64>,
+}
+
+impl Clock {
+    fn new(now: Instant) -> Clock {
+        Clock {
+            now,
+            ms: Cell::new(0),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        if self.ms.get() == 0 {
+            self.ms.set(ms_of(self.now));
+        }
+        self.ms.get()
+    }
+
+    /// Whether a cooldown ending at `until` (0: none) still runs.
+    fn cooling(&self, until: u64) -> bool {
+        until != 0 && self.ms() < until
+    }
 }
 
 #[derive(Debug)]
@@ -120,13 +155,13 @@ impl KeyRing {
     }
 
     pub fn is_cooling(&self, key: usize, scope: usize, now: Instant) -> bool {
-        ms_of(now) < self.until(key, scope)
+        Clock::new(now).cooling(self.until(key, scope))
     }
 
     /// What `pick` would answer, without advancing the rotation.
     pub fn peek(&self, now: Instant, scope: usize) -> KeyPick {
-        let ms = ms_of(now);
-        if let Some(i) = (0..self.keys.len()).find(|&i| ms >= self.until(i, scope)) {
+        let clock = Clock::new(now);
+        if let Some(i) = (0..self.keys.len()).find(|&i| !clock.cooling(self.until(i, scope))) {
             return KeyPick::Ready(i);
         }
         self.soonest(now, scope)
@@ -135,12 +170,20 @@ impl KeyRing {
     /// The next key by weight among those not cooling for `scope`; when all cool, the one
     /// free soonest.
     pub fn pick(&self, now: Instant, scope: usize) -> KeyPick {
-        let ms = ms_of(now);
+        let clock = Clock::new(now);
         let mut total = 0;
         let mut best: Option<usize> = None;
         for (i, k) in self.keys.iter().enumerate() {
-            if ms < self.until(i, scope) {
+            let until = self.until(i, scope);
+            if clock.cooling(until) {
                 continue;
+            }
+            if until != 0 {
+                // over: back to 0 (this key's later checks read no clock)
+                k.whole.clear_if_over(clock.ms());
+                if let Some(c) = self.scoped.get(scope).and_then(|s| s.get(i)) {
+                    c.clear_if_over(clock.ms());
+                }
             }
             k.current.set(k.current.get() + k.weight);
             total += k.weight;
