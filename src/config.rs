@@ -84,6 +84,10 @@ pub struct Config {
     /// empty elsewhere).
     #[serde(skip)]
     pub engines: crate::engine::Engines,
+    /// The process's routing knowledge (breakers, latency, cooldowns, prefix indexes) every
+    /// shard's routing state points into (`forward::shared`); a reload passes the running one on.
+    #[serde(skip)]
+    pub routing_cells: crate::forward::shared::SharedRouting,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -335,6 +339,10 @@ pub struct ModelConfig {
     pub timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub first_byte_timeout_ms: Option<Spanned<u64>>,
+    /// Longest total wait for a provider key cooling after a 429 (default from `[routing]`,
+    /// else 1000; see `config::routing`).
+    #[serde(default)]
+    pub max_retry_wait_ms: Option<Spanned<u64>>,
     /// USD per 1M input tokens: keyed requests' spend (a deployment's own price wins).
     #[serde(default)]
     pub price_input_per_mtok: Option<f64>,
@@ -525,6 +533,7 @@ impl Config {
             providers: Vec::new(),
             models: Vec::new(),
             engines: Default::default(),
+            routing_cells: Default::default(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
             log: LogConfig::default(),

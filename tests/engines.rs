@@ -139,8 +139,19 @@ fn gateway_for(engines: &[(SocketAddr, &str)], model_extra: &str) -> gateway::Ru
 }
 
 fn gateway_with(engines: &[(SocketAddr, &str)], model_extra: &str, top: &str) -> gateway::Running {
+    gateway_on(engines, model_extra, top, 1, "auto")
+}
+
+/// As `gateway_with`, at `shards` shards on I/O driver `driver`.
+fn gateway_on(
+    engines: &[(SocketAddr, &str)],
+    model_extra: &str,
+    top: &str,
+    shards: usize,
+    driver: &str,
+) -> gateway::Running {
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\n\n[routing]\nmax_attempts = 1\n{top}\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n\n[routing]\nmax_attempts = 1\n{top}\n",
     );
     let mut deps = Vec::new();
     for (i, (addr, kind)) in engines.iter().enumerate() {
@@ -375,4 +386,120 @@ fn block_mode_waits_bounded_for_an_engine_to_drain() {
     assert!(took >= Duration::from_millis(100), "{took:?}");
     assert_eq!(a.posts(), 1);
     gw.stop();
+}
+
+/// Issue 20 item 8: a page with negative queue or KV values is a failed poll (the engine is
+/// down), not an idle engine that wins every request.
+#[test]
+fn a_negative_page_is_a_failed_poll_not_an_idle_engine() {
+    for d in common::DRIVERS {
+        let liar = Fake::start(
+        "vllm:num_requests_waiting{engine=\"0\"} -5\nvllm:num_requests_running{engine=\"0\"} 0\nvllm:kv_cache_usage_perc{engine=\"0\"} -0.5\n".into(),
+    );
+        let busy = Fake::start(vllm_page(6, 8, 0.8));
+        let gw = gateway_on(&[(liar.addr, "vllm"), (busy.addr, "vllm")], "", "", 2, d);
+        wait_polled(gw.addr, 1);
+        let t0 = Instant::now();
+        loop {
+            let m = request(gw.addr, &common::get("/metrics")).text();
+            if m.contains("ringgate_engine_up{provider=\"gpu0\",engine=\"vllm\"} 0") {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "never marked down:\n{m}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for i in 0..20 {
+            let r = chat(gw.addr, "s", &format!("q{i}"));
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        assert_eq!((liar.posts(), busy.posts()), (0, 20), "{d}");
+        gw.stop();
+    }
+}
+
+/// Issue 20 item 8: the only engine's metrics page is broken (no usable signal, ever): the
+/// model is routed anyway by the gateway's own view — not answered 429 "queues full" forever —
+/// and the gateway says so (a metric, and a log line once).
+#[test]
+fn a_model_whose_only_engine_has_no_usable_signal_is_routed_anyway() {
+    for d in common::DRIVERS {
+        let broken = Fake::start("<html>metrics are off</html>\n".into());
+        let gw = gateway_on(&[(broken.addr, "vllm")], "max_waiting = 8", "", 2, d);
+        let t0 = Instant::now();
+        while !request(gw.addr, &common::get("/metrics"))
+            .text()
+            .lines()
+            .any(|l| {
+                l.starts_with("ringgate_engine_polls_total")
+                    && l.contains("failed")
+                    && !l.ends_with(" 0")
+            })
+        {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never polled");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for i in 0..5 {
+            let r = chat(gw.addr, "s", &format!("q{i}"));
+            assert_eq!(r.status, 200, "#{i}: {}", r.text());
+        }
+        assert_eq!(broken.posts(), 5);
+        assert_eq!(
+            common::metric(
+                gw.addr,
+                "ringgate_engine_blind_routes_total{provider=\"gpu0\""
+            ),
+            5,
+            "{d}"
+        );
+        gw.stop();
+    }
+}
+
+/// Issue 20 item 2: a conversation's next turn, on a fresh connection that may land on another
+/// shard, goes to the engine its first turn went to (the prefix index is process-wide).
+#[test]
+fn turn_two_on_a_fresh_connection_finds_its_engine_at_two_shards() {
+    for d in common::DRIVERS {
+        let mut spec = EngineSpec::new(SimKind::Vllm, 8);
+        spec.tpot = Duration::from_millis(1);
+        let sims: Vec<_> = (0..2)
+            .map(|_| {
+                ringgate::mock::server::start_engine("127.0.0.1:0".parse().unwrap(), spec.clone())
+                    .unwrap()
+            })
+            .collect();
+        let engines = [(sims[0].addr, "vllm"), (sims[1].addr, "vllm")];
+        let gw = gateway_on(&engines, "", "", 2, d);
+        wait_polled(gw.addr, 2);
+        let mut same = 0;
+        let mut firsts = [0usize; 2];
+        for c in 0..20 {
+            let system =
+                format!("Conversation {c}. ") + &"You are a careful assistant. ".repeat(40);
+            let turn1 = format!(
+                r#"{{"model":"llama-3.1-8b","max_tokens":2,"messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"first question of conversation {c}"}}]}}"#
+            );
+            let r1 = request(gw.addr, &post("/v1/chat/completions", &turn1));
+            assert_eq!(r1.status, 200, "{}", r1.text());
+            let e1 = r1.header("x-ringgate-provider").unwrap().to_string();
+            firsts[usize::from(e1 == "gpu1")] += 1;
+            let turn2 = format!(
+                r#"{{"model":"llama-3.1-8b","max_tokens":2,"messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"first question of conversation {c}"}},{{"role":"assistant","content":"an answer"}},{{"role":"user","content":"and a follow-up"}}]}}"#
+            );
+            let r2 = request(gw.addr, &post("/v1/chat/completions", &turn2));
+            assert_eq!(r2.status, 200, "{}", r2.text());
+            same += usize::from(r2.header("x-ringgate-provider") == Some(e1.as_str()));
+        }
+        assert_eq!(
+            same, 20,
+            "{d}: turn 2 found turn 1's engine in {same} of 20 (firsts {firsts:?})"
+        );
+        gw.stop();
+        for s in sims {
+            s.stop();
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The routing part of the config: `[routing]` defaults, a model's `deployments`, `lb`,
 //! `fallbacks`, `max_attempts`, `breaker`, `retry_on`, `timeout_ms`, `first_byte_timeout_ms`,
-//! a provider's weighted `api_keys`; their validation (unknown providers/models, fallback
+//! `max_retry_wait_ms`, a provider's weighted `api_keys`; their validation (unknown providers/models, fallback
 //! cycles, weights ≤ 0, …, with line numbers) and the effective `Policy` of a model.
 //!
 //! Owns: `RoutingConfig`, `BreakerConfig`, `DeploymentConfig`, `ApiKeyConfig`, model lookup by
@@ -44,6 +44,10 @@ pub struct RoutingConfig {
     /// Per-attempt wait for the response head. Default `upstream.first_byte_timeout_ms`.
     #[serde(default)]
     pub first_byte_timeout_ms: Option<Spanned<u64>>,
+    /// Longest total time one request waits for provider keys cooling after 429s (their
+    /// `Retry-After`) before the client gets the 429 at once. Default 1000; 0: never wait.
+    #[serde(default)]
+    pub max_retry_wait_ms: Option<Spanned<u64>>,
 }
 
 /// Circuit breaker per deployment; unset fields come from `[routing]`, then the defaults.
@@ -228,6 +232,11 @@ impl Config {
             .first_byte_timeout_ms
             .as_ref()
             .or(r.first_byte_timeout_ms.as_ref());
+        let retry_wait = m
+            .max_retry_wait_ms
+            .as_ref()
+            .or(r.max_retry_wait_ms.as_ref())
+            .map_or(crate::forward::policy::MAX_RETRY_WAIT_MS, |t| *t.get_ref());
         Policy {
             lb: m.lb.or(r.lb).unwrap_or_default(),
             max_attempts: attempts.map_or(3, |a| (*a.get_ref()).clamp(1, MAX_ATTEMPTS) as u32),
@@ -237,6 +246,7 @@ impl Config {
             first_byte_timeout: ms(
                 first_byte.map_or(self.upstream.first_byte_timeout_ms, |t| *t.get_ref())
             ),
+            max_retry_wait: ms(retry_wait),
             fallbacks: Vec::new(),
             load: super::engines::load_settings(m),
         }

@@ -8,19 +8,23 @@
 //!   those already answered load it no more); KV `kv` = its KV usage, grown by
 //!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (worst
 //!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
-//!   the gateway's own in-flight count as their queue.
+//!   the gateway's own in-flight count as their queue. When no candidate has a usable signal
+//!   (every polled engine down or stale: a broken metrics page), all of them are routed so, by
+//!   the gateway's own view, instead of shedding forever; `ringgate_engine_blind_routes_total`
+//!   counts it and the poller logs it once per outage.
 //! - full when one more request would make its waiting exceed `max_waiting` (waiting + sent
 //!   since the poll while it queues), or its in-flight (this gateway's, all shards) reach
 //!   `max_in_flight`. Full deployments are not picked; all full → `LoadPick::Full` (the
 //!   caller answers 429 + Retry-After before anything goes upstream).
 //! - score (the Gateway API inference extension's EPP scorers): queue `(max q − q) / (max q −
-//!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks this shard
-//!   routed there recently / prompt blocks, counted only while the deployment's queue is
+//!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks the gateway
+//!   (any shard) routed there recently / prompt blocks, counted only while the deployment's queue is
 //!   within `affinity_slack` of the shortest (bounded load). Weighted sum (default 2/2/3);
 //!   highest wins, ties broken at random.
 //!
-//! The prefix index is per shard (`PrefixIndex`, approximate by design); the engine signals
-//! are process-wide (`EngineCell`).
+//! The prefix index (`PrefixIndex`, approximate by design) and the engine signals
+//! (`EngineCell`) are process-wide: a turn routed by one shard is warm for the next turn on
+//! any shard.
 //!
 //! Owns: `LoadPicker`, `LoadSettings`, `LoadPick`. Must not: read clocks (callers pass
 //! `now_ms`), do IO, or decide retries.
@@ -31,7 +35,7 @@ use super::prefix::PrefixIndex;
 use super::signal::{EngineCell, View};
 use crate::forward::rng::Rng;
 
-/// Prefix-index capacity per deployment and shard (block hashes).
+/// Prefix-index capacity per deployment, process-wide (block hashes; 8 bytes each).
 pub const INDEX_BLOCKS: usize = 16_384;
 /// How long a routed prefix is assumed warm at the engine.
 pub const INDEX_TTL_MS: u64 = 120_000;
@@ -71,10 +75,10 @@ pub enum LoadPick {
 #[derive(Debug)]
 struct Dep {
     cell: Option<Arc<EngineCell>>,
-    index: PrefixIndex,
+    index: Arc<PrefixIndex>,
 }
 
-/// One model's load-aware picker on one shard.
+/// One model's load-aware picker on one shard (over process-wide signals and indexes).
 #[derive(Debug)]
 pub struct LoadPicker {
     pub settings: LoadSettings,
@@ -89,16 +93,29 @@ struct Cand {
 }
 
 impl LoadPicker {
-    /// `cells[i]`: deployment i's engine signal, if its provider has one.
+    /// `cells[i]`: deployment i's engine signal, if its provider has one; prefix indexes of
+    /// its own (tests).
     pub fn new(settings: LoadSettings, cells: Vec<Option<Arc<EngineCell>>>) -> LoadPicker {
+        let indexes = cells
+            .iter()
+            .map(|_| Arc::new(PrefixIndex::new(INDEX_BLOCKS, INDEX_TTL_MS)))
+            .collect();
+        LoadPicker::shared(settings, cells, indexes)
+    }
+
+    /// As `new`, with deployment i's process-wide prefix index `indexes[i]`
+    /// (`forward::shared`).
+    pub fn shared(
+        settings: LoadSettings,
+        cells: Vec<Option<Arc<EngineCell>>>,
+        indexes: Vec<Arc<PrefixIndex>>,
+    ) -> LoadPicker {
         LoadPicker {
             settings,
             deps: cells
                 .into_iter()
-                .map(|cell| Dep {
-                    cell,
-                    index: PrefixIndex::new(INDEX_BLOCKS, INDEX_TTL_MS),
-                })
+                .zip(indexes)
+                .map(|(cell, index)| Dep { cell, index })
                 .collect(),
         }
     }
@@ -154,9 +171,29 @@ impl LoadPicker {
         if cands.iter().any(|(_, v)| v.up) {
             cands.retain(|(_, v)| v.up);
         }
+        // No usable signal at all (every engine down, or every signal stale): route by the
+        // gateway's own view — its in-flight count as the queue, no KV — rather than shed
+        // forever on a broken metrics page; the cells count it (`EngineCell::routed_blind`).
+        let blind = cands
+            .iter()
+            .all(|(d, v)| self.polled(*d) && (!v.up || self.stale(*d, v)));
+        if blind {
+            for (d, v) in cands.iter_mut() {
+                *v = View {
+                    age_ms: 0,
+                    up: true,
+                    waiting: local_in_flight(*d),
+                    running: 0,
+                    kv: None,
+                    in_flight: v.in_flight,
+                    sent_since: 0,
+                    tokens_since: 0,
+                };
+            }
+        }
         let mut live: smallvec::SmallVec<[Cand; 8]> = smallvec::SmallVec::new();
         for (d, v) in &cands {
-            let stale = self.stale(*d, v);
+            let stale = !blind && self.stale(*d, v);
             let unseen = v.sent_since.min(v.in_flight);
             let queued = if v.waiting > 0 { unseen } else { 0 };
             let waiting_est = v.waiting.saturating_add(queued);
@@ -224,7 +261,25 @@ impl LoadPicker {
                 }
             }
         }
-        best.map_or(LoadPick::None, |(_, d)| LoadPick::Pick(d))
+        match best {
+            Some((_, d)) => {
+                if blind {
+                    if let Some(c) = self.deps.get(d).and_then(|x| x.cell.as_ref()) {
+                        c.routed_blind();
+                    }
+                }
+                LoadPick::Pick(d)
+            }
+            None => LoadPick::None,
+        }
+    }
+
+    /// Whether deployment `d` has an engine signal to poll.
+    fn polled(&self, d: usize) -> bool {
+        self.deps
+            .get(d)
+            .and_then(|x| x.cell.as_ref())
+            .is_some_and(|c| c.polled)
     }
 
     /// The request with `blocks` went to deployment `d`: its prefix is now warm there.
@@ -314,9 +369,28 @@ mod tests {
         let p = picker(vec![cell(8, 8, 1.0, 100), cell(9, 4, 1.0, 100)], s);
         assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Full);
         assert_eq!(p.pick(100, &[], &rng, |_| false, |_| 0), LoadPick::None);
-        // stale (> 1,000 ms): saturated, hence full
-        let p = picker(vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100)], s);
-        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+        // stale (> 1,000 ms): saturated, hence full — while another engine has a signal
+        let p = picker(vec![cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 4_500)], s);
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        // every signal stale or down: routed by the gateway's own in-flight count, counted
+        let (a, b) = (cell(0, 0, 0.0, 100), cell(0, 0, 0.0, 100));
+        a.fail();
+        b.fail();
+        let p = picker(vec![a.clone(), b.clone()], s);
+        assert_eq!(
+            p.pick(5_000, &[], &rng, |_| true, |d| [3, 0][d]),
+            LoadPick::Pick(1)
+        );
+        assert_eq!(b.blind_routes.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // …and its max_in_flight still holds (on the gateway's count)
+        let capped = LoadSettings {
+            max_in_flight: Some(1),
+            ..s
+        };
+        let p = picker(vec![a.clone(), b.clone()], capped);
+        b.start(0);
+        a.start(0);
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 1), LoadPick::Full);
         // a failed poll takes an engine out while the other answers
         let (a, b) = (cell(0, 0, 0.0, 100), cell(5, 8, 0.9, 100));
         a.fail();

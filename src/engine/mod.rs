@@ -199,4 +199,13 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
             );
         }
     }
+    let _ = writeln!(out, "# HELP ringgate_engine_blind_routes_total Requests lb=load routed to the engine by the gateway's own in-flight count, no engine of the model having a usable load signal\n# TYPE ringgate_engine_blind_routes_total counter");
+    for (provider, cell) in cells {
+        let n = cell.blind_routes.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "ringgate_engine_blind_routes_total{{provider=\"{provider}\",engine=\"{}\"}} {n}",
+            cell.kind.as_str()
+        );
+    }
 }

@@ -6,6 +6,9 @@
 //! the engine's waiting series marks the engine down (`EngineCell::fail`) until a poll
 //! succeeds again — the probe back is simply the next poll.
 //!
+//! When the model's engines have no usable signal and `load` routes by the gateway's own view
+//! (`EngineCell::routed_blind`), the poller says so once per outage in the log.
+//!
 //! A poller holds its cell weakly: when the last route table using the cell is gone (the
 //! gateway stopped, or a reload dropped the provider), the thread ends at its next tick.
 //!
@@ -47,6 +50,9 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
     let slots = ep.base_path.ends_with("/slots");
     let mut addr: Option<SocketAddr> = None;
     let mut failing = false;
+    // blind routes (no usable signal, `load`) seen so far, and whether this outage's are logged
+    let mut blind_seen = 0u64;
+    let mut blind_logged = false;
     loop {
         let t0 = Instant::now();
         let Some(c) = cell.upgrade() else { return };
@@ -74,6 +80,7 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                     ));
                 }
                 failing = false;
+                blind_logged = false;
             }
             Err(e) => {
                 c.fail();
@@ -88,6 +95,16 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                 failing = true;
             }
         }
+        let blind = c.blind_routes.load(std::sync::atomic::Ordering::Relaxed);
+        if blind > blind_seen && !blind_logged {
+            crate::log::info(format_args!(
+                "engine {}: no usable load signal; lb=load routes to it by the gateway's own \
+                 in-flight count until its metrics answer (ringgate_engine_blind_routes_total)",
+                target.provider
+            ));
+            blind_logged = true;
+        }
+        blind_seen = blind;
         drop(c);
         std::thread::sleep(target.poll.saturating_sub(t0.elapsed()));
     }

@@ -11,15 +11,23 @@
 //! and a long conversation is identified by its head. A trailing partial block is not hashed
 //! (an engine cannot reuse half a block either).
 //!
-//! `PrefixIndex`: per engine, a bounded table of block hashes → when last routed there
-//! (an approximation of the engine's cache: it forgets by age and by capacity, never asks the
+//! `PrefixIndex`: per deployment, process-wide (every shard routes into and reads the same
+//! one, `forward::shared`, so a conversation's next turn finds its engine whichever shard its
+//! connection lands on), a fixed-size table of block hashes → when last routed there (an
+//! approximation of the engine's cache: it forgets by age and by capacity, never asks the
 //! engine). `matched` counts the leading blocks of a prompt that are in it.
+//!
+//! The table: `capacity` `AtomicU64` slots in two-way buckets (the bucket from a hash's low
+//! bits; a slot holds the hash's high 40 bits and when it was routed, in 16 ms units, 24 bits,
+//! compared wrapping — 74 h). A lookup is two `Relaxed` loads per block, an insert two loads
+//! and a store; a new block takes the free or older slot of its bucket. Concurrent inserts may
+//! overwrite each other (one of them is forgotten): approximate, never wrong about safety, and
+//! bounded — `capacity × 8` bytes whatever the traffic.
 //!
 //! Owns: `prompt_blocks`, `Blocks`, `PrefixIndex`. Must not: allocate per block beyond the
 //! `Blocks` vector, read clocks (callers pass `now` as milliseconds), or do IO.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
@@ -146,60 +154,103 @@ pub fn leading(blocks: &[u64], has: impl Fn(u64) -> bool) -> usize {
     blocks.iter().take_while(|&&b| has(b)).count()
 }
 
+/// Slot layout: the hash's high 40 bits (never all zero: an empty slot is 0) | 24 bits of time.
+const TIME_BITS: u32 = 24;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+/// Time unit of a slot: 16 ms (`now_ms >> 4`).
+const TIME_SHIFT: u32 = 4;
+
 /// Approximate index of the prefixes recently sent to one engine (see the module doc).
 #[derive(Debug)]
 pub struct PrefixIndex {
-    /// block hash → last routed (ms since the index's epoch).
-    seen: RefCell<HashMap<u64, u64>>,
-    capacity: usize,
-    ttl_ms: u64,
+    slots: Box<[AtomicU64]>,
+    /// Buckets − 1 (two slots a bucket; a power of two).
+    mask: u64,
+    ttl: u64,
 }
 
 impl PrefixIndex {
-    /// At most `capacity` blocks, each forgotten `ttl_ms` after it was last routed.
+    /// About `capacity` blocks (rounded up to a power of two, at least 2), each forgotten
+    /// `ttl_ms` after it was last routed.
     pub fn new(capacity: usize, ttl_ms: u64) -> PrefixIndex {
+        let slots = capacity.max(2).next_power_of_two();
         PrefixIndex {
-            seen: RefCell::new(HashMap::new()),
-            capacity: capacity.max(1),
-            ttl_ms,
+            slots: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            mask: (slots / 2 - 1) as u64,
+            ttl: (ttl_ms >> TIME_SHIFT).min(TIME_MASK / 2),
         }
+    }
+
+    fn tag(h: u64) -> u64 {
+        (h >> TIME_BITS | 1) << TIME_BITS
+    }
+
+    fn bucket(&self, h: u64) -> usize {
+        ((h & self.mask) * 2) as usize
+    }
+
+    /// Age of a slot in time units; negative for another shard's slightly later clock read.
+    fn age(slot: u64, now: u64) -> i64 {
+        let d = (now.wrapping_sub(slot) & TIME_MASK) as i64;
+        if d > (TIME_MASK / 2) as i64 {
+            d - (1 << TIME_BITS)
+        } else {
+            d
+        }
+    }
+
+    fn fresh(&self, slot: u64, now: u64) -> bool {
+        slot != 0 && Self::age(slot, now).unsigned_abs() <= self.ttl
     }
 
     /// Leading blocks of `blocks` routed here within the TTL.
     pub fn matched(&self, blocks: &[u64], now_ms: u64) -> usize {
-        let seen = self.seen.borrow();
-        leading(blocks, |b| {
-            seen.get(&b)
-                .is_some_and(|&t| now_ms.saturating_sub(t) <= self.ttl_ms)
+        let now = now_ms >> TIME_SHIFT;
+        leading(blocks, |h| {
+            let (tag, b) = (Self::tag(h), self.bucket(h));
+            self.slots[b..b + 2].iter().any(|s| {
+                let v = s.load(Relaxed);
+                v & !TIME_MASK == tag && self.fresh(v, now)
+            })
         })
     }
 
-    /// Remember that `blocks` were routed here at `now_ms`. When full, entries older than the
-    /// TTL go first, then the oldest half (amortised: one sweep per `capacity / 2` inserts).
+    /// Remember that `blocks` were routed here at `now_ms`: each takes its own slot, else the
+    /// free or older one of its bucket.
     pub fn insert(&self, blocks: &[u64], now_ms: u64) {
-        let mut seen = self.seen.borrow_mut();
-        for &b in blocks {
-            seen.insert(b, now_ms);
-        }
-        if seen.len() > self.capacity {
-            let ttl = self.ttl_ms;
-            seen.retain(|_, t| now_ms.saturating_sub(*t) <= ttl);
-            if seen.len() > self.capacity / 2 {
-                let mut ages: Vec<u64> = seen.values().copied().collect();
-                let cut = ages.len() - self.capacity / 2;
-                ages.select_nth_unstable(cut.saturating_sub(1));
-                let limit = ages[cut.saturating_sub(1)];
-                seen.retain(|_, t| *t > limit);
-            }
+        let now = now_ms >> TIME_SHIFT;
+        for &h in blocks {
+            let (tag, b) = (Self::tag(h), self.bucket(h));
+            let pair = &self.slots[b..b + 2];
+            let (x, y) = (pair[0].load(Relaxed), pair[1].load(Relaxed));
+            let age = |v: u64| match v {
+                0 => u64::MAX,
+                v if !self.fresh(v, now) => u64::MAX - 1,
+                v => Self::age(v, now).max(0) as u64,
+            };
+            let i = if x & !TIME_MASK == tag {
+                0
+            } else if y & !TIME_MASK == tag {
+                1
+            } else {
+                usize::from(age(y) > age(x))
+            };
+            pair[i].store(tag | (now & TIME_MASK), Relaxed);
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.seen.borrow().len()
+    /// Slots holding a block routed within the TTL at `now_ms`.
+    pub fn len_at(&self, now_ms: u64) -> usize {
+        let now = now_ms >> TIME_SHIFT;
+        self.slots
+            .iter()
+            .filter(|s| self.fresh(s.load(Relaxed), now))
+            .count()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Slots in the table (the bound).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
     }
 }
 
@@ -249,17 +300,31 @@ mod tests {
 
     #[test]
     fn index_matches_forgets_by_age_and_stays_bounded() {
-        let ix = PrefixIndex::new(100, 1_000);
-        let p: Blocks = (1..=10).collect();
+        let ix = PrefixIndex::new(128, 1_000);
+        let p: Blocks = (1..=10u64).map(|i| i.wrapping_mul(K)).collect();
         ix.insert(&p, 0);
         assert_eq!(ix.matched(&p, 500), 10);
-        let q: Blocks = [1, 2, 3, 99].into_iter().collect();
+        let q: Blocks = p[..3]
+            .iter()
+            .copied()
+            .chain([99u64.wrapping_mul(K)])
+            .collect();
         assert_eq!(ix.matched(&q, 500), 3);
         assert_eq!(ix.matched(&p, 2_000), 0, "expired");
-        for i in 0..1_000u64 {
-            ix.insert(&[i * 7 + 1_000], i);
+        for i in 0..10_000u64 {
+            ix.insert(&[(i + 1_000).wrapping_mul(K)], i);
         }
-        assert!(ix.len() <= 100, "{}", ix.len());
-        assert_eq!(ix.matched(&[999 * 7 + 1_000], 999), 1, "the newest stays");
+        assert_eq!(ix.capacity(), 128);
+        assert!(ix.len_at(9_999) <= 128);
+        assert_eq!(
+            ix.matched(&[10_999u64.wrapping_mul(K)], 9_999),
+            1,
+            "the newest stays"
+        );
+        // shared: one shard routes, another reads (the table is `Sync`)
+        let ix = std::sync::Arc::new(PrefixIndex::new(64, 1_000));
+        let (w, q) = (ix.clone(), p.clone());
+        std::thread::spawn(move || w.insert(&q, 10)).join().unwrap();
+        assert_eq!(ix.matched(&p, 20), 10);
     }
 }

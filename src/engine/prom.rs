@@ -7,6 +7,8 @@
 //! whole, at most `MAX_LINES` lines are read. Values: decimal/exponent floats, `NaN`, `+Inf`,
 //! `-Inf` (Prometheus' spellings); a sample with an unparsable or non-finite value, or an
 //! unclosed label set, counts as absent. An optional timestamp after the value is ignored.
+//! Every series read is a count or a fraction: a negative sample poisons its name's fold (the
+//! result stays negative whatever else is on the page), so the caller can refuse the page.
 //!
 //! Owns: `scan`, `Fold`. Must not: allocate per line or panic on any input (fuzzed:
 //! fuzz/fuzz_targets/prom.rs).
@@ -50,6 +52,7 @@ pub fn scan<const N: usize>(page: &[u8], wanted: &[(&str, Fold); N]) -> [Option<
         };
         out[i] = Some(match (out[i], wanted[i].1) {
             (None, _) => v,
+            (Some(a), _) if a < 0.0 || v < 0.0 => a.min(v),
             (Some(a), Fold::Sum) => a + v,
             (Some(a), Fold::Max) => a.max(v),
         });
@@ -112,6 +115,14 @@ mod tests {
     fn finds_folds_and_skips() {
         let page = b"# HELP a x\n# TYPE a gauge\na{model_name=\"m}\\\"x\",engine=\"0\"} 2.0\na{engine=\"1\"} 3e0 1700000000\nab 9\nb:c 0.5\nb:c{} 0.25\r\nd NaN\n";
         assert_eq!(scan(page, &W), [Some(5.0), Some(0.5), None]);
+        // a negative sample poisons the fold, whatever its order
+        for page in [
+            &b"a 3\na -1\na 5\nb:c 0.5\nb:c -0.1\n"[..],
+            b"a -1\na 9\nb:c -0.1\nb:c 0.9\n",
+        ] {
+            let [a, b, _] = scan(page, &W);
+            assert!(a.unwrap() < 0.0 && b.unwrap() < 0.0, "{a:?} {b:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! tokens sent since the last poll) are `Relaxed` counters touched only for providers with an
 //! `engine` — nothing is shared or written for the others.
 //!
+//! A page with a negative queue, running or KV value is no signal (`normalise` refuses it: the
+//! poll failed), never an idle engine.
+//!
 //! Owns: `EngineKind`, `Sample`, `normalise`, `EngineCell`, the process clock in ms
 //! (`now_ms`). Must not: do IO (the poller does) or decide routing (`load` does).
 
@@ -104,6 +107,13 @@ pub fn normalise(kind: EngineKind, page: &[u8], slots: bool) -> Result<Sample, &
         ],
     );
     let waiting = waiting.ok_or("no waiting-requests series on the page")?;
+    // a count or usage below zero is a broken page, not an idle engine
+    if [Some(waiting), running, kv, kv_old]
+        .iter()
+        .any(|v| v.is_some_and(|v| v < 0.0))
+    {
+        return Err("a negative queue, running or KV value on the page");
+    }
     Ok(Sample {
         waiting: count(waiting),
         running: running.map_or(0, count),
@@ -143,16 +153,24 @@ fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
 
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
-/// Milliseconds since the process's first call (never 0: 0 means "never").
+/// How far before the first call the scale starts: every `Instant` a caller can hold (taken a
+/// little before the first call, or `t0 + n` in a test) lies after it, so none saturates to
+/// the same value.
+const EPOCH_BEFORE: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// Milliseconds on the process's routing clock (never 0: 0 means "never"). The scale starts
+/// a day before the first call (`EPOCH_BEFORE`); only differences mean anything.
 pub fn now_ms() -> u64 {
     ms_of(Instant::now())
 }
 
-/// `now` on the same millisecond scale as `now_ms` (no clock read).
+/// `now` on the same millisecond scale as `now_ms` (no clock read after the first call).
 pub fn ms_of(now: Instant) -> u64 {
-    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
-        .as_millis() as u64
-        + 1
+    let epoch = EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(EPOCH_BEFORE).unwrap_or(now)
+    });
+    now.saturating_duration_since(*epoch).as_millis() as u64 + 1
 }
 
 /// `kv` stored as millionths; this means "not reported".
@@ -182,6 +200,9 @@ pub struct EngineCell {
     tokens_at_poll: AtomicU64,
     pub polls_ok: AtomicU64,
     pub polls_failed: AtomicU64,
+    /// Requests routed to this engine by the gateway's own in-flight count because no engine
+    /// of the model had a usable signal (`load`); the poller logs the first of an outage.
+    pub blind_routes: AtomicU64,
 }
 
 /// What a shard reads from a cell at one moment.
@@ -217,6 +238,7 @@ impl EngineCell {
             tokens_at_poll: AtomicU64::new(0),
             polls_ok: AtomicU64::new(0),
             polls_failed: AtomicU64::new(0),
+            blind_routes: AtomicU64::new(0),
         }
     }
 
@@ -238,6 +260,13 @@ impl EngineCell {
     pub fn fail(&self) {
         self.up.store(false, Relaxed);
         self.polls_failed.fetch_add(1, Relaxed);
+    }
+
+    /// A request went to this engine without a usable signal (see `blind_routes`).
+    pub fn routed_blind(&self) {
+        let _ = self
+            .blind_routes
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(1)));
     }
 
     /// A request of ~`tokens` prompt tokens goes to this engine.

@@ -3,12 +3,15 @@
 //! Order: the requested model's deployments (balanced, see `balance`), then each fallback
 //! model's deployments (`Route::chain`: `fallbacks` in order, then theirs, breadth-first).
 //! A deployment is tried at most once per request, skipped while its breaker is open or while
-//! every key of its provider cools down. When no fresh candidate is left, a deployment that
-//! was skipped or answered 429 only because of key cooldowns is tried again as soon as a key
-//! is free: at once if one is, else `Step::Wait` until the soonest key is free — only if the
-//! attempt after the wait still gets its whole first-byte timeout (at most half the deadline)
-//! before the deadline (a `Retry-After` beyond that is never waited on; the plan stops and the
-//! client gets the 429).
+//! every key of its provider cools down for that deployment's model (`keys`: a cooldown is
+//! key × model unless the provider limited the whole key). When no fresh candidate is left, a
+//! deployment that was skipped or answered 429 only because of key cooldowns is tried again as
+//! soon as a key is free: at once if one is, else `Step::Wait` until the soonest key is free —
+//! only while the request's total wait stays within its model's `max_retry_wait_ms` (default
+//! 1 s) and the attempt after the wait still gets its whole first-byte timeout (at most half
+//! the deadline) before the deadline. Otherwise the plan stops and the client gets the 429 at
+//! once, with the upstream's `Retry-After` (a `Retry-After: 7` is the client's to wait, with
+//! its own retries, not the gateway's).
 //! Bounded by the requested model's `max_attempts` and deadline; its `retry_on` decides which
 //! failures are retried. Breaker settings are each deployment's own model's.
 //!
@@ -68,6 +71,8 @@ pub struct Candidate<'a> {
     pub deployment_index: usize,
     /// Index into `deployment.provider.keys` (see `Provider::key_auth`).
     pub key: usize,
+    /// The deployment's cooldown scope in its provider's `KeyRing` (`ModelState::scopes`).
+    pub scope: usize,
     /// 1-based attempt number within the request (for `x-ringgate-attempts`).
     pub attempt: u32,
     /// `Some` when this attempt serves a fallback model.
@@ -123,6 +128,8 @@ pub struct Attempts<'a> {
     tokens: u64,
     /// A `load` stage found every deployment full.
     full: bool,
+    /// Time handed out in `Step::Wait`s so far (bounded by `max_retry_wait`).
+    waited: Duration,
 }
 
 impl<'a> Attempts<'a> {
@@ -148,6 +155,7 @@ impl<'a> Attempts<'a> {
             blocks: Default::default(),
             tokens: 0,
             full: false,
+            waited: Duration::ZERO,
         }
     }
 
@@ -208,9 +216,10 @@ impl<'a> Attempts<'a> {
             let eligible = |d: usize| {
                 !self.tried.contains(&(r.index, d))
                     && ms.breakers.get(d).is_some_and(|b| b.available(now))
-                    && r.deployments
-                        .get(d)
-                        .is_some_and(|dep| st.key_ready(dep.provider.index, now))
+                    && r.deployments.get(d).is_some_and(|dep| {
+                        let scope = ms.scopes.get(d).copied().unwrap_or(0);
+                        st.key_ready(dep.provider.index, scope, now)
+                    })
             };
             let picked = match &ms.load {
                 None => ms.balancer.pick(now, st.rng(), eligible),
@@ -253,7 +262,8 @@ impl<'a> Attempts<'a> {
                 {
                     continue;
                 }
-                match st.keys(dep.provider.index).map(|k| k.peek(now)) {
+                let scope = ms.scopes.get(d).copied().unwrap_or(0);
+                match st.keys(dep.provider.index).map(|k| k.peek(now, scope)) {
                     Some(KeyPick::Cooling { until, .. }) => {
                         soonest = Some(soonest.map_or(until, |s| s.min(until)));
                     }
@@ -269,7 +279,15 @@ impl<'a> Attempts<'a> {
             }
         }
         match soonest {
-            Some(until) if until + self.after_wait() <= self.deadline => Step::Wait(until),
+            Some(until) if until + self.after_wait() <= self.deadline => {
+                let wait = until.saturating_duration_since(now);
+                if self.waited + wait > self.route.policy.max_retry_wait {
+                    // the client's to wait (with the upstream's Retry-After), not ours
+                    return Step::Stop(Stop::Exhausted);
+                }
+                self.waited += wait;
+                Step::Wait(until)
+            }
             _ => Step::Stop(Stop::Exhausted),
         }
     }
@@ -299,7 +317,8 @@ impl<'a> Attempts<'a> {
         if !breaker.allow(now) {
             return None;
         }
-        let key = match st.keys(dep.provider.index).map(|k| k.pick(now)) {
+        let scope = ms.scopes.get(d).copied().unwrap_or(0);
+        let key = match st.keys(dep.provider.index).map(|k| k.pick(now, scope)) {
             Some(KeyPick::Ready(k)) | Some(KeyPick::Cooling { key: k, .. }) => k,
             None => 0,
         };
@@ -322,6 +341,7 @@ impl<'a> Attempts<'a> {
             deployment: dep,
             deployment_index: d,
             key,
+            scope,
             attempt: self.attempts,
             fallback,
             upstream_model: dep.upstream_model_or(requested),
@@ -349,15 +369,27 @@ impl<'a> Attempts<'a> {
     }
 
     /// The candidate failed for `reason` before anything reached the client. A 429 cools its
-    /// key for `retry_after` (parse it with `keys::parse_retry_after`) and is no breaker
-    /// verdict; other reasons count against its breaker and its latency estimate. Returns what to do next: `Stop` if the
-    /// reason is not retryable or nothing is left (then relay the failed answer, if there was
-    /// one, or the error).
+    /// key for its model for `retry_after` (parse it with `keys::parse_retry_after`) and is no
+    /// breaker verdict; other reasons count against its breaker and its latency estimate.
+    /// Returns what to do next: `Stop` if the reason is not retryable or nothing is left (then
+    /// relay the failed answer, if there was one, or the error).
     pub fn failed(
         &mut self,
         cand: Candidate<'a>,
         reason: Reason,
         retry_after: Option<Duration>,
+        now: Instant,
+    ) -> Step<'a> {
+        self.failed_scoped(cand, reason, retry_after, false, now)
+    }
+
+    /// As `failed`; a 429 with `whole_key` (`scope::whole_key`) cools the key for every model.
+    pub fn failed_scoped(
+        &mut self,
+        cand: Candidate<'a>,
+        reason: Reason,
+        retry_after: Option<Duration>,
+        whole_key: bool,
         now: Instant,
     ) -> Step<'a> {
         cand.settled.set(true);
@@ -367,7 +399,7 @@ impl<'a> Attempts<'a> {
         if reason == Reason::Status429 {
             let provider = cand.deployment.provider.index;
             if let Some(k) = st.keys(provider) {
-                k.cool(cand.key, now, retry_after);
+                k.cool(cand.key, cand.scope, whole_key, now, retry_after);
                 st.metrics.key_cooldown(provider);
             }
             if !self.limited.contains(&(r, d)) {

@@ -233,6 +233,7 @@ deployments = [{ provider = "a" }, { provider = "a2" }]
 lb = "weighted"
 max_attempts = 5
 timeout_ms = 10000
+max_retry_wait_ms = 3000
 "#;
     let t = table(models);
     let st = ForwardState::new(&t, 1);
@@ -250,9 +251,50 @@ timeout_ms = 10000
     // a new request meanwhile skips the cooling provider
     let mut other = Attempts::new(&t, &st, route, "m", ms(t0, 10));
     assert_eq!(take(other.next(ms(t0, 10))).deployment_index, 1);
+    assert!(st.keys(0).unwrap().is_cooling(0, 0, ms(t0, 1_999)));
     let s = plan.next(ms(t0, 2_000));
     assert_eq!(take(s).deployment_index, 0);
-    assert!(st.keys(0).unwrap().is_cooling(0, ms(t0, 1_999)));
+
+    // the waits of one request add up: 2 s waited, 1.5 s more would pass the 3 s
+    let one = table("[[model]]\nname = \"one\"\nprovider = \"a\"\nmax_attempts = 5\ntimeout_ms = 10000\nmax_retry_wait_ms = 3000\n");
+    let st1 = ForwardState::new(&one, 1);
+    let r1 = one.resolve("one").unwrap();
+    let mut plan = Attempts::new(&one, &st1, r1, "one", t0);
+    let c = take(plan.next(t0));
+    let s = plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0);
+    assert!(matches!(s, Step::Wait(u) if u == ms(t0, 2_000)), "{s:?}");
+    let c = take(plan.next(ms(t0, 2_000)));
+    let s = plan.failed(
+        c,
+        Reason::Status429,
+        Some(Duration::from_millis(1_500)),
+        ms(t0, 2_000),
+    );
+    assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
+
+    // with the default max_retry_wait_ms (1 s) a 2 s Retry-After is the client's to wait
+    let t1 = table(&models.replace("max_retry_wait_ms = 3000\n", ""));
+    let st = ForwardState::new(&t1, 1);
+    let route1 = t1.resolve("m").unwrap();
+    assert_eq!(route1.policy.max_retry_wait, Duration::from_secs(1));
+    let mut plan = Attempts::new(&t1, &st, route1, "m", t0);
+    let c = take(plan.next(t0));
+    let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0));
+    let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
+    assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
+    // one of 1 s is still waited on
+    let mut plan = Attempts::new(&t1, &st, route1, "m", ms(t0, 10));
+    let s = plan.next(ms(t0, 10));
+    assert!(matches!(s, Step::Try(_)), "{s:?}");
+    let c = take(s);
+    assert_eq!(c.deployment_index, 1, "a still cools for 2 s");
+    let s = plan.failed(
+        c,
+        Reason::Status429,
+        Some(Duration::from_millis(900)),
+        ms(t0, 20),
+    );
+    assert!(matches!(s, Step::Wait(u) if u == ms(t0, 920)), "{s:?}");
 
     // Retry-After beyond the deadline is not waited on
     let st = ForwardState::new(&t, 1);
@@ -336,7 +378,8 @@ upstream_model = "real-f3"
     let mut step = plan.next(t0);
     while let Step::Try(c) = step {
         seen.push(format!("{}:{}", c.route.name, c.upstream_model));
-        assert_eq!(st.model(c.route.index).unwrap().balancer.in_flight(0), 1);
+        let b = &st.model(c.route.index).unwrap().balancer;
+        assert_eq!(b.in_flight(0), u32::from(b.learns()));
         step = plan.failed(c, Reason::Reset, None, t0);
     }
     assert_eq!(seen, ["m:m", "f1:f1", "f2:f2", "f3:real-f3"]);
@@ -408,7 +451,7 @@ deployments = [{ provider = "b" }, { provider = "a" }]
                                 && !st
                                     .keys(route.deployments[d].provider.index)
                                     .unwrap()
-                                    .is_cooling(0, now);
+                                    .is_cooling(0, 0, now);
                             assert!(
                                 !avail || seen.contains(&(route.index, d)),
                                 "fell back early"

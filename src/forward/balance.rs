@@ -1,21 +1,34 @@
-//! Picking one of a model's deployments (per shard, lock-free):
+//! Picking one of a model's deployments (lock-free):
 //! - `weighted`: smooth weighted round-robin (nginx): every pick adds each eligible
 //!   deployment's weight to its running score, takes the highest and subtracts the total —
 //!   deterministic, interleaved, exact over every full cycle (3:1 → a a b a, a a b a, …);
 //! - `p2c`: power of two choices (Finagle "peak EWMA"): two distinct eligible deployments at
 //!   random, the one with the lower `latency EWMA × (in-flight + 1)` wins.
 //!
+//! What is learnt is process-wide: each deployment's latency estimate and in-flight count live
+//! in a `LoadCell` every shard shares (`forward::shared`), so a slow deployment looks slow to
+//! every shard after one shard measured it, and p2c sees the requests of all shards. The
+//! estimate is one `AtomicU64` (the cost as `f32` nanoseconds and the time of the last sample
+//! as 32 bits of the ms routing clock, compared wrapping: ±24 days), updated by
+//! compare-and-swap; the in-flight count is an `AtomicU32`. The weighted rotation's running
+//! scores stay per shard (a rotation, not knowledge: each shard's own sequence is exact).
+//! Nothing is written to the cells of a model that never reads them (one deployment under
+//! p2c, or `weighted`): its requests touch no shared line here.
+//!
 //! Eligibility (breaker open, already tried in this request, keys cooling) is the caller's
 //! predicate; with one eligible deployment it is picked, with none `pick` returns `None`.
 //!
-//! Owns: `Balancer`, `PeakEwma`. Must not: read clocks (callers pass `now`), do IO, or decide
-//! what counts as a failure.
+//! Owns: `Balancer`, `PeakEwma`, `LoadCell`. Must not: read clocks (callers pass `now`), do
+//! IO, or decide what counts as a failure.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::Lb;
 use super::rng::Rng;
+use crate::engine::signal::ms_of;
 
 /// How fast the latency estimate forgets: a sample's weight halves every ~3.5 s.
 pub const EWMA_DECAY: Duration = Duration::from_secs(5);
@@ -29,54 +42,91 @@ pub const FAILURE_PENALTY: Duration = Duration::from_secs(1);
 /// zero, so a deployment that was slow gets probed again after a while.
 #[derive(Debug)]
 pub struct PeakEwma {
-    /// Nanoseconds.
-    cost: Cell<f64>,
-    stamp: Cell<Option<Instant>>,
-    decay_ns: f64,
+    /// `f32` cost in ns (high 32 bits) | the last sample's time, ms (low 32 bits). 0: none.
+    word: AtomicU64,
+    decay_ms: f64,
 }
 
 impl PeakEwma {
     pub fn new(decay: Duration) -> PeakEwma {
         PeakEwma {
-            cost: Cell::new(0.0),
-            stamp: Cell::new(None),
-            decay_ns: (decay.as_nanos() as f64).max(1.0),
+            word: AtomicU64::new(0),
+            decay_ms: (decay.as_secs_f64() * 1e3).max(1e-3),
         }
     }
 
-    fn weight(&self, now: Instant) -> f64 {
-        let Some(stamp) = self.stamp.get() else {
+    fn split(w: u64) -> (f64, u32) {
+        (f64::from(f32::from_bits((w >> 32) as u32)), w as u32)
+    }
+
+    fn weight(&self, w: u64, now: u32) -> f64 {
+        if w == 0 {
             return 0.0;
-        };
-        let dt = now.saturating_duration_since(stamp).as_nanos() as f64;
-        (-dt / self.decay_ns).exp()
+        }
+        // another shard's newer sample: no decay
+        let dt = (now.wrapping_sub(Self::split(w).1) as i32).max(0);
+        (-f64::from(dt) / self.decay_ms).exp()
     }
 
     pub fn observe(&self, now: Instant, rtt: Duration) {
+        let now = ms_of(now) as u32;
         let rtt = rtt.as_nanos() as f64;
-        let cost = self.cost.get();
-        let next = if rtt > cost {
-            rtt
-        } else {
-            let w = self.weight(now);
-            cost * w + rtt * (1.0 - w)
-        };
-        self.cost.set(next);
-        self.stamp.set(Some(now));
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            let cost = Self::split(cur).0;
+            let next = if rtt > cost {
+                rtt
+            } else {
+                let w = self.weight(cur, now);
+                cost * w + rtt * (1.0 - w)
+            };
+            let word = u64::from((next as f32).to_bits()) << 32 | u64::from(now);
+            match self
+                .word
+                .compare_exchange_weak(cur, word.max(1), Relaxed, Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
     }
 
     /// The estimate at `now` in nanoseconds (decayed towards zero since the last sample).
     pub fn get(&self, now: Instant) -> f64 {
-        self.cost.get() * self.weight(now)
+        let w = self.word.load(Relaxed);
+        Self::split(w).0 * self.weight(w, ms_of(now) as u32)
+    }
+}
+
+/// One deployment's learnt load, shared by every shard: latency estimate and requests in
+/// flight (this gateway's, all shards).
+#[derive(Debug)]
+pub struct LoadCell {
+    pub ewma: PeakEwma,
+    in_flight: AtomicU32,
+}
+
+impl LoadCell {
+    pub fn new(decay: Duration) -> LoadCell {
+        LoadCell {
+            ewma: PeakEwma::new(decay),
+            in_flight: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Default for LoadCell {
+    fn default() -> Self {
+        LoadCell::new(EWMA_DECAY)
     }
 }
 
 #[derive(Debug)]
 struct Slot {
     weight: i64,
+    /// The weighted rotation's running score (this shard's).
     current: Cell<i64>,
-    ewma: PeakEwma,
-    in_flight: Cell<u32>,
+    load: Arc<LoadCell>,
 }
 
 /// One model's balancer over its deployments (indices into `Route::deployments`).
@@ -84,19 +134,34 @@ struct Slot {
 pub struct Balancer {
     lb: Lb,
     slots: Vec<Slot>,
+    /// Whether anything reads the latency estimates and in-flight counts (p2c over two or
+    /// more deployments, `load`): else nothing is written to them (a shared cache line less
+    /// per request for one-deployment and weighted models).
+    learn: bool,
 }
 
 impl Balancer {
+    /// A balancer whose deployments have load cells of their own (tests).
     pub fn new(lb: Lb, weights: &[u32], decay: Duration) -> Balancer {
+        let cells = weights
+            .iter()
+            .map(|_| Arc::new(LoadCell::new(decay)))
+            .collect();
+        Balancer::shared(lb, weights, cells)
+    }
+
+    /// A balancer over the shared `cells` (`cells[i]`: deployment i's, `forward::shared`).
+    pub fn shared(lb: Lb, weights: &[u32], cells: Vec<Arc<LoadCell>>) -> Balancer {
         Balancer {
             lb,
+            learn: lb == Lb::Load || (lb == Lb::P2c && weights.len() > 1),
             slots: weights
                 .iter()
-                .map(|&w| Slot {
+                .zip(cells)
+                .map(|(&w, load)| Slot {
                     weight: i64::from(w.max(1)),
                     current: Cell::new(0),
-                    ewma: PeakEwma::new(decay),
-                    in_flight: Cell::new(0),
+                    load,
                 })
                 .collect(),
         }
@@ -104,6 +169,11 @@ impl Balancer {
 
     pub fn lb(&self) -> Lb {
         self.lb
+    }
+
+    /// Whether latency and in-flight are tracked for this model (see `learn`).
+    pub fn learns(&self) -> bool {
+        self.learn
     }
 
     pub fn len(&self) -> usize {
@@ -175,8 +245,8 @@ impl Balancer {
         let Some(s) = self.slots.get(i) else {
             return f64::INFINITY;
         };
-        let cost = s.ewma.get(now);
-        let pending = f64::from(s.in_flight.get());
+        let cost = s.load.ewma.get(now);
+        let pending = f64::from(s.load.in_flight.load(Relaxed));
         if cost == 0.0 && pending > 0.0 {
             // Finagle's penalty for unmeasured-but-busy: keep it behind measured ones.
             return 1e12 + pending;
@@ -184,28 +254,35 @@ impl Balancer {
         cost * (pending + 1.0)
     }
 
+    /// Requests in flight on deployment `i` (every shard's).
     pub fn in_flight(&self, i: usize) -> u32 {
-        self.slots.get(i).map_or(0, |s| s.in_flight.get())
+        self.slots
+            .get(i)
+            .map_or(0, |s| s.load.in_flight.load(Relaxed))
     }
 
     /// An attempt on deployment `i` started.
     pub fn start(&self, i: usize) {
-        if let Some(s) = self.slots.get(i) {
-            s.in_flight.set(s.in_flight.get() + 1);
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
+            // paired with `end` by the attempt's guard: at most the requests in flight
+            s.load.in_flight.fetch_add(1, Relaxed);
         }
     }
 
     /// An attempt on deployment `i` ended (after its body/stream, or its failure).
     pub fn end(&self, i: usize) {
-        if let Some(s) = self.slots.get(i) {
-            s.in_flight.set(s.in_flight.get().saturating_sub(1));
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
+            let _ = s
+                .load
+                .in_flight
+                .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(1)));
         }
     }
 
     /// A latency sample (time to the response head) for deployment `i`.
     pub fn observe(&self, i: usize, now: Instant, latency: Duration) {
-        if let Some(s) = self.slots.get(i) {
-            s.ewma.observe(now, latency);
+        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
+            s.load.ewma.observe(now, latency);
         }
     }
 

@@ -1,15 +1,26 @@
-//! The circuit breaker of one deployment (per shard): closed → open after N consecutive
-//! failures (or an error rate over a tumbling window) → half-open after the cooldown, where
-//! exactly one probe goes through; the probe's success closes it, its failure re-opens it for
-//! another cooldown.
+//! The circuit breaker of one deployment: closed → open after N consecutive failures (or an
+//! error rate over a tumbling window) → half-open after the cooldown, where exactly one probe
+//! goes through; the probe's success closes it, its failure re-opens it for another cooldown.
 //!
-//! Owns: `Breaker`, `BreakerState`. Must not: read clocks (every call takes `now`), do IO, or
-//! know why a failure happened (the caller decides what counts, see `Reason::trips_breaker`).
+//! The state is process-wide (`BreakerCell`, shared by every shard through
+//! `forward::shared`): a failure seen on one shard counts for all of them, an open breaker is
+//! open on every shard, and the half-open probe is one per process. It is two `AtomicU64`s:
+//! the state word (state, probe bit, streak, `until`) changed by compare-and-swap, and the
+//! error-rate window (start, attempts, failures). Reads (`available`, `allow` while closed, a
+//! success while the streak is 0) are one `Relaxed` load and write nothing, so a healthy
+//! deployment's cache line is only read by the shards. `Breaker` is a shard's handle: its
+//! model's settings plus the shared cell.
+//!
+//! Owns: `Breaker`, `BreakerCell`, `BreakerState`. Must not: read clocks (every call takes
+//! `now`), do IO, or know why a failure happened (the caller decides what counts, see
+//! `Reason::trips_breaker`).
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::BreakerSettings;
+use crate::engine::signal::ms_of;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -29,144 +40,269 @@ impl BreakerState {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Inner {
+/// Largest streak the state word holds (it saturates there).
+const MAX_STREAK: u32 = (1 << 21) - 1;
+/// `until` is 40 bits of milliseconds (the routing clock, `engine::signal::ms_of`).
+const UNTIL_MASK: u64 = (1 << 40) - 1;
+
+/// The decoded state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word {
     state: BreakerState,
+    /// Half-open: whether the one probe is out.
+    probing: bool,
     /// Consecutive failures while closed.
     streak: u32,
     /// Open: when the cooldown ends. Half-open: when the probe lease expires (a probe that
-    /// never reports back frees the slot after one more cooldown).
-    until: Option<Instant>,
-    /// Half-open: whether the one probe is out.
-    probing: bool,
-    window_start: Option<Instant>,
-    window_total: u32,
-    window_failed: u32,
+    /// never reports back frees the slot after one more cooldown). 0: none.
+    until: u64,
 }
 
-#[derive(Debug)]
-pub struct Breaker {
-    settings: BreakerSettings,
-    inner: Cell<Inner>,
-}
+impl Word {
+    const CLOSED: Word = Word {
+        state: BreakerState::Closed,
+        probing: false,
+        streak: 0,
+        until: 0,
+    };
 
-impl Breaker {
-    pub fn new(settings: BreakerSettings) -> Breaker {
-        Breaker {
-            settings,
-            inner: Cell::new(Inner {
-                state: BreakerState::Closed,
-                streak: 0,
-                until: None,
-                probing: false,
-                window_start: None,
-                window_total: 0,
-                window_failed: 0,
-            }),
+    fn decode(w: u64) -> Word {
+        Word {
+            state: match w & 3 {
+                1 => BreakerState::Open,
+                2 => BreakerState::HalfOpen,
+                _ => BreakerState::Closed,
+            },
+            probing: w & 4 != 0,
+            streak: ((w >> 3) as u32) & MAX_STREAK,
+            until: w >> 24,
         }
     }
 
+    fn encode(self) -> u64 {
+        let state = match self.state {
+            BreakerState::Closed => 0,
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+        };
+        state
+            | u64::from(self.probing) << 2
+            | u64::from(self.streak.min(MAX_STREAK)) << 3
+            | (self.until & UNTIL_MASK) << 24
+    }
+
+    fn available(self, now: u64) -> bool {
+        match self.state {
+            BreakerState::Closed => true,
+            BreakerState::Open => now >= self.until,
+            BreakerState::HalfOpen => !self.probing || now >= self.until,
+        }
+    }
+}
+
+/// One deployment's breaker state, shared by every shard (see the module doc).
+#[derive(Debug)]
+pub struct BreakerCell {
+    word: AtomicU64,
+    /// Error-rate window: start (low 32 bits of the ms clock, compared wrapping), attempts
+    /// (16 bits) and failures (16 bits), both saturating.
+    window: AtomicU64,
+}
+
+impl Default for BreakerCell {
+    fn default() -> Self {
+        BreakerCell {
+            word: AtomicU64::new(Word::CLOSED.encode()),
+            window: AtomicU64::new(0),
+        }
+    }
+}
+
+impl BreakerCell {
+    /// Apply `f` to the state word until the compare-and-swap succeeds; returns what `f`
+    /// returned for the word that was stored (`None` from `f`: leave it, and return `None`).
+    fn update<T>(&self, mut f: impl FnMut(Word) -> Option<(Word, T)>) -> Option<T> {
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            let (next, out) = f(Word::decode(cur))?;
+            match self
+                .word
+                .compare_exchange_weak(cur, next.encode(), Relaxed, Relaxed)
+            {
+                Ok(_) => return Some(out),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+}
+
+/// A shard's handle on one deployment's breaker: the model's settings and the shared cell.
+#[derive(Debug)]
+pub struct Breaker {
+    settings: BreakerSettings,
+    cell: Arc<BreakerCell>,
+}
+
+impl Breaker {
+    /// A breaker with a cell of its own (tests, library users without shared state).
+    pub fn new(settings: BreakerSettings) -> Breaker {
+        Breaker::shared(settings, Arc::default())
+    }
+
+    /// A handle on `cell` (`forward::shared`) with these settings.
+    pub fn shared(settings: BreakerSettings, cell: Arc<BreakerCell>) -> Breaker {
+        Breaker { settings, cell }
+    }
+
+    fn word(&self) -> Word {
+        Word::decode(self.cell.word.load(Relaxed))
+    }
+
+    fn cooldown_ms(&self) -> u64 {
+        self.settings
+            .cooldown
+            .as_millis()
+            .min(u128::from(UNTIL_MASK)) as u64
+    }
+
     pub fn state(&self) -> BreakerState {
-        self.inner.get().state
+        self.word().state
     }
 
     /// Whether `allow(now)` would let a request through, without taking the probe slot
     /// (the balancer filters with this; the plan then calls `allow` on its pick).
     pub fn available(&self, now: Instant) -> bool {
-        let i = self.inner.get();
-        match i.state {
-            BreakerState::Closed => true,
-            BreakerState::Open => i.until.is_none_or(|u| now >= u),
-            BreakerState::HalfOpen => !i.probing || i.until.is_none_or(|u| now >= u),
-        }
+        let w = self.word();
+        w.state == BreakerState::Closed || w.available(ms_of(now))
     }
 
     /// Let a request through? Closed: yes. Open: no until the cooldown ended, then the
-    /// breaker turns half-open and this request is its one probe. Half-open: no while the
-    /// probe is out.
+    /// breaker turns half-open and this request is its one probe (one per process). Half-open:
+    /// no while the probe is out.
     pub fn allow(&self, now: Instant) -> bool {
-        let mut i = self.inner.get();
-        let ok = match i.state {
-            BreakerState::Closed => true,
-            BreakerState::Open | BreakerState::HalfOpen if self.available(now) => {
-                i.state = BreakerState::HalfOpen;
-                i.probing = true;
-                i.until = Some(now + self.settings.cooldown);
-                true
-            }
-            _ => false,
-        };
-        self.inner.set(i);
-        ok
+        if self.word().state == BreakerState::Closed {
+            return true;
+        }
+        let now = ms_of(now);
+        let until = now.saturating_add(self.cooldown_ms());
+        self.cell
+            .update(|w| match w.state {
+                BreakerState::Closed => Some((w, ())),
+                _ if w.available(now) => Some((
+                    Word {
+                        state: BreakerState::HalfOpen,
+                        probing: true,
+                        streak: w.streak,
+                        until,
+                    },
+                    (),
+                )),
+                _ => None,
+            })
+            .is_some()
     }
 
     /// A probe that ended without a verdict (the client went away): let another through.
     pub fn release_probe(&self) {
-        let mut i = self.inner.get();
-        if i.state == BreakerState::HalfOpen {
-            i.probing = false;
-            self.inner.set(i);
-        }
+        self.cell.update(|w| {
+            (w.state == BreakerState::HalfOpen && w.probing).then_some((
+                Word {
+                    probing: false,
+                    ..w
+                },
+                (),
+            ))
+        });
     }
 
     pub fn on_success(&self, now: Instant, _latency: Duration) {
-        let mut i = self.inner.get();
-        match i.state {
+        let w = self.word();
+        match w.state {
             BreakerState::Closed => {
-                i.streak = 0;
-                self.count(&mut i, now, false);
+                self.count(ms_of(now), false);
+                if w.streak != 0 {
+                    self.cell.update(|w| {
+                        (w.state == BreakerState::Closed && w.streak != 0)
+                            .then_some((Word { streak: 0, ..w }, ()))
+                    });
+                }
             }
-            BreakerState::HalfOpen => i = self.closed(),
+            BreakerState::HalfOpen => {
+                let closed = self
+                    .cell
+                    .update(|w| (w.state == BreakerState::HalfOpen).then_some((Word::CLOSED, ())));
+                if closed.is_some() {
+                    self.cell.window.store(0, Relaxed);
+                }
+            }
             // A late success from before the breaker opened does not close it.
             BreakerState::Open => {}
         }
-        self.inner.set(i);
     }
 
     /// Record a failure; returns true when this failure opened the breaker.
     pub fn on_failure(&self, now: Instant) -> bool {
-        let mut i = self.inner.get();
-        let opened = match i.state {
-            BreakerState::Closed => {
-                i.streak = i.streak.saturating_add(1);
-                let rate_trip = self.count(&mut i, now, true);
-                let streak_trip = self.settings.failures > 0 && i.streak >= self.settings.failures;
-                streak_trip || rate_trip
-            }
-            BreakerState::HalfOpen => true,
-            // Late failures of requests started before it opened do not extend the cooldown.
-            BreakerState::Open => false,
+        let now = ms_of(now);
+        let until = now.saturating_add(self.cooldown_ms());
+        let rate_trip = self.word().state == BreakerState::Closed && self.count(now, true);
+        let failures = self.settings.failures.min(MAX_STREAK);
+        let open = Word {
+            state: BreakerState::Open,
+            probing: false,
+            streak: 0,
+            until,
         };
-        if opened {
-            i.state = BreakerState::Open;
-            i.until = Some(now + self.settings.cooldown);
-            i.probing = false;
-        }
-        self.inner.set(i);
-        opened
-    }
-
-    fn closed(&self) -> Inner {
-        Breaker::new(self.settings).inner.get()
+        self.cell
+            .update(|w| match w.state {
+                BreakerState::Closed => {
+                    let streak = w.streak.saturating_add(1).min(MAX_STREAK);
+                    let trip = (failures > 0 && streak >= failures) || rate_trip;
+                    Some(if trip {
+                        (open, true)
+                    } else {
+                        (Word { streak, ..w }, false)
+                    })
+                }
+                BreakerState::HalfOpen => Some((open, true)),
+                // Late failures of requests started before it opened do not extend the
+                // cooldown.
+                BreakerState::Open => None,
+            })
+            .unwrap_or(false)
     }
 
     /// Count an outcome in the error-rate window; true when the rate rule trips.
-    fn count(&self, i: &mut Inner, now: Instant, failed: bool) -> bool {
+    fn count(&self, now: u64, failed: bool) -> bool {
         let Some(rate) = self.settings.error_rate else {
             return false;
         };
-        if i.window_start
-            .is_none_or(|s| now.saturating_duration_since(s) >= self.settings.window)
-        {
-            i.window_start = Some(now);
-            i.window_total = 0;
-            i.window_failed = 0;
+        let window = self.settings.window.as_millis().min(u128::from(u32::MAX)) as u32;
+        let now32 = now as u32;
+        let mut cur = self.cell.window.load(Relaxed);
+        loop {
+            let (start, total, bad) = (cur as u32, (cur >> 32) as u16, (cur >> 48) as u16);
+            let fresh = cur == 0 || now32.wrapping_sub(start) >= window;
+            let (start, total, bad) = if fresh {
+                (now32, 0u16, 0u16)
+            } else {
+                (start, total, bad)
+            };
+            let total = total.saturating_add(1);
+            let bad = bad.saturating_add(u16::from(failed)).min(total);
+            let next = u64::from(start) | u64::from(total) << 32 | u64::from(bad) << 48;
+            match self
+                .cell
+                .window
+                .compare_exchange_weak(cur, next, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    return failed
+                        && u32::from(total) >= self.settings.min_requests.max(1)
+                        && f64::from(bad) >= rate * f64::from(total)
+                }
+                Err(seen) => cur = seen,
+            }
         }
-        i.window_total += 1;
-        i.window_failed += u32::from(failed);
-        failed
-            && i.window_total >= self.settings.min_requests.max(1)
-            && f64::from(i.window_failed) >= rate * f64::from(i.window_total)
     }
 }
 

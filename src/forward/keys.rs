@@ -1,12 +1,25 @@
-//! API-key rotation for one provider (per shard): weighted choice among its keys (smooth
-//! weighted round-robin), skipping keys that are cooling down after a 429. A key cools for
-//! the upstream's `Retry-After` (delta-seconds or an HTTP date), capped at `MAX_COOLDOWN`.
+//! API-key rotation for one provider: weighted choice among its keys (smooth weighted
+//! round-robin), skipping keys that are cooling down after a 429. A key cools for the
+//! upstream's `Retry-After` (delta-seconds or an HTTP date), capped at `MAX_COOLDOWN`.
 //!
-//! Owns: `KeyRing`, `KeyPick`, `parse_retry_after`. Must not: hold or read the keys themselves
-//! (they live in `route::Provider::keys` as prebuilt header lines) or read clocks.
+//! A cooldown is scoped to what the provider limited (see `forward::scope`): the key for one
+//! model (the deployment's upstream model; a `prefix*` model without one is one scope), or the
+//! whole key when the answer says the whole key is limited. A model's 429 never holds back
+//! another model on the same key. Cooldowns are process-wide: each is a `CoolCell` (an
+//! `AtomicU64` holding the ms routing-clock instant it ends) shared by every shard
+//! (`forward::shared`), so a 429 seen on one shard cools the key on all of them; checking one
+//! is a `Relaxed` load. The rotation's running scores stay per shard.
+//!
+//! Owns: `KeyRing`, `KeyPick`, `CoolCell`, `parse_retry_after`. Must not: hold or read the
+//! keys themselves (they live in `route::Provider::keys` as prebuilt header lines) or read
+//! clocks.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::engine::signal::ms_of;
 
 /// Longest cooldown a `Retry-After` can impose on a key.
 pub const MAX_COOLDOWN: Duration = Duration::from_secs(120);
@@ -21,21 +34,88 @@ pub enum KeyPick {
     Cooling { key: usize, until: Instant },
 }
 
+/// When one cooldown ends (ms routing clock, `engine::signal::ms_of`; 0: not cooling), shared
+/// by every shard.
+#[derive(Debug, Default)]
+pub struct CoolCell(AtomicU64);
+
+impl CoolCell {
+    fn until(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+
+    /// Cool until `until` unless a longer cooldown runs; returns the end that holds.
+    fn extend(&self, until: u64) -> u64 {
+        self.0.fetch_max(until, Relaxed).max(until)
+    }
+
+    /// A cooldown found over at `now` (ms) goes back to 0, so later checks need no clock.
+    fn clear_if_over(&self, now: u64) {
+        let u = self.until();
+        if u != 0 && now >= u {
+            let _ = self.0.compare_exchange(u, 0, Relaxed, Relaxed);
+        }
+    }
+}
+
+/// `now` in ms, converted at most once (most checks find no cooldown and need none).
+struct Clock {
+    now: Instant,
+    ms: Cell<u64>,
+}
+
+impl Clock {
+    fn new(now: Instant) -> Clock {
+        Clock {
+            now,
+            ms: Cell::new(0),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        if self.ms.get() == 0 {
+            self.ms.set(ms_of(self.now));
+        }
+        self.ms.get()
+    }
+
+    /// Whether a cooldown ending at `until` (0: none) still runs.
+    fn cooling(&self, until: u64) -> bool {
+        until != 0 && self.ms() < until
+    }
+}
+
 #[derive(Debug)]
 struct Key {
     weight: i64,
     current: Cell<i64>,
-    cool_until: Cell<Option<Instant>>,
+    /// The whole key is limited (every model).
+    whole: Arc<CoolCell>,
 }
 
 #[derive(Debug)]
 pub struct KeyRing {
     keys: Vec<Key>,
+    /// `scoped[scope][key]`: the key limited for one scope (model) only.
+    scoped: Vec<Vec<Arc<CoolCell>>>,
 }
 
 impl KeyRing {
-    /// One entry per key with its weight (≥ 1). A provider without keys gets one keyless slot.
+    /// One entry per key with its weight (≥ 1), one scope, cooldown cells of its own (tests).
+    /// A provider without keys gets one keyless slot.
     pub fn new(weights: &[u32]) -> KeyRing {
+        let n = weights.len().max(1);
+        let cells = |_| (0..n).map(|_| Arc::default()).collect::<Vec<_>>();
+        KeyRing::shared(weights, cells(0), vec![cells(1)])
+    }
+
+    /// A ring over shared cells: `whole[k]` for key k, `scoped[s][k]` for key k in scope s
+    /// (`forward::shared`). A provider without keys gets one keyless slot.
+    pub fn shared(
+        weights: &[u32],
+        whole: Vec<Arc<CoolCell>>,
+        scoped: Vec<Vec<Arc<CoolCell>>>,
+    ) -> KeyRing {
         let weights = if weights.is_empty() {
             &[1][..]
         } else {
@@ -44,12 +124,14 @@ impl KeyRing {
         KeyRing {
             keys: weights
                 .iter()
-                .map(|&w| Key {
+                .zip(whole)
+                .map(|(&w, whole)| Key {
                     weight: i64::from(w.max(1)),
                     current: Cell::new(0),
-                    cool_until: Cell::new(None),
+                    whole,
                 })
                 .collect(),
+            scoped,
         }
     }
 
@@ -61,28 +143,47 @@ impl KeyRing {
         self.keys.is_empty()
     }
 
-    pub fn is_cooling(&self, key: usize, now: Instant) -> bool {
-        self.keys
-            .get(key)
-            .and_then(|k| k.cool_until.get())
-            .is_some_and(|u| now < u)
+    /// When key `key` is free for `scope` (ms; 0 or past: now).
+    fn until(&self, key: usize, scope: usize) -> u64 {
+        let whole = self.keys.get(key).map_or(0, |k| k.whole.until());
+        let scoped = self
+            .scoped
+            .get(scope)
+            .and_then(|s| s.get(key))
+            .map_or(0, |c| c.until());
+        whole.max(scoped)
+    }
+
+    pub fn is_cooling(&self, key: usize, scope: usize, now: Instant) -> bool {
+        Clock::new(now).cooling(self.until(key, scope))
     }
 
     /// What `pick` would answer, without advancing the rotation.
-    pub fn peek(&self, now: Instant) -> KeyPick {
-        if let Some(i) = (0..self.keys.len()).find(|&i| !self.is_cooling(i, now)) {
+    pub fn peek(&self, now: Instant, scope: usize) -> KeyPick {
+        let clock = Clock::new(now);
+        if let Some(i) = (0..self.keys.len()).find(|&i| !clock.cooling(self.until(i, scope))) {
             return KeyPick::Ready(i);
         }
-        self.soonest()
+        self.soonest(now, scope)
     }
 
-    /// The next key by weight among those not cooling; when all cool, the one free soonest.
-    pub fn pick(&self, now: Instant) -> KeyPick {
+    /// The next key by weight among those not cooling for `scope`; when all cool, the one
+    /// free soonest.
+    pub fn pick(&self, now: Instant, scope: usize) -> KeyPick {
+        let clock = Clock::new(now);
         let mut total = 0;
         let mut best: Option<usize> = None;
         for (i, k) in self.keys.iter().enumerate() {
-            if self.is_cooling(i, now) {
+            let until = self.until(i, scope);
+            if clock.cooling(until) {
                 continue;
+            }
+            if until != 0 {
+                // over: back to 0 (this key's later checks read no clock)
+                k.whole.clear_if_over(clock.ms());
+                if let Some(c) = self.scoped.get(scope).and_then(|s| s.get(i)) {
+                    c.clear_if_over(clock.ms());
+                }
             }
             k.current.set(k.current.get() + k.weight);
             total += k.weight;
@@ -96,32 +197,47 @@ impl KeyRing {
                 k.current.set(k.current.get() - total);
                 KeyPick::Ready(b)
             }
-            None => self.soonest(),
+            None => self.soonest(now, scope),
         }
     }
 
-    fn soonest(&self) -> KeyPick {
+    fn soonest(&self, now: Instant, scope: usize) -> KeyPick {
+        let ms = ms_of(now);
         let mut out = KeyPick::Ready(0);
-        let mut best: Option<Instant> = None;
-        for (i, k) in self.keys.iter().enumerate() {
-            if let Some(u) = k.cool_until.get() {
-                if best.is_none_or(|b| u < b) {
-                    best = Some(u);
-                    out = KeyPick::Cooling { key: i, until: u };
-                }
+        let mut best: Option<u64> = None;
+        for i in 0..self.keys.len() {
+            let u = self.until(i, scope);
+            if u > ms && best.is_none_or(|b| u < b) {
+                best = Some(u);
+                out = KeyPick::Cooling {
+                    key: i,
+                    until: now + Duration::from_millis(u - ms),
+                };
             }
         }
         out
     }
 
-    /// `key` got a 429: cool it for `retry_after` (default `DEFAULT_COOLDOWN`, capped at
-    /// `MAX_COOLDOWN`). Returns when it is free again. A longer running cooldown is kept.
-    pub fn cool(&self, key: usize, now: Instant, retry_after: Option<Duration>) -> Option<Instant> {
+    /// `key` got a 429 for `scope` (or, `whole`, for every scope): cool it for `retry_after`
+    /// (default `DEFAULT_COOLDOWN`, capped at `MAX_COOLDOWN`). Returns when it is free again.
+    /// A longer running cooldown is kept.
+    pub fn cool(
+        &self,
+        key: usize,
+        scope: usize,
+        whole: bool,
+        now: Instant,
+        retry_after: Option<Duration>,
+    ) -> Option<Instant> {
         let k = self.keys.get(key)?;
-        let until = now + retry_after.unwrap_or(DEFAULT_COOLDOWN).min(MAX_COOLDOWN);
-        let until = k.cool_until.get().map_or(until, |u| u.max(until));
-        k.cool_until.set(Some(until));
-        Some(until)
+        let cell = match whole {
+            true => &k.whole,
+            false => self.scoped.get(scope).and_then(|s| s.get(key))?,
+        };
+        let ms = ms_of(now);
+        let wait = retry_after.unwrap_or(DEFAULT_COOLDOWN).min(MAX_COOLDOWN);
+        let until = cell.extend(ms + wait.as_millis() as u64);
+        Some(now + Duration::from_millis(until - ms))
     }
 }
 
@@ -192,7 +308,7 @@ mod tests {
     fn weighted_rotation_2_to_1() {
         let r = KeyRing::new(&[2, 1]);
         let now = Instant::now();
-        let picks: Vec<KeyPick> = (0..6).map(|_| r.pick(now)).collect();
+        let picks: Vec<KeyPick> = (0..6).map(|_| r.pick(now, 0)).collect();
         let zeros = picks.iter().filter(|p| **p == KeyPick::Ready(0)).count();
         assert_eq!(zeros, 4, "{picks:?}");
     }
@@ -201,41 +317,44 @@ mod tests {
     fn a_429_key_cools_for_its_retry_after_and_is_skipped() {
         let t0 = Instant::now();
         let r = KeyRing::new(&[2, 1]);
-        assert_eq!(r.cool(0, t0, Some(s(5))), Some(t0 + s(5)));
-        assert!(r.is_cooling(0, t0 + s(4)));
+        assert_eq!(r.cool(0, 0, false, t0, Some(s(5))), Some(t0 + s(5)));
+        assert!(r.is_cooling(0, 0, t0 + s(4)));
         for _ in 0..10 {
-            assert_eq!(r.pick(t0 + s(1)), KeyPick::Ready(1));
+            assert_eq!(r.pick(t0 + s(1), 0), KeyPick::Ready(1));
         }
-        assert!(!r.is_cooling(0, t0 + s(5)));
-        assert!((0..3).any(|_| r.pick(t0 + s(5)) == KeyPick::Ready(0)));
+        assert!(!r.is_cooling(0, 0, t0 + s(5)));
+        assert!((0..3).any(|_| r.pick(t0 + s(5), 0) == KeyPick::Ready(0)));
     }
 
     #[test]
     fn all_cooling_reports_the_soonest() {
         let t0 = Instant::now();
         let r = KeyRing::new(&[1, 1, 1]);
-        r.cool(0, t0, Some(s(30)));
-        r.cool(1, t0, Some(s(3)));
-        r.cool(2, t0, None);
-        r.cool(2, t0, Some(s(10)));
+        r.cool(0, 0, false, t0, Some(s(30)));
+        r.cool(1, 0, false, t0, Some(s(3)));
+        r.cool(2, 0, false, t0, None);
+        r.cool(2, 0, false, t0, Some(s(10)));
         let want = KeyPick::Cooling {
             key: 1,
             until: t0 + s(3),
         };
-        assert_eq!(r.pick(t0), want);
-        assert_eq!(r.peek(t0), want);
-        assert_eq!(r.pick(t0 + s(3)), KeyPick::Ready(1));
+        assert_eq!(r.pick(t0, 0), want);
+        assert_eq!(r.peek(t0, 0), want);
+        assert_eq!(r.pick(t0 + s(3), 0), KeyPick::Ready(1));
     }
 
     #[test]
     fn cooldown_is_capped_and_defaults() {
         let t0 = Instant::now();
         let r = KeyRing::new(&[1]);
-        assert_eq!(r.cool(0, t0, Some(s(86_400))), Some(t0 + MAX_COOLDOWN));
+        assert_eq!(
+            r.cool(0, 0, false, t0, Some(s(86_400))),
+            Some(t0 + MAX_COOLDOWN)
+        );
         let r = KeyRing::new(&[]);
         assert_eq!(r.len(), 1);
-        assert_eq!(r.cool(0, t0, None), Some(t0 + DEFAULT_COOLDOWN));
-        assert_eq!(r.cool(3, t0, None), None);
+        assert_eq!(r.cool(0, 0, false, t0, None), Some(t0 + DEFAULT_COOLDOWN));
+        assert_eq!(r.cool(3, 0, false, t0, None), None);
     }
 
     #[test]

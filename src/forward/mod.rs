@@ -5,13 +5,23 @@
 //!   fallbacks) and `Reason`, why an attempt failed;
 //! - `balance`: `Balancer` (smooth weighted round-robin, p2c over peak-EWMA × in-flight);
 //! - `breaker`: `Breaker` per deployment (closed → open → half-open, one probe);
-//! - `keys`: `KeyRing` per provider (weighted keys, 429 cooldowns, `Retry-After` parsing);
+//! - `keys`: `KeyRing` per provider (weighted keys, 429 cooldowns per key × model or whole
+//!   key, `Retry-After` parsing);
+//! - `scope`: what a provider's 429 limited (the key for one model, or the whole key);
+//! - `shared`: `SharedRouting`, the process-wide cells the state below points into;
 //! - `attempts`: `Attempts`, one request's attempt sequence (same model first, then fallbacks);
 //! - `metrics`: attempt/retry/fallback counters and the breaker gauge, Prometheus text.
 //!
-//! State is per shard (`ForwardState`, `Cell`s, `!Send`): with N shards every shard has its own
-//! breakers, latency estimates and key cooldowns, so a dead deployment is probed up to N times
-//! per cooldown and a 429 cools a key on the shard that saw it.
+//! What is learnt is per process: each shard's `ForwardState` (`!Send`, built with its route
+//! table) holds handles on process-wide cells (`shared`) for breakers, latency estimates,
+//! in-flight counts, key cooldowns and prefix indexes, so a failure or a 429 seen on one shard
+//! counts on every shard, a dead deployment gets one half-open probe per cooldown per process,
+//! and a conversation keeps its engine whichever shard its next turn lands on. Reads on the
+//! request path are `Relaxed` atomic loads; writes are atomic stores or compare-and-swaps of
+//! one word, made only when something changed (a healthy deployment's breaker is only read).
+//! Per shard stay the weighted rotations (of deployments and keys), the p2c random source and
+//! the routing counters (`metrics`, labelled by shard). A reload keeps the cells of every
+//! deployment and key the new config still has (`shared`).
 //!
 //! - `open`: the one async step that performs the attempts (`forward::open::open`): plans
 //!   each candidate's request, sends it, reports its outcome, retries or falls back.
@@ -28,8 +38,10 @@ pub mod metrics;
 pub mod open;
 pub mod policy;
 pub mod rng;
+pub mod scope;
+pub mod shared;
 
-use balance::{Balancer, EWMA_DECAY};
+use balance::Balancer;
 use breaker::Breaker;
 use keys::{KeyPick, KeyRing};
 use metrics::ForwardMetrics;
@@ -40,12 +52,14 @@ use crate::route::RouteTable;
 pub use attempts::{Attempts, Candidate, Step, Stop};
 pub use policy::{Lb, Policy, Reason};
 
-/// Runtime state of one model's deployments on this shard.
+/// Runtime state of one model's deployments on this shard (handles on process-wide cells).
 #[derive(Debug)]
 pub struct ModelState {
     pub balancer: Balancer,
     /// One per deployment, same order as `Route::deployments`.
     pub breakers: Vec<Breaker>,
+    /// Each deployment's cooldown scope in its provider's `KeyRing` (same order).
+    pub scopes: Vec<usize>,
     /// `lb = "load"` only: the engine-aware picker (`engine::load`).
     pub load: Option<crate::engine::load::LoadPicker>,
 }
@@ -63,39 +77,79 @@ pub struct ForwardState {
 }
 
 impl ForwardState {
-    /// Fresh state for `table` (every breaker closed, no latency samples, no cooldowns).
-    /// `seed` seeds the p2c choices; give each shard its own.
+    /// Fresh state for `table` with cells of its own (every breaker closed, no latency
+    /// samples, no cooldowns; tests). `seed` seeds the p2c choices.
     pub fn new(table: &RouteTable, seed: u64) -> ForwardState {
+        ForwardState::shared(table, &shared::SharedRouting::default(), seed)
+    }
+
+    /// State for `table` over the process's cells in `cells` (found or created by name, see
+    /// `shared`). `seed` seeds the p2c choices; give each shard its own.
+    pub fn shared(table: &RouteTable, cells: &shared::SharedRouting, seed: u64) -> ForwardState {
+        let mut b = cells.builder();
+        // each provider's cooldown scopes, in first-seen order
+        let mut scopes: Vec<Vec<String>> = vec![Vec::new(); table.providers().len()];
+        let mut scope_of = |p: usize, name: String| -> usize {
+            let Some(list) = scopes.get_mut(p) else {
+                return 0;
+            };
+            match list.iter().position(|s| *s == name) {
+                Some(i) => i,
+                None => {
+                    list.push(name);
+                    list.len() - 1
+                }
+            }
+        };
+        let models = table
+            .routes()
+            .iter()
+            .map(|r| {
+                let weights: Vec<u32> = r.deployments.iter().map(|d| d.weight).collect();
+                let loads = r.deployments.iter().map(|d| b.load(r, d)).collect();
+                ModelState {
+                    balancer: Balancer::shared(r.policy.lb, &weights, loads),
+                    breakers: r
+                        .deployments
+                        .iter()
+                        .map(|d| Breaker::shared(r.policy.breaker, b.breaker(r, d)))
+                        .collect(),
+                    scopes: r
+                        .deployments
+                        .iter()
+                        .map(|d| scope_of(d.provider.index, shared::scope_name(r, d)))
+                        .collect(),
+                    load: (r.policy.lb == Lb::Load && !r.retired).then(|| {
+                        crate::engine::load::LoadPicker::shared(
+                            r.policy.load,
+                            r.deployments
+                                .iter()
+                                .map(|d| d.provider.engine.clone())
+                                .collect(),
+                            r.deployments.iter().map(|d| b.prefix(r, d)).collect(),
+                        )
+                    }),
+                }
+            })
+            .collect();
+        let keys = table
+            .providers()
+            .iter()
+            .zip(&scopes)
+            .map(|(p, names)| {
+                let weights: Vec<u32> = p.keys.iter().map(|k| k.weight).collect();
+                let n = p.keys.len().max(1);
+                let whole = (0..n).map(|k| b.key(p, k)).collect();
+                let scoped = names
+                    .iter()
+                    .map(|s| (0..n).map(|k| b.scoped(p, k, s)).collect())
+                    .collect();
+                KeyRing::shared(&weights, whole, scoped)
+            })
+            .collect();
         ForwardState {
-            models: table
-                .routes()
-                .iter()
-                .map(|r| {
-                    let weights: Vec<u32> = r.deployments.iter().map(|d| d.weight).collect();
-                    ModelState {
-                        balancer: Balancer::new(r.policy.lb, &weights, EWMA_DECAY),
-                        breakers: r
-                            .deployments
-                            .iter()
-                            .map(|_| Breaker::new(r.policy.breaker))
-                            .collect(),
-                        load: (r.policy.lb == Lb::Load).then(|| {
-                            crate::engine::load::LoadPicker::new(
-                                r.policy.load,
-                                r.deployments
-                                    .iter()
-                                    .map(|d| d.provider.engine.clone())
-                                    .collect(),
-                            )
-                        }),
-                    }
-                })
-                .collect(),
-            keys: table
-                .providers()
-                .iter()
-                .map(|p| KeyRing::new(&p.keys.iter().map(|k| k.weight).collect::<Vec<_>>()))
-                .collect(),
+            models,
+            keys,
             rng: Rng::new(seed),
             metrics: ForwardMetrics::new(table),
             full_waiters: std::cell::Cell::new(0),
@@ -116,10 +170,10 @@ impl ForwardState {
         &self.rng
     }
 
-    /// Whether provider `provider` has a key free at `now`.
-    fn key_ready(&self, provider: usize, now: std::time::Instant) -> bool {
+    /// Whether provider `provider` has a key free at `now` for cooldown scope `scope`.
+    fn key_ready(&self, provider: usize, scope: usize, now: std::time::Instant) -> bool {
         self.keys(provider)
-            .is_none_or(|k| matches!(k.peek(now), KeyPick::Ready(_)))
+            .is_none_or(|k| matches!(k.peek(now, scope), KeyPick::Ready(_)))
     }
 
     /// Append this shard's routing metrics (attempts, failures, retries, fallbacks, breaker

@@ -7,7 +7,9 @@
 //!
 //! Failures before anything reached the client are retried as the plan says: connect errors,
 //! resets before the head, first-byte timeouts and the `retry_on` statuses (429 cools the key
-//! for its `Retry-After`). When the plan stops on a failed *answer* (a 5xx head), that answer
+//! for its `Retry-After`, for the model or — when the answer says so, `scope` — the whole key;
+//! a cooling key is waited on only within `max_retry_wait_ms`, else the 429 is the answer).
+//! When the plan stops on a failed *answer* (a 5xx head), that answer
 //! is relayed to the client as the upstream sent it (translated when needed); when it stops on
 //! an error, the last error goes to the client.
 //!
@@ -252,7 +254,10 @@ pub async fn open<'s>(
                     });
                 };
                 let retry_after = retry_after(&ex.head.forward);
-                step = attempts.failed(cand, reason, retry_after, now);
+                // a 429 cools the key for this model, or for all when the whole key is limited
+                let whole = reason == Reason::Status429
+                    && super::scope::whole_key(&ex.head.forward, ex.buffered());
+                step = attempts.failed_scoped(cand, reason, retry_after, whole, now);
                 if let Step::Stop(_) = step {
                     // Nothing left to try: the client gets this answer as the upstream gave it.
                     return Ok(Opened {
@@ -308,15 +313,18 @@ fn stopped(stop: Stop, last: Option<Error>, route: &Route, routing: &Routing) ->
             format!("no deployment of `{}` answered in time", route.name),
         ),
         (_, None) => {
+            let scopes = routing.forward.model(route.index).map(|m| &m.scopes[..]);
             let cooling = route
                 .deployments
                 .iter()
-                .filter_map(
-                    |d| match routing.forward.keys(d.provider.index)?.peek(now) {
+                .enumerate()
+                .filter_map(|(i, d)| {
+                    let scope = scopes.and_then(|s| s.get(i)).copied().unwrap_or(0);
+                    match routing.forward.keys(d.provider.index)?.peek(now, scope) {
                         KeyPick::Cooling { until, .. } => Some(until),
                         KeyPick::Ready(_) => None,
-                    },
-                )
+                    }
+                })
                 .min();
             match cooling {
                 Some(until) => Error::new(

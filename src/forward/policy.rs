@@ -186,6 +186,9 @@ pub struct Fallback {
     pub route: usize,
 }
 
+/// Default `max_retry_wait_ms`.
+pub const MAX_RETRY_WAIT_MS: u64 = 1_000;
+
 /// Everything a model's request needs to know to pick and retry deployments.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -199,6 +202,9 @@ pub struct Policy {
     pub deadline: Duration,
     /// Per-attempt wait for the response head (capped by what is left of `deadline`).
     pub first_byte_timeout: Duration,
+    /// Longest total time one request waits for cooling keys (`max_retry_wait_ms`): a
+    /// `Retry-After` beyond it is answered to the client at once.
+    pub max_retry_wait: Duration,
     /// Direct fallbacks in config order. The attempt plan follows them transitively
     /// (breadth-first, each model once); the config rejects cycles.
     pub fallbacks: Vec<Fallback>,
@@ -223,6 +229,7 @@ impl Default for Policy {
             retry_on: RetrySet::all(),
             deadline: Duration::from_millis(900_000),
             first_byte_timeout: Duration::from_millis(300_000),
+            max_retry_wait: Duration::from_millis(MAX_RETRY_WAIT_MS),
             fallbacks: Vec::new(),
             load: Default::default(),
         }

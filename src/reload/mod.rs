@@ -258,6 +258,8 @@ impl Reloader {
         // engine load signals: unchanged engines keep their cell and poller (`engine`)
         let mut cfg = cfg;
         cfg.engines = crate::engine::Engines::start(&cfg, Some(&running.engines));
+        // routing knowledge: the new tables find the cells of what they keep (`forward::shared`)
+        cfg.routing_cells = running.routing_cells.clone();
         report.hash = cfg.hash.clone();
         report.ok = true;
         report.warnings = cfg.start_warnings();

@@ -26,7 +26,9 @@ use crate::versioned::Versioned;
 pub type Published = Versioned<Config>;
 
 /// One generation of a shard's routing: the table and its runtime state (balancers, breakers,
-/// key cooldowns, routing counters), built together.
+/// key cooldowns, routing counters), built together. The state's knowledge (breakers, latency,
+/// cooldowns, prefix indexes) is process-wide cells found by name (`forward::shared`): every
+/// shard's `Routing` points into the same ones, and a rebuild keeps those of what it keeps.
 pub struct Routing {
     pub routes: RouteTable,
     pub forward: ForwardState,
@@ -49,7 +51,7 @@ impl LiveRouting {
     /// Start with the table built from `cfg` (generation `generation` of `source`).
     pub fn new(cfg: &Config, source: Option<Arc<Published>>, generation: u64, seed: u64) -> Self {
         let routes = RouteTable::build(cfg);
-        let forward = ForwardState::new(&routes, seed);
+        let forward = ForwardState::shared(&routes, &cfg.routing_cells, seed);
         LiveRouting {
             source,
             seen: Cell::new(generation),
@@ -95,7 +97,8 @@ impl LiveRouting {
         let (generation, cfg) = src.load();
         let prev = self.peek();
         let routes = RouteTable::build_after(&cfg, Some(&prev.routes));
-        let forward = ForwardState::new(&routes, self.seed ^ generation);
+        // built while `prev` is held: what the new table keeps finds its cells
+        let forward = ForwardState::shared(&routes, &cfg.routing_cells, self.seed ^ generation);
         let next = Rc::new(Routing {
             routes,
             forward,

@@ -26,7 +26,9 @@ pub struct Shard {
     pub limits: Limits,
     pub admission: Admission,
     /// The route table and its routing state (balancers, breakers, key cooldowns), swapped
-    /// whole by a reload: a request takes its snapshot with `Shard::routing` (`routing`).
+    /// whole by a reload: a request takes its snapshot with `Shard::routing` (`routing`). The
+    /// state's knowledge lives in process-wide atomic cells every shard shares
+    /// (`forward::shared`).
     pub live: LiveRouting,
     pub upstream: Client,
     /// Virtual keys and this shard's share of their limits.

@@ -510,6 +510,13 @@ impl Exchange<'_> {
         }
     }
 
+    /// The body bytes read together with the head (or since) and not yet consumed, still
+    /// framed (chunk sizes included): a look at a small error answer without reading it
+    /// (`forward::scope`).
+    pub fn buffered(&self) -> &[u8] {
+        self.buf.get(self.at..).unwrap_or_default()
+    }
+
     /// Whether the body has been fully read.
     pub fn is_done(&self) -> bool {
         matches!(self.state, BodyState::Done)
