@@ -252,14 +252,14 @@ impl EngineCell {
         self.tokens_at_poll
             .store(self.tokens.load(Relaxed), Relaxed);
         self.up.store(true, Relaxed);
-        self.polls_ok.fetch_add(1, Relaxed);
+        sat_add(&self.polls_ok, 1);
         self.stamp.store(now, Release);
     }
 
     /// A failed poll (connection refused, timeout, bad status, unparsable page).
     pub fn fail(&self) {
         self.up.store(false, Relaxed);
-        self.polls_failed.fetch_add(1, Relaxed);
+        sat_add(&self.polls_failed, 1);
     }
 
     /// A request went to this engine without a usable signal (see `blind_routes`).
@@ -271,9 +271,11 @@ impl EngineCell {
 
     /// A request of ~`tokens` prompt tokens goes to this engine.
     pub fn start(&self, tokens: u64) {
-        self.in_flight.fetch_add(1, Relaxed);
-        self.sent.fetch_add(1, Relaxed);
-        self.tokens.fetch_add(tokens, Relaxed);
+        let _ = self
+            .in_flight
+            .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(1)));
+        sat_add(&self.sent, 1);
+        sat_add(&self.tokens, tokens);
     }
 
     /// It ended (answer relayed, or the attempt failed).
@@ -305,6 +307,11 @@ impl EngineCell {
             tokens_since: tokens.saturating_sub(self.tokens_at_poll.load(Relaxed)),
         }
     }
+}
+
+/// Add `n` to a shared counter, saturating (counters never wrap and run backwards).
+fn sat_add(c: &AtomicU64, n: u64) {
+    let _ = c.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(n)));
 }
 
 #[cfg(test)]
