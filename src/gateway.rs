@@ -231,7 +231,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
     let pin = cfg.server.pin;
     // per client address, process-wide: open connections, and unknown keys presented
-    let peers = crate::peer::Addresses::new(cfg.server.max_connections_per_address);
+    let peers = crate::peer::Addresses::new(
+        cfg.server.max_connections_per_address,
+        cfg.server.max_connections as u64,
+    );
     let key_guesses = live_keys.then(|| Arc::new(crate::peer::Slowdown::new()));
     let admin_edge = admin_plan
         .as_ref()
@@ -299,7 +302,6 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     hub,
                     draining: LocalSignal::default(),
                     drain_expired: LocalSignal::default(),
-                    max_connections: s.max_connections.div_ceil(n).max(1) as u64,
                     over_cap: std::cell::Cell::new(0),
                     peers,
                     key_guesses,
@@ -395,14 +397,10 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
             // Under the caps (the shard's, the address's), a connection holds
             // `connection_reserve` of the budget until it closes; one that does not fit is
             // treated like one over the cap.
-            let charge = if shard.metrics.connections.get() < shard.max_connections {
-                shard
-                    .peers
-                    .enter(peer)
-                    .and_then(|slot| Some((slot, shard.admission.connection().ok()?)))
-            } else {
-                None
-            };
+            let charge = shard
+                .peers
+                .enter(peer)
+                .and_then(|slot| Some((slot, shard.admission.connection().ok()?)));
             if let Some(held) = charge {
                 let shard = shard.clone();
                 monoio::spawn(async move {

@@ -162,16 +162,17 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             shard.governance.identify(head, &conn.buf),
             crate::governance::Caller::Key(_)
         );
-        let room = shard.metrics.connections.get() < shard.max_connections;
+        let peer = conn.peer;
         // (a TLS connection also holds its record buffers, as in `tls::listener`)
         let tls_extra = match conn.stream.is_tls() {
             true => crate::tls::listener::TLS_CONNECTION_EXTRA,
             false => 0,
         };
-        let charge = (keyed && room).then(|| {
+        let charge = keyed.then(|| {
+            let slot = shard.peers.enter_keyed(peer?)?;
             let c = shard.admission.keyed_connection().ok()?;
             let budget = shard.admission.budget();
-            Some((c, budget.charge_keyed_connection(tls_extra).ok()?))
+            Some((slot, c, budget.charge_keyed_connection(tls_extra).ok()?))
         });
         if let Some(charge) = charge.flatten() {
             shard.over_cap.set(shard.over_cap.get().saturating_sub(1));

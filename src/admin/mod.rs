@@ -199,7 +199,7 @@ async fn accept_loop(std_listener: std::net::TcpListener, ctx: Rc<Ctx>) {
     };
     let open = Rc::new(Cell::new(0u32));
     let guard = Rc::new(Guard {
-        peers: Addresses::new(MAX_PER_PEER),
+        peers: Addresses::new(MAX_PER_PEER, u64::from(MAX_CONNECTIONS)),
         guesses: Slowdown::new(),
     });
     let mut exit = std::pin::pin!(ctx.exit.wait());

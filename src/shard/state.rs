@@ -40,11 +40,10 @@ pub struct Shard {
     /// Fired when the drain time is up: requests still waiting for an upstream get 503, streams
     /// still running end with their dialect's error event and a proper chunked end.
     pub drain_expired: LocalSignal,
-    /// This shard's share of `server.max_connections`.
-    pub max_connections: u64,
     /// Connections over the cap whose first request is being read, to answer health probes.
     pub over_cap: std::cell::Cell<u32>,
-    /// Open connections per client address, process-wide (`server.max_connections_per_address`).
+    /// Open connections, process-wide: in all (`server.max_connections`) and per client
+    /// address (`server.max_connections_per_address`).
     pub peers: std::sync::Arc<crate::peer::Addresses>,
     /// Addresses presenting unknown API keys, slowed down process-wide (`None`: keys are never
     /// checked, nothing to guess).

@@ -128,20 +128,15 @@ fn on_accept(
     }
     let _ = stream.set_nodelay(true);
     let peer = crate::peer::Peer::of(addr.ip());
-    let charge = if shard.metrics.connections.get() < shard.max_connections {
-        let slot = shard.peers.enter(peer);
-        slot.and_then(|slot| {
-            let c = shard.admission.connection().ok()?;
-            let extra = shard
-                .admission
-                .budget()
-                .charge_connection(TLS_CONNECTION_EXTRA)
-                .ok()?;
-            Some((slot, c, extra))
-        })
-    } else {
-        None
-    };
+    let charge = shard.peers.enter(peer).and_then(|slot| {
+        let c = shard.admission.connection().ok()?;
+        let extra = shard
+            .admission
+            .budget()
+            .charge_connection(TLS_CONNECTION_EXTRA)
+            .ok()?;
+        Some((slot, c, extra))
+    });
     let shard = shard.clone();
     let acceptors = acceptors.clone();
     if let Some(charge) = charge {
