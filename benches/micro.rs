@@ -388,7 +388,7 @@ fn governance(c: &mut Criterion) {
     // following a live key directory (an admin listener): one generation load per request
     let live = |ring: Keyring| {
         let dir = std::sync::Arc::new(ringgate::governance::Directory::new(ring));
-        Governance::follow(dir, true, 0, 1)
+        Governance::follow(dir, true, 0)
     };
     let raw = String::from_utf8_lossy(HEAD).replace("sk-test-0123456789abcdef", &secret(999));
     let raw = raw.as_bytes();
@@ -430,7 +430,7 @@ fn governance(c: &mut Criterion) {
     };
     run("keys_off", &off);
     run("keys_off_admin_live", &live(Keyring::default()));
-    run("key_1000", &Governance::new(build(""), 0, 1));
+    run("key_1000", &Governance::new(build(""), 0));
     run("key_1000_live", &live(build("")));
     // limits so high they never refuse: the windows, headers and reconcile run every time
     run(
@@ -438,7 +438,6 @@ fn governance(c: &mut Criterion) {
         &Governance::new(
             build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000"),
             0,
-            1,
         ),
     );
     g.finish();
@@ -612,7 +611,7 @@ data: [DONE]
     let mut run = |name: &str, cfg: &Config, ledger: bool| {
         let routes = ringgate::route::RouteTable::build(cfg);
         let book = std::sync::Arc::new(SpendBook::new());
-        let mut gov = Governance::new(Keyring::build(cfg).unwrap_or_default(), 0, 1);
+        let mut gov = Governance::new(Keyring::build(cfg).unwrap_or_default(), 0);
         if ledger {
             gov = gov.with_spend(&book, &routes);
         }
