@@ -122,7 +122,28 @@ fn rpm_5_admits_exactly_5_whatever_the_shard() {
         let mut want = vec![200; 5];
         want.resize(16, 429);
         assert_eq!(statuses, want, "{d} shards={n}");
+        // and the refusals came from more than one shard (the connections did spread)
+        assert!(shards_refusing(st.addr, 11) >= 2, "{d} shards={n}");
     });
+}
+
+/// How many shards refused key requests, once `total` refusals are published (shards publish
+/// their metrics about once a second; waits up to 10 s).
+fn shards_refusing(addr: SocketAddr, total: u64) -> usize {
+    let name = "ringgate_key_rejections_total{shard=";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = request(addr, &get("/metrics")).text();
+        let rows: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        if rows.iter().sum::<u64>() >= total || Instant::now() > deadline {
+            return rows.iter().filter(|&&v| v > 0).count();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -363,6 +363,28 @@ mod tests {
     }
 
     #[test]
+    fn warnings_name_a_budget_without_max_in_flight_and_no_shard_split() {
+        let key = |extra: &str| {
+            let text = format!(
+                "[server]\nshards = 4\n[[key]]\nname = \"a\"\nkey_sha256 = \"{}\"\n{extra}\n",
+                "0".repeat(64)
+            );
+            warnings(&Config::parse(&text).unwrap())
+        };
+        let w = key("budget_usd = 1.0\nrpm = 1");
+        assert!(
+            w.iter().any(|w| w.contains("without max_in_flight")),
+            "{w:?}"
+        );
+        assert!(
+            !w.iter().any(|w| w.contains("shards")),
+            "limits are per key: {w:?}"
+        );
+        let w = key("budget_usd = 1.0\nmax_in_flight = 4");
+        assert!(!w.iter().any(|w| w.contains("max_in_flight")), "{w:?}");
+    }
+
+    #[test]
     fn sha256_hex() {
         assert_eq!(parse_sha256(&"ab".repeat(32)), Some([0xab; 32]));
         assert_eq!(parse_sha256(&"AB".repeat(32)), Some([0xab; 32]));
