@@ -153,10 +153,13 @@ impl<'g> Grant<'g> {
             let nanos = dearest(route).cost_nanos(input, output);
             let now = unix_now();
             l.release(std::mem::take(&mut self.budget_held));
-            if let Err(why) = l.reserve(now, nanos) {
-                return Err(gov.budget_refusal(self.key, &key.name, why, l.period(), now, headers));
+            match l.reserve(now, nanos) {
+                Ok(held) => self.budget_held = held,
+                Err(why) => {
+                    let period = l.period();
+                    return Err(gov.budget_refusal(self.key, &key.name, why, period, now, headers));
+                }
             }
-            self.budget_held = nanos;
         }
         if let Some(limit) = key.tpm {
             let want = super::estimate::estimate(fields, body_len);

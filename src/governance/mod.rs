@@ -152,7 +152,8 @@ pub(crate) struct KeyState {
     pub outage: Outage,
 }
 
-/// One shard's governance: its view of the keyring and its counters.
+/// One shard's governance: its view of the keyring, its own state of each key, and the
+/// process's limit counters (`Counters`, shared by every shard).
 ///
 /// The keyring is a shared snapshot (`Arc<Keyring>`, read-only); with a live `directory` the
 /// shard checks its generation once per request (one `Relaxed` load, `identify`) and takes a

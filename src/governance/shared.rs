@@ -203,7 +203,7 @@ impl Governance {
                         amount: n.min(i64::MAX as u64) as i64,
                         ttl_ms: script::spend_ttl_ms(b.period.as_str()),
                     });
-                    nanos += n;
+                    nanos = u64::saturating_add(nanos, n);
                 }
             }
             if key.max_in_flight.is_some() {
@@ -218,10 +218,10 @@ impl Governance {
                 let k = script::window_key(prefix, "rpm", &key.name, w);
                 store.send(Op::Add {
                     key: &k,
-                    amount: r as i64,
+                    amount: r.min(i64::MAX as u64) as i64,
                     ttl_ms: script::WINDOW_TTL_MS,
                 });
-                requests += r;
+                requests = u64::saturating_add(requests, r);
             }
             if t > 0 && key.tpm.is_some() {
                 let k = script::window_key(prefix, "tpm", &key.name, w);
@@ -230,10 +230,10 @@ impl Governance {
                     amount: t.min(i64::MAX as u64) as i64,
                     ttl_ms: script::WINDOW_TTL_MS,
                 });
-                tokens += t;
+                tokens = u64::saturating_add(tokens, t);
             }
         }
-        if requests + tokens + nanos > 0 {
+        if requests > 0 || tokens > 0 || nanos > 0 {
             format!(
                 "; caught up {requests} requests and {tokens} tokens admitted locally in this window, {:.6} USD spent",
                 nanos as f64 / spend::NANOS_PER_USD as f64
@@ -447,11 +447,13 @@ impl Grant<'_> {
             return;
         }
         let (cur, _) = script::window(unix_ms());
+        // (hostile usage numbers: clamped to i64, the difference saturating)
+        let int = |n: u64| n.min(i64::MAX as u64) as i64;
         let amount = match window {
-            Some(w) if w == cur => now_is as i64 - was as i64,
+            Some(w) if w == cur => int(now_is).saturating_sub(int(was)),
             // the window turned meanwhile (or the tokens were never in the store): the real
             // amount counts in the current one
-            _ => now_is as i64,
+            _ => int(now_is),
         };
         if amount == 0 {
             return;

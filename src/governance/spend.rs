@@ -395,19 +395,19 @@ impl KeyLedger {
     }
 
     /// Reserve `nanos` for a request about to be sent, if spend + reservations are still under
-    /// the budget (`Err((budget, spent))` otherwise; no budget: always). Give it back with
-    /// `release` once the request's real cost is recorded.
-    pub fn reserve(&self, now: i64, nanos: u64) -> Result<(), (u64, u64)> {
+    /// the budget (`Err((budget, spent))` otherwise); returns what was reserved (no budget:
+    /// nothing). Give it back with `release` once the request's real cost is recorded.
+    pub fn reserve(&self, now: i64, nanos: u64) -> Result<u64, (u64, u64)> {
         let budget = self.budget.load(Relaxed);
         if budget == NO_BUDGET {
-            return Ok(());
+            return Ok(0);
         }
         let spent = self.spent(now);
         self.reserved
             .fetch_update(Relaxed, Relaxed, |r| {
                 (spent.saturating_add(r) < budget).then(|| r.saturating_add(nanos))
             })
-            .map(|_| ())
+            .map(|_| nanos)
             .map_err(|_| (budget, spent))
     }
 
