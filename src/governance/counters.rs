@@ -4,8 +4,9 @@
 //!
 //! The table is indexed by the key's stable slot (a key keeps its slot, by name, for the
 //! process's life: `registry`) and grows without a lock on the request path: slots live in
-//! chunks of doubling size (64, 128, 256, … entries), each allocated once, on the first use of
-//! one of its slots (`OnceLock`), and never moved or freed; a lookup is one `Acquire` load.
+//! chunks of doubling size (64, 128, 256, … entries), each allocated once (`OnceLock`) when a
+//! keyring with that many keys is installed (`reserve`; off the request path), never moved or
+//! freed; a lookup is one `Acquire` load.
 //! Entries are one cache line each, so two keys busy on two cores never share a line.
 //!
 //! In-flight counts are taken by compare-and-swap (never over `max_in_flight`, however many
@@ -96,15 +97,31 @@ impl Counters {
         self.clock.now()
     }
 
-    /// Slot `slot`'s counters (its chunk is allocated on first use).
-    #[inline]
-    pub fn slot(&self, slot: u32) -> &KeyCounters {
-        let (chunk, at) = place(slot);
-        let entries = self.chunks[chunk.min(CHUNKS - 1)].get_or_init(|| {
+    /// Allocate the chunks of the first `slots` slots now (when a keyring is installed), so
+    /// that requests never do.
+    pub fn reserve(&self, slots: usize) {
+        let Some(last) = slots.checked_sub(1) else {
+            return;
+        };
+        let (top, _) = place(u32::try_from(last).unwrap_or(u32::MAX));
+        for chunk in 0..=top.min(CHUNKS - 1) {
+            self.chunk(chunk);
+        }
+    }
+
+    fn chunk(&self, chunk: usize) -> &[KeyCounters] {
+        self.chunks[chunk.min(CHUNKS - 1)].get_or_init(|| {
             (0..FIRST << chunk)
                 .map(|_| KeyCounters::default())
                 .collect()
-        });
+        })
+    }
+
+    /// Slot `slot`'s counters (its chunk is allocated on first use, if `reserve` did not).
+    #[inline]
+    pub fn slot(&self, slot: u32) -> &KeyCounters {
+        let (chunk, at) = place(slot);
+        let entries = self.chunk(chunk);
         // (always in range: a chunk holds every index `place` gives it)
         &entries[at.min(entries.len() - 1)]
     }
@@ -124,6 +141,8 @@ mod tests {
         let (c, at) = place(u32::MAX);
         assert!(c < CHUNKS && (at as u64) < FIRST << c);
         let t = Counters::new();
+        t.reserve(200);
+        assert!(t.chunks[2].get().is_some() && t.chunks[3].get().is_none());
         for s in [0u32, 1, 63, 64, 65, 191, 192, 5000] {
             t.slot(s).enter_anyway();
         }

@@ -234,6 +234,7 @@ impl Governance {
 
     /// Count limits in `counters`, the process's table every shard shares (by key slot).
     pub fn with_counters(mut self, counters: Arc<Counters>) -> Governance {
+        counters.reserve(self.ring.try_borrow().map_or(0, |r| r.keys.len()));
         self.counters = counters;
         self
     }
@@ -302,6 +303,7 @@ impl Governance {
             }
         }
         self.metrics.grow(ring.keys.len());
+        self.counters.reserve(ring.keys.len());
         self.checked.set(ring.checked);
         *cur = ring;
         true
