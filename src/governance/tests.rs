@@ -373,7 +373,7 @@ fn a_directory_change_visits_only_the_slots_it_set() {
             .unwrap();
         secrets.push(s);
     }
-    let g = Governance::follow(reg.directory(), true, 0, 2);
+    let g = Governance::follow(reg.directory(), true, 0);
     assert_eq!(g.installed.get(), 3_000, "the first view: every slot");
     let bearer = |s: &str| format!("Authorization: Bearer {s}");
     assert_eq!(caller(&g, &bearer(&secrets[2_999])), Caller::Key(2_999));
