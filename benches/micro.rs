@@ -388,7 +388,7 @@ fn governance(c: &mut Criterion) {
     // following a live key directory (an admin listener): one generation load per request
     let live = |ring: Keyring| {
         let dir = std::sync::Arc::new(ringgate::governance::Directory::new(ring));
-        Governance::follow(dir, true, 0, 1)
+        Governance::follow(dir, true, 0)
     };
     let raw = String::from_utf8_lossy(HEAD).replace("sk-test-0123456789abcdef", &secret(999));
     let raw = raw.as_bytes();
@@ -430,7 +430,7 @@ fn governance(c: &mut Criterion) {
     };
     run("keys_off", &off);
     run("keys_off_admin_live", &live(Keyring::default()));
-    run("key_1000", &Governance::new(build(""), 0, 1));
+    run("key_1000", &Governance::new(build(""), 0));
     run("key_1000_live", &live(build("")));
     // limits so high they never refuse: the windows, headers and reconcile run every time
     run(
@@ -438,9 +438,50 @@ fn governance(c: &mut Criterion) {
         &Governance::new(
             build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000"),
             0,
-            1,
         ),
     );
+    // the same, while a second shard on another thread runs the same key's requests without
+    // pause: the key's counters (one cache line, process-wide) move between cores on every
+    // request, the cross-core worst case of limits per key
+    let ring = build("rpm = 1000000000000\ntpm = 1000000000000000\nmax_in_flight = 1000000");
+    let counters = std::sync::Arc::new(ringgate::governance::Counters::new());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (ring, counters, stop) = (ring.clone(), counters.clone(), stop.clone());
+        let (raw, body) = (raw.to_vec(), body.clone());
+        std::thread::spawn(move || {
+            let gov = Governance::new(ring, 1).with_counters(counters);
+            let (Ok(Some(head)), Ok(fields)) = (
+                ringgate::http::head::parse(&raw, 16 * 1024, 64),
+                ringgate::extract::routing_fields(&body),
+            ) else {
+                return;
+            };
+            let routes = ringgate::route::RouteTable::build(
+                &Config::parse("[[provider]]\nname = \"p\"\nkind = \"mock\"\n[[model]]\nname = \"gpt-*\"\nprovider = \"p\"\n")
+                    .unwrap_or_else(|e| panic!("{e:?}")),
+            );
+            let Some(route) = routes.route(0) else {
+                return;
+            };
+            let mut headers = Vec::with_capacity(256);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                headers.clear();
+                let caller = gov.identify(&head, &raw);
+                if let Ok(Some(mut grant)) = gov.admit(caller, Gate::Limits, &mut headers) {
+                    let ok =
+                        grant.check_model(&fields, route, Op::Generate, body.len(), &mut headers);
+                    black_box(ok.is_ok());
+                }
+            }
+        })
+    };
+    run(
+        "key_1000_rpm_tpm_in_flight_contended",
+        &Governance::new(ring, 0).with_counters(counters),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = other.join();
     g.finish();
 }
 
@@ -612,7 +653,7 @@ data: [DONE]
     let mut run = |name: &str, cfg: &Config, ledger: bool| {
         let routes = ringgate::route::RouteTable::build(cfg);
         let book = std::sync::Arc::new(SpendBook::new());
-        let mut gov = Governance::new(Keyring::build(cfg).unwrap_or_default(), 0, 1);
+        let mut gov = Governance::new(Keyring::build(cfg).unwrap_or_default(), 0);
         if ledger {
             gov = gov.with_spend(&book, &routes);
         }

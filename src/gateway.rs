@@ -242,6 +242,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let spin = Duration::from_micros(cfg.server.idle_spin_us);
     let sd = shutdown.clone();
     let book = spend.clone();
+    // every key's limit counters, shared by the shards (limits are per key, not per shard)
+    let counters = Arc::new(governance::Counters::new());
     let handles = shard::spawn(
         listeners,
         driver,
@@ -252,7 +254,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let sd = sd.clone();
             let hub = hub.clone();
             let tls_listeners = tls_listeners.clone();
-            let governance = Governance::follow(directory.clone(), live_keys, id, n)
+            let governance = Governance::follow(directory.clone(), live_keys, id)
+                .with_counters(counters.clone())
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
             let access_log = ShardLog::new(access_log.clone());

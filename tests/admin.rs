@@ -405,12 +405,18 @@ fn patched_limits_take_effect_on_the_next_request() {
         r#"{"rpm":-3}"#,
     );
     assert_eq!(r.status, 400);
-    // a budget set at runtime is enforced against what the key already spent
-    patch(r#"{"budget_usd":0.000001}"#);
+    // a budget set at runtime is enforced against what the key already spent; without
+    // max_in_flight the answer warns (uncapped requests at once can spend past it)
+    let v = patch(r#"{"budget_usd":0.000001}"#);
+    let w = v["warnings"][0].as_str().unwrap_or_default();
+    assert!(w.contains("max_in_flight"), "{v}");
     let r = request(gw.main, &chat_raw(&secret, CHAT));
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "insufficient_quota");
-    patch(r#"{"budget_usd":null}"#);
+    let v = patch(r#"{"max_in_flight":5}"#);
+    assert!(v.get("warnings").is_none(), "{v}");
+    let v = patch(r#"{"budget_usd":null,"max_in_flight":null}"#);
+    assert!(v.get("warnings").is_none(), "{v}");
     assert_eq!(chat(gw.main, &secret), 200);
 }
 

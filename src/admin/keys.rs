@@ -2,6 +2,8 @@
 //! only), `GET /admin/keys` (list, no secrets or digests; paginated), `GET|PATCH|DELETE
 //! /admin/keys/{name}` (read, update, revoke), `GET /admin/keys/{name}/usage` (see `usage`).
 //! Names with `/` are sent percent-encoded (`%2F`).
+//! A create or update answer carries `warnings` when the key has a budget but no
+//! `max_in_flight` (the budget can then be overshot by many uncapped requests at once).
 //!
 //! Listing pages: `GET /admin/keys?limit=N&after=NAME` answers at most `limit` live keys
 //! (default `DEFAULT_LIMIT`, 1 to `MAX_LIMIT`) in creation (slot) order, starting after the key
@@ -58,6 +60,7 @@ pub(super) fn route(
                 if let Value::Object(m) = &mut view {
                     m.insert("key".into(), Value::from(secret));
                 }
+                warn(&mut view);
                 Ok(Reply::json(201, &view))
             }
             _ => Err(method_not_allowed()),
@@ -69,7 +72,9 @@ pub(super) fn route(
             match (parts.next(), parts.next(), method) {
                 (None, _, Method::Get) => Ok(Reply::json(200, &reg.get(&name)?)),
                 (None, _, Method::Patch) => {
-                    Ok(Reply::json(200, &reg.patch(&name, &object(body)?, now())?))
+                    let mut view = reg.patch(&name, &object(body)?, now())?;
+                    warn(&mut view);
+                    Ok(Reply::json(200, &view))
                 }
                 (None, _, Method::Delete) => Ok(Reply::json(200, &reg.revoke(&name, now())?)),
                 (None, _, _) => Err(method_not_allowed()),
@@ -82,6 +87,19 @@ pub(super) fn route(
                 _ => Err(not_found(path)),
             }
         }
+    }
+}
+
+/// A created or changed key's `warnings` (as `ringgate check` gives them for `[[key]]`): a
+/// budget without `max_in_flight`.
+fn warn(view: &mut Value) {
+    let Value::Object(m) = view else {
+        return;
+    };
+    let set = |f: &str| m.get(f).is_some_and(|v| !v.is_null());
+    if set("budget_usd") && !set("max_in_flight") {
+        let w = crate::config::keys::UNCAPPED_BUDGET;
+        m.insert("warnings".into(), Value::from(vec![w]));
     }
 }
 

@@ -267,6 +267,9 @@ pub fn parse_rfc3339(s: &str) -> Result<i64, String> {
     unix_seconds(&dt)
 }
 
+/// Why a budget wants `max_in_flight` (`check`, the start-up log and the admin API say it).
+pub const UNCAPPED_BUDGET: &str = "budget_usd without max_in_flight: each request reserves its estimated cost (prompt bytes / 4 + max_tokens) while in flight, but a request without max_tokens reserves only its prompt, so many at once can spend past the budget; set max_in_flight to bound them";
+
 /// A 64-hex-digit SHA-256 → its 32 bytes.
 pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
     let b = hex.as_bytes();
@@ -283,8 +286,8 @@ pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
 }
 
 /// Non-fatal findings for `ringgate check` and the start-up log: keys whose env var is unset,
-/// short secrets, limits smaller than the shard count (split per shard), budgets with no prices.
-pub fn warnings(cfg: &Config, shards: usize) -> Vec<String> {
+/// short secrets, budgets with no prices, budgets without `max_in_flight`.
+pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut w = Vec::new();
     if auth_mode(cfg) == AuthMode::None && !cfg.keys.is_empty() {
         w.push("server.auth = \"none\": the [[key]] entries are ignored".into());
@@ -305,21 +308,8 @@ pub fn warnings(cfg: &Config, shards: usize) -> Vec<String> {
                 Ok(_) => {}
             }
         }
-        for (what, v) in [
-            ("rpm", &k.rpm),
-            ("tpm", &k.tpm),
-            ("max_in_flight", &k.max_in_flight),
-        ] {
-            if let Some(v) = v {
-                let v = *v.get_ref();
-                // with a shared store the limit is not split (except in the local fallback)
-                if v < shards as u64 && !cfg.limits.shared() {
-                    w.push(format!(
-                        "{who}: {what} = {v} is split across {shards} shards: {} of them admit none (see README \"Keys and limits\")",
-                        shards as u64 - v
-                    ));
-                }
-            }
+        if k.budget_usd.is_some() && k.max_in_flight.is_none() {
+            w.push(format!("{who}: {UNCAPPED_BUDGET}"));
         }
         if k.budget_usd.is_some() && !cfg.models.iter().any(|m| m.has_price()) {
             w.push(format!(
@@ -370,6 +360,28 @@ mod tests {
             Config::parse("[[key]]\nname = \"a\"\nkey_env = \"sk-123\"\nrpm = 0\n").unwrap_err();
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!((errs[0].line, errs[1].line), (Some(3), Some(4)));
+    }
+
+    #[test]
+    fn warnings_name_a_budget_without_max_in_flight_and_no_shard_split() {
+        let key = |extra: &str| {
+            let text = format!(
+                "[server]\nshards = 4\n[[key]]\nname = \"a\"\nkey_sha256 = \"{}\"\n{extra}\n",
+                "0".repeat(64)
+            );
+            warnings(&Config::parse(&text).unwrap())
+        };
+        let w = key("budget_usd = 1.0\nrpm = 1");
+        assert!(
+            w.iter().any(|w| w.contains("without max_in_flight")),
+            "{w:?}"
+        );
+        assert!(
+            !w.iter().any(|w| w.contains("shards")),
+            "limits are per key: {w:?}"
+        );
+        let w = key("budget_usd = 1.0\nmax_in_flight = 4");
+        assert!(!w.iter().any(|w| w.contains("max_in_flight")), "{w:?}");
     }
 
     #[test]

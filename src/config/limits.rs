@@ -1,5 +1,5 @@
 //! `[limits]`: where the per-key counters (`rpm`, `tpm`, `max_in_flight`) live — in each
-//! process (`store = "local"`, split across shards) or in a Redis/Valkey shared by a fleet
+//! process (`store = "local"`, one count per key for all its shards) or in a Redis/Valkey shared by a fleet
 //! (`store = "redis"`) — and what happens when that store cannot be reached.
 //!
 //! Owns: `LimitsConfig`, its validation, and `RedisUrl` (parsing `redis://[user][:pass]@host
@@ -19,7 +19,7 @@ use super::Config;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
-    /// `local` (per process, split across shards) | `redis` (one count for every process that
+    /// `local` (per process: one count per key for all its shards) | `redis` (one count for every process that
     /// shares the store).
     pub store: Spanned<String>,
     /// For `store = "redis"`: `redis://[user][:password]@host[:port][/db]`. Default

@@ -281,7 +281,7 @@ impl Config {
             );
         }
         w.extend(self.admission.warnings(shards));
-        w.extend(keys::warnings(self, shards));
+        w.extend(keys::warnings(self));
         w.extend(limits::warnings(self));
         for p in &self.providers {
             let keys = p.key_refs();

@@ -3,13 +3,21 @@
 //! (`max_tokens`, `max_completion_tokens` or `max_output_tokens`, read by `extract` in its one
 //! pass over the body; none: 0, and the real usage is charged when the answer reports it).
 //!
-//! Owns: `estimate`. Must not: parse the body again.
+//! The same estimate, priced, is what a request reserves against its key's budget.
+//!
+//! Owns: `estimate`, `split`. Must not: parse the body again.
 
 use crate::extract::RoutingFields;
 
-/// Tokens to reserve for a body of `body_len` bytes with routing fields `fields`.
+/// Tokens to reserve for a body of `body_len` bytes with routing fields `fields` (saturating).
 pub fn estimate(fields: &RoutingFields, body_len: usize) -> u64 {
-    body_len as u64 / 4 + fields.max_tokens.unwrap_or(0)
+    let (input, output) = split(fields, body_len);
+    input.saturating_add(output)
+}
+
+/// The estimate as (input, output) tokens (what its cost is priced as).
+pub fn split(fields: &RoutingFields, body_len: usize) -> (u64, u64) {
+    (body_len as u64 / 4, fields.max_tokens.unwrap_or(0))
 }
 
 #[cfg(test)]

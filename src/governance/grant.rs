@@ -1,19 +1,19 @@
-//! One admitted keyed request: it holds its key's in-flight slot and its token reservation
-//! until it ends, however it ends (`Drop`), and then reconciles the reservation with the usage
-//! the answer reported and records that usage (tokens, spend at the answering deployment's
-//! price) in the key's metrics and ledger. With a shared limits store, what the store must
+//! One admitted keyed request: it holds its key's in-flight slot, its token reservation and its
+//! budget reservation (the estimate's cost) until it ends, however it ends (`Drop`), and then
+//! records the usage the answer reported (tokens, spend at the answering deployment's price) in
+//! the key's metrics and ledger, reconciles the token reservation with it and gives the budget
+//! reservation back. With a shared limits store, what the store must
 //! decide is left `pending` for `confirm` (in `governance::shared`, which also does the store's
 //! side of `Drop`).
 //!
-//! Owns: `Grant` — the model check and TPM reservation after the body is read, the rate-limit
-//! header lines, the reconciliation and the usage record. Must not: do IO itself or outlive
+//! Owns: `Grant` — the model check, the TPM and budget reservations after the body is read, the
+//! rate-limit header lines, the reconciliation and the usage record. Must not: do IO itself or outlive
 //! its request.
 
-use std::time::Instant;
-
 use super::metrics::Reason;
-use super::spend::Price;
+use super::spend::{unix_now, Price};
 use super::usage::UsageScan;
+use super::window::Tick;
 use super::Governance;
 use crate::error::{Error, Kind};
 use crate::extract::RoutingFields;
@@ -43,11 +43,17 @@ pub struct Grant<'g> {
     /// Where this request's `x-ratelimit-*-tokens` lines start in the response header lines
     /// (the last lines there until the reservation rewrites them).
     pub(super) tok_at: usize,
-    /// Whether this request counts in its key's in-flight count (given back on drop).
+    /// Whether this request counts in this shard's in-flight count of its key (given back on
+    /// drop, with the shared store's).
     pub(super) holds: bool,
+    /// Whether this request counts in the process's in-flight count of its key (given back on
+    /// drop).
+    pub(super) counted: bool,
+    /// Nano-USD reserved in the key's ledger (given back when the request ends).
+    budget_held: u64,
     pub(super) pending: Pending,
-    /// (window generation, tokens) reserved against `tpm`.
-    pub(super) reserved: Option<(u32, u64)>,
+    /// (window start, tokens) reserved against `tpm` in the process's window.
+    pub(super) reserved: Option<(Tick, u64)>,
     /// (wall-clock window, tokens) reserved in the shared store.
     pub(super) shared_tokens: Option<(u64, u64)>,
     /// Tokens were reserved locally because the shared store failed (the real amount is added
@@ -74,6 +80,8 @@ impl<'g> Grant<'g> {
             hdr_at: tok_at,
             tok_at,
             holds: true,
+            counted: false,
+            budget_held: 0,
             pending: Pending::Nothing,
             reserved: None,
             shared_tokens: None,
@@ -94,6 +102,8 @@ impl<'g> Grant<'g> {
             hdr_at,
             tok_at: hdr_at,
             holds: false,
+            counted: false,
+            budget_held: 0,
             pending: Pending::Head,
             reserved: None,
             shared_tokens: None,
@@ -107,8 +117,9 @@ impl<'g> Grant<'g> {
     }
 
     /// After the body's model is known (and routed to route `route`): the key's allow-list
-    /// (403) and, for operations that generate or embed tokens (not `count_tokens`), its token
-    /// window (429; reserves prompt bytes / 4 + the output cap).
+    /// (403) and, for operations that generate or embed tokens (not `count_tokens`), its
+    /// budget (429 `insufficient_quota`; reserves the estimate's cost at the route's dearest
+    /// deployment) and its token window (429; reserves prompt bytes / 4 + the output cap).
     pub fn check_model(
         &mut self,
         fields: &RoutingFields,
@@ -133,7 +144,24 @@ impl<'g> Grant<'g> {
                 ),
             ));
         }
-        if let Some(limit) = st.share.tpm.filter(|_| op != Op::CountTokens) {
+        if op == Op::CountTokens {
+            gov.metrics.request(self.key, route.index);
+            return Ok(());
+        }
+        if let Some(l) = st.ledger.as_deref().filter(|l| l.has_budget()) {
+            let (input, output) = super::estimate::split(fields, body_len);
+            let nanos = dearest(route).cost_nanos(input, output);
+            let now = unix_now();
+            l.release(std::mem::take(&mut self.budget_held));
+            match l.reserve(now, nanos) {
+                Ok(held) => self.budget_held = held,
+                Err(why) => {
+                    let period = l.period();
+                    return Err(gov.budget_refusal(self.key, &key.name, why, period, now, headers));
+                }
+            }
+        }
+        if let Some(limit) = key.tpm {
             let want = super::estimate::estimate(fields, body_len);
             if gov.store.is_some() {
                 // the shared store decides (`confirm`), then counts the request
@@ -149,7 +177,8 @@ impl<'g> Grant<'g> {
         Ok(())
     }
 
-    /// Reserve `want` tokens against this shard's `limit` (429 when they do not fit).
+    /// Reserve `want` tokens against the key's `limit` in the process's window (429 when they
+    /// do not fit).
     pub(super) fn reserve_local(
         &mut self,
         want: u64,
@@ -157,11 +186,12 @@ impl<'g> Grant<'g> {
         headers: &mut Vec<u8>,
     ) -> Result<(), Error> {
         let gov = self.gov;
-        let Some((key, st)) = gov.key(self.key) else {
+        let Some((key, _)) = gov.key(self.key) else {
             return Ok(());
         };
-        let now = Instant::now();
-        match st.tpm.take(now, want, limit) {
+        let c = gov.counters.slot(self.key);
+        let now = gov.counters.now();
+        match c.tpm.take(now, want, limit) {
             Ok(generation) => {
                 self.reserved = Some((generation, want));
                 gov.token_headers(self.key, now, self.tok_at, headers);
@@ -236,10 +266,16 @@ impl Grant<'_> {
                     .record(self.key, route, io.unwrap_or((0, 0)), price);
             }
         }
-        if let Some((generation, was)) = self.reserved {
+        // given back after the real cost is in the ledger: a request checked meanwhile sees
+        // one or both, never neither
+        if let Some(l) = st.ledger.as_deref() {
+            l.release(std::mem::take(&mut self.budget_held));
+        }
+        if let Some((start, was)) = self.reserved {
             let now_is = self.used(was);
             if now_is != was {
-                st.tpm.correct(Instant::now(), generation, was, now_is);
+                let c = self.gov.counters.slot(self.key);
+                c.tpm.correct(self.gov.counters.now(), start, was, now_is);
             }
         }
         if let Some((window, was)) = self.shared_tokens {
@@ -253,6 +289,9 @@ impl Grant<'_> {
 impl Drop for Grant<'_> {
     fn drop(&mut self) {
         self.finish();
+        if self.counted {
+            self.gov.counters.slot(self.key).leave();
+        }
         if let Some((_, st)) = self.gov.key(self.key) {
             if self.holds {
                 st.in_flight.set(st.in_flight.get().saturating_sub(1));
@@ -260,6 +299,15 @@ impl Drop for Grant<'_> {
             }
         }
     }
+}
+
+/// The dearest per-token prices among `route`'s deployments (and its own): what an estimate is
+/// priced at before the answering deployment is known.
+fn dearest(route: &Route) -> Price {
+    route.deployments.iter().fold(route.price, |p, d| Price {
+        input_pico: p.input_pico.max(d.price.input_pico),
+        output_pico: p.output_pico.max(d.price.output_pico),
+    })
 }
 
 /// The 429 for tokens that do not fit `limit`.

@@ -12,24 +12,24 @@
 //!   (O(log n): it shares every unchanged key with the last one); each shard's `Governance`
 //!   compares the directory generation once per request and refreshes its view, visiting only
 //!   the slots that changed since its view (O(changes × log n), not O(keys)), keeping each
-//!   key's counters by slot (a key keeps its slot, by name, for the process's life) and giving
+//!   key's state by slot (a key keeps its slot, by name, for the process's life) and giving
 //!   new keys their `SpendBook` ledger.
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
 //!   unless `auth = "none"` is written explicitly.
-//! - **Limits per shard.** The gateway shares nothing between cores on the hot path, so each
-//!   key's `rpm`, `tpm` and `max_in_flight` are split across the shards like `max_connections`:
-//!   shard i of n enforces `limit / n` (+1 for the first `limit % n` shards). The process as a
-//!   whole never admits more than the limit, at no cross-core cost; the price is that a client
-//!   whose connections all land on one shard (SO_REUSEPORT hashes connections, not keys) gets
-//!   that shard's share only, and a limit smaller than the shard count leaves some shards at 0
-//!   (`ringgate check` warns). With one shard it is exact. Routing each key to one shard would be
-//!   exact but needs moving connections between threads per request; shared atomics would make
-//!   every keyed request a cross-core cache-line transfer.
+//! - **Limits per key, across shards** (`counters`). A key's `rpm`, `tpm` and `max_in_flight`
+//!   are counted once for the whole process, whatever shard a connection lands on
+//!   (SO_REUSEPORT hashes connections, not keys): one process-wide table of atomics indexed by
+//!   the key's slot, its windows and in-flight counts taken by compare-and-swap, so shards
+//!   racing for a key's last request can never admit more than the limit. The price is that a
+//!   keyed request with limits touches one cache line shared between cores (a few atomic
+//!   operations; measured in `bench-results/2026-12-01-limits-per-key.md`); keys without limits
+//!   touch nothing shared.
 //! - **Limits shared** (`[limits] store = "redis"`, `store` and `shared`): the full limits are
 //!   counted in Redis/Valkey, one count for every shard of every process using it; `admit`
 //!   and `Grant::check_model` leave the decision to `Grant::confirm`, which asks the store
 //!   (one round trip on the head for `rpm`/`max_in_flight`, one after the body for `tpm`). When
-//!   the store fails, the per-shard counters above decide (or 503, `on_store_error = "closed"`).
+//!   the store fails, the process-wide counters above decide (or 503, `on_store_error =
+//!   "closed"`).
 //! - **Windows** (`window`): fixed 60 s windows anchored at their first charge (shared store:
 //!   wall-clock minutes, see `store::script`). RPM and
 //!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
@@ -42,10 +42,17 @@
 //!   metrics and in the process-wide `SpendBook` (one per process, shared by the shards).
 //! - **Budgets**: a key whose spend in its current UTC period (`day`, `month`, `total`) reached
 //!   `budget_usd` gets 429 `insufficient_quota` on the head (Anthropic: `billing_error`), with
-//!   `Retry-After` until the next period and `x-should-retry: false`.
+//!   `Retry-After` until the next period and `x-should-retry: false`. A request reserves its
+//!   estimated cost in the key's ledger when its body is read (the token estimate above, priced
+//!   at the route's dearest deployment) and gives it back when it ends, after its real cost was
+//!   recorded; it is admitted while spend + reservations are under the budget, so concurrent
+//!   requests overshoot the budget by at most one request's estimate (plus what requests without
+//!   an output cap spend over theirs: `check` and the admin API warn about a budget without
+//!   `max_in_flight`).
 //! - Over a limit: 429 in the client's dialect with `Retry-After` (seconds until the window
 //!   frees; 1 for in-flight). Every response to a keyed request with `rpm`/`tpm` carries
-//!   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for this shard's share.
+//!   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`: the key's limit and what is left
+//!   of it in the whole process.
 //!
 //! Cost: with keys off for good (no keys and no admin listener, or `auth = "none"`),
 //! `identify` is one branch and nothing else runs; with an admin listener but no key yet, one
@@ -54,14 +61,14 @@
 //! when the key has limits (see `benches/micro.rs`, group `governance`).
 //!
 //! Owns: `Governance` (per shard, in `Shard`), `Caller`, `Gate`. Must not: share mutable state
-//! across shards (except the `SpendBook`, through its atomics, and the shared limits `store`;
-//! the keyring snapshot is shared read-only), do IO other than through its `store`, or see a
-//! secret after `identify` returns.
+//! across shards other than through atomics (the `Counters`, the `SpendBook`) and the shared
+//! limits `store` (the keyring snapshot is shared read-only), do IO other than through its
+//! `store`, or see a secret after `identify` returns.
 
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
-use std::time::Instant;
 
+pub mod counters;
 pub(crate) mod credential;
 pub mod directory;
 mod estimate;
@@ -78,6 +85,7 @@ mod trie;
 pub mod usage;
 pub mod window;
 
+pub use counters::Counters;
 pub use directory::Directory;
 pub use grant::Grant;
 pub use keyring::{Key, Keyring};
@@ -92,7 +100,7 @@ use credential::Presented;
 use metrics::KeyMetrics;
 use shared::Outage;
 use spend::{unix_now, KeyLedger, Period, Tally};
-use window::{secs_up, Window};
+use window::{secs_up, Tick, Window};
 
 /// Who sent a request, decided on its head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,20 +138,11 @@ pub enum Gate {
     Limits,
 }
 
-/// This shard's share of one key's limits.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Share {
-    pub rpm: Option<u64>,
-    pub tpm: Option<u64>,
-    pub max_in_flight: Option<u64>,
-}
-
-/// One key's counters on this shard.
+/// What this shard keeps of one key (its limit counters are process-wide: `Counters`).
 #[derive(Debug, Default)]
 pub(crate) struct KeyState {
-    pub share: Share,
-    pub rpm: Window,
-    pub tpm: Window,
+    /// This shard's requests of the key in flight (what a shared store's count of this shard
+    /// mirrors, see `shared`).
     pub in_flight: Cell<u64>,
     /// The key's ledger in the process-wide `SpendBook` (`None` without one).
     pub ledger: Option<Arc<KeyLedger>>,
@@ -153,11 +152,12 @@ pub(crate) struct KeyState {
     pub outage: Outage,
 }
 
-/// One shard's governance: its view of the keyring and its counters.
+/// One shard's governance: its view of the keyring, its own state of each key, and the
+/// process's limit counters (`Counters`, shared by every shard).
 ///
 /// The keyring is a shared snapshot (`Arc<Keyring>`, read-only); with a live `directory` the
 /// shard checks its generation once per request (one `Relaxed` load, `identify`) and takes a
-/// new snapshot when it moved, keeping each key's counters by slot. Keys off for good (no
+/// new snapshot when it moved, keeping each key's state by slot. Keys off for good (no
 /// keys and none can be added, or `auth = "none"`): `identify` is one branch.
 #[derive(Debug, Default)]
 pub struct Governance {
@@ -169,12 +169,13 @@ pub struct Governance {
     seen: Cell<u64>,
     ring: RefCell<Arc<Keyring>>,
     checked: Cell<bool>,
-    /// Counters by key slot (grows with the ring, never shrinks: slots are stable).
+    /// This shard's state by key slot (grows with the ring, never shrinks: slots are stable).
     state: RefCell<Vec<KeyState>>,
+    /// The process-wide limit counters by key slot (shared by every shard).
+    pub(crate) counters: Arc<Counters>,
     pub(crate) metrics: KeyMetrics,
-    /// This shard's number (its rows in the `SpendBook`) and the shard count (limit shares).
+    /// This shard's number (its rows in the `SpendBook`).
     shard: usize,
-    shards: usize,
     /// Model (route) names by route index, for ledger rows (set with the `SpendBook`, and again
     /// by a reload: route indices are stable, new models are appended).
     models: RefCell<Vec<Box<str>>>,
@@ -186,10 +187,13 @@ pub struct Governance {
     book: Option<Arc<SpendBook>>,
 }
 
-/// Shard `shard`'s part of `limit` split over `shards` (the parts sum to `limit`).
-pub fn share(limit: u64, shard: usize, shards: usize) -> u64 {
-    let n = shards.max(1) as u64;
-    limit / n + u64::from((shard as u64) < limit % n)
+/// "1 request", "5 requests".
+fn requests(n: u64) -> String {
+    if n == 1 {
+        "1 request".into()
+    } else {
+        format!("{n} requests")
+    }
 }
 
 impl Governance {
@@ -201,32 +205,38 @@ impl Governance {
         }
     }
 
-    /// Shard `shard` of `shards`, with a fixed `ring` (it never changes).
-    pub fn new(ring: Keyring, shard: usize, shards: usize) -> Governance {
+    /// Shard `shard`, with a fixed `ring` (it never changes) and counters of its own (share
+    /// a process's with `with_counters`).
+    pub fn new(ring: Keyring, shard: usize) -> Governance {
         let g = Governance {
             off: !ring.checked,
             shard,
-            shards,
             ..Governance::default()
         };
         g.install(Arc::new(ring), true);
         g
     }
 
-    /// Shard `shard` of `shards`, following `dir` (runtime key changes). With `live` false the
-    /// directory never changes and keys are off when its first snapshot says so.
-    pub fn follow(dir: Arc<Directory>, live: bool, shard: usize, shards: usize) -> Governance {
+    /// Shard `shard`, following `dir` (runtime key changes). With `live` false the directory
+    /// never changes and keys are off when its first snapshot says so.
+    pub fn follow(dir: Arc<Directory>, live: bool, shard: usize) -> Governance {
         let (generation, ring) = dir.load();
         let g = Governance {
             off: !live && !ring.checked,
             dir: live.then_some(dir),
             seen: Cell::new(generation),
             shard,
-            shards,
             ..Governance::default()
         };
         g.install(ring, true);
         g
+    }
+
+    /// Count limits in `counters`, the process's table every shard shares (by key slot).
+    pub fn with_counters(mut self, counters: Arc<Counters>) -> Governance {
+        counters.reserve(self.ring.try_borrow().map_or(0, |r| r.keys.len()));
+        self.counters = counters;
+        self
     }
 
     /// Record every key's usage and spend in `book` (shared by all shards) and enforce the
@@ -253,12 +263,13 @@ impl Governance {
         }
     }
 
-    /// Take `ring` as this shard's view: counters of the keys it already had are kept (by
+    /// Take `ring` as this shard's view: the state of the keys it already had is kept (by
     /// slot; a slot whose name changed starts fresh), new keys get theirs (and their ledger),
-    /// and each changed key's share of its limits and its budget are set again. Only the slots
-    /// set since the current view are visited (`Slots::changed_since`: the snapshots share
-    /// everything else), so a directory change costs O(changes × log n) per shard; `all`
-    /// visits every slot (the same ring again, with a ledger book now).
+    /// and each changed key's budget is set again. Only the slots set since the current view
+    /// are visited (`Slots::changed_since`: the snapshots share everything else), so a
+    /// directory change costs O(changes × log n) per shard; `all` visits every slot (the same
+    /// ring again, with a ledger book now). (The limit counters are the process's, by slot:
+    /// slots are stable, so nothing of them changes here.)
     fn install(&self, ring: Arc<Keyring>, all: bool) -> bool {
         let (Ok(mut cur), Ok(mut state)) =
             (self.ring.try_borrow_mut(), self.state.try_borrow_mut())
@@ -270,27 +281,17 @@ impl Governance {
             false => ring.keys.changed_since(&cur.keys),
         };
         self.installed.set(changed.len());
-        // slots are dense: new ones (in `changed`) get fresh counters below
+        // slots are dense: new ones (in `changed`) get fresh state below
         if state.len() < ring.keys.len() {
             state.resize_with(ring.keys.len(), KeyState::default);
         }
         for (i, k) in changed {
-            let share = Share {
-                rpm: k.rpm.map(|l| share(l, self.shard, self.shards)),
-                tpm: k.tpm.map(|l| share(l, self.shard, self.shards)),
-                max_in_flight: k.max_in_flight.map(|l| share(l, self.shard, self.shards)),
-            };
             let same = cur.keys.get(i).is_some_and(|old| old.name == k.name);
             let Some(st) = state.get_mut(i) else {
                 continue;
             };
-            if same {
-                st.share = share;
-            } else {
-                *st = KeyState {
-                    share,
-                    ..KeyState::default()
-                };
+            if !same {
+                *st = KeyState::default();
             }
             if let Some(book) = &self.book {
                 let ledger = st
@@ -302,6 +303,7 @@ impl Governance {
             }
         }
         self.metrics.grow(ring.keys.len());
+        self.counters.reserve(ring.keys.len());
         self.checked.set(ring.checked);
         *cur = ring;
         true
@@ -370,7 +372,7 @@ impl Governance {
         self.key(i).map(|(k, _)| Ref::map(k, |k| &*k.name))
     }
 
-    /// Key `i` and this shard's counters for it.
+    /// Key `i` and this shard's state of it.
     pub(crate) fn key(&self, i: u32) -> Option<(Ref<'_, Key>, Ref<'_, KeyState>)> {
         let ring = self.ring.try_borrow().ok()?;
         let key = Ref::filter_map(ring, |r| r.keys.get(i as usize)).ok()?;
@@ -407,7 +409,7 @@ impl Governance {
     }
 
     /// The head stage: the caller's key must be valid for `gate` (401), and for API calls its
-    /// in-flight and request-rate shares must have room (429). On success an API call holds a
+    /// in-flight count and request rate must have room (429). On success an API call holds a
     /// `Grant` until it ends. Rate-limit header lines go to `headers` (every response of the
     /// request carries them, refusals included).
     pub fn admit(
@@ -459,25 +461,29 @@ impl Governance {
             return Ok(Some(self.admit_shared(i, hdr_at)));
         }
         if !key.limited() {
-            st.in_flight.set(st.in_flight.get() + 1);
+            st.in_flight.set(st.in_flight.get().saturating_add(1));
             return Ok(Some(Grant::new(self, i, hdr_at)));
         }
-        let tok_at = self.admit_local(i, hdr_at, headers)?;
-        Ok(Some(Grant::new(self, i, tok_at)))
+        let (tok_at, counted) = self.admit_local(i, hdr_at, headers)?;
+        let mut g = Grant::new(self, i, tok_at);
+        g.counted = counted;
+        Ok(Some(g))
     }
 
-    /// Key `i`'s in-flight and request-rate shares on this shard (429), counted on success;
-    /// returns where the `-tokens` header lines start.
+    /// Key `i`'s in-flight count and request rate in the process's counters (429), counted on
+    /// success (and in this shard's in-flight count); returns where the `-tokens` header lines
+    /// start and whether the request counts in the process's in-flight count.
     pub(crate) fn admit_local(
         &self,
         i: u32,
         hdr_at: usize,
         headers: &mut Vec<u8>,
-    ) -> Result<usize, Error> {
+    ) -> Result<(usize, bool), Error> {
         let Some((key, st)) = self.key(i) else {
-            return Ok(headers.len());
+            return Ok((headers.len(), false));
         };
-        let now = Instant::now();
+        let c = self.counters.slot(i);
+        let now = self.counters.now();
         let mut refuse = |reason: Reason, what: String, secs: u64| {
             self.rate_headers(i, now, hdr_at, headers);
             self.metrics.rejected(Some(i), reason);
@@ -490,27 +496,31 @@ impl Governance {
             )
             .retry_after(secs.min(u64::from(u32::MAX)) as u32))
         };
-        if let Some(max) = st.share.max_in_flight {
-            if st.in_flight.get() >= max {
+        let counted = key.max_in_flight.is_some();
+        if let Some(max) = key.max_in_flight {
+            if !c.enter(max) {
                 return refuse(
                     Reason::InFlight,
-                    format!("{max} requests in flight is the limit"),
+                    format!("{} in flight is the limit", requests(max)),
                     1,
                 );
             }
         }
-        if let Some(limit) = st.share.rpm {
-            if let Err(full) = st.rpm.take(now, 1, limit) {
+        if let Some(limit) = key.rpm {
+            if let Err(full) = c.rpm.take(now, 1, limit) {
+                if counted {
+                    c.leave();
+                }
                 let secs = secs_up(full.retry_after);
                 return refuse(
                     Reason::Rpm,
-                    format!("{limit} requests per minute is the limit"),
+                    format!("{} per minute is the limit", requests(limit)),
                     secs,
                 );
             }
         }
-        st.in_flight.set(st.in_flight.get() + 1);
-        Ok(self.rate_headers(i, now, hdr_at, headers))
+        st.in_flight.set(st.in_flight.get().saturating_add(1));
+        Ok((self.rate_headers(i, now, hdr_at, headers), counted))
     }
 
     /// 429 `insufficient_quota` when key `i` spent its budget for the current period, with
@@ -550,10 +560,16 @@ impl Governance {
             Period::Total => "in total".to_string(),
             p => format!("this {} (UTC)", p.as_str()),
         };
+        // under the budget yet refused: requests in flight reserved the rest
+        let rest = if spent < budget {
+            "; requests in flight have reserved the rest"
+        } else {
+            ""
+        };
         let e = Error::new(
             Kind::BudgetExceeded,
             format!(
-                "budget: the API key {name:?} has spent {:.6} USD of its {:.6} USD budget {when}",
+                "budget: the API key {name:?} has spent {:.6} USD of its {:.6} USD budget {when}{rest}",
                 usd(spent),
                 usd(budget)
             ),
@@ -566,11 +582,11 @@ impl Governance {
 
     /// Write key `i`'s `x-ratelimit-*` lines at `at` in `headers` (the lines after `at` are
     /// this stage's own); returns where the `-tokens` lines start.
-    fn rate_headers(&self, i: u32, now: Instant, at: usize, headers: &mut Vec<u8>) -> usize {
+    fn rate_headers(&self, i: u32, now: Tick, at: usize, headers: &mut Vec<u8>) -> usize {
         headers.truncate(at);
-        if let Some((_, st)) = self.key(i) {
-            if let Some(limit) = st.share.rpm {
-                window_lines(headers, "requests", limit, &st.rpm, now);
+        if let Some((key, _)) = self.key(i) {
+            if let Some(limit) = key.rpm {
+                window_lines(headers, "requests", limit, &self.counters.slot(i).rpm, now);
             }
         }
         let tok_at = headers.len();
@@ -579,11 +595,11 @@ impl Governance {
     }
 
     /// (Re)write key `i`'s `x-ratelimit-*-tokens` lines at `at` in `headers`.
-    pub(crate) fn token_headers(&self, i: u32, now: Instant, at: usize, headers: &mut Vec<u8>) {
+    pub(crate) fn token_headers(&self, i: u32, now: Tick, at: usize, headers: &mut Vec<u8>) {
         headers.truncate(at);
-        if let Some((_, st)) = self.key(i) {
-            if let Some(limit) = st.share.tpm {
-                window_lines(headers, "tokens", limit, &st.tpm, now);
+        if let Some((key, _)) = self.key(i) {
+            if let Some(limit) = key.tpm {
+                window_lines(headers, "tokens", limit, &self.counters.slot(i).tpm, now);
             }
         }
     }
@@ -616,7 +632,7 @@ impl Governance {
 
 /// `x-ratelimit-{limit,remaining,reset}-{what}` lines for window `w` with `limit` (numbers
 /// written by hand: `fmt` costs several times more, on every keyed response).
-fn window_lines(out: &mut Vec<u8>, what: &str, limit: u64, w: &Window, now: Instant) {
+fn window_lines(out: &mut Vec<u8>, what: &str, limit: u64, w: &Window, now: Tick) {
     let left = limit.saturating_sub(w.used(now));
     limit_lines(out, what, limit, left, secs_up(w.reset_in(now)));
 }

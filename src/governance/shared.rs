@@ -13,25 +13,27 @@
 //!   ends, and set whole on every reconnect: `resync`). A crashed or cut-off process stops
 //!   renewing its lease (`redis_lease_ms`), and the next admission of the key drops its field:
 //!   its slots are freed after at most one lease, never leaked.
-//! - **Store errors** (`Fault`): `on_store_error = "local"` decides with this shard's share of the
-//!   limits (the per-shard counters are charged even while the store decides, so a fallback
-//!   mid-window starts from what this shard really admitted); what it admits is noted
-//!   (`Outage`) and, when the store is back and the window is still the same, added to it.
-//!   `"closed"` refuses with 503.
+//! - **Store errors** (`Fault`): `on_store_error = "local"` decides with the process-wide
+//!   counters (`Counters`, the full limits; they are charged even while the store decides, so a
+//!   fallback mid-window starts from what this process really admitted); what each shard admits
+//!   is noted (`Outage`) and, when the store is back and the window is still the same, added to
+//!   it. `"closed"` refuses with 503.
 //! - **Budgets**: every recorded cost of a key with a budget is added to the key's spend
 //!   counter of its period in the store (without waiting); the head's script refuses a key
 //!   whose fleet-wide spend reached its budget (429 `insufficient_quota`, as locally). The
 //!   process's own ledger (`SpendBook`) is checked first and stays what the state store and the
 //!   admin API read; when the store fails, it alone decides, and the costs recorded meanwhile
-//!   are added to the store when it is back (same period).
+//!   are added to the store when it is back (same period). Budget reservations
+//!   (`KeyLedger::reserve`) are the process's own: they bound this process's overshoot, not the
+//!   fleet's.
 //! - Rate-limit headers show the shared counts and the full limits; when the local counters
-//!   decide, this shard's share (as without a store).
+//!   decide, the process's counts (as without a store).
 //!
 //! Owns: `Grant::confirm`, the store's side of a grant's end, `Outage`, `resync`. Must not:
 //! talk RESP or manage the connection (`store`).
 
 use std::cell::Cell;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::grant::{tpm_refusal, Pending};
 use super::metrics::Reason;
@@ -98,7 +100,8 @@ impl Outage {
             self.requests.set(0);
             self.tokens.set(0);
         }
-        self.requests.set(self.requests.get() + requests);
+        self.requests
+            .set(self.requests.get().saturating_add(requests));
         self.tokens.set(self.tokens.get().saturating_add(tokens));
     }
 
@@ -138,7 +141,7 @@ impl Governance {
                     && !st.ledger.as_deref().is_some_and(|l| l.has_budget()) =>
             {
                 // only `tpm`: nothing to decide before the body
-                st.in_flight.set(st.in_flight.get() + 1);
+                st.in_flight.set(st.in_flight.get().saturating_add(1));
                 Grant::new(self, i, hdr_at)
             }
             _ => Grant::deferred(self, i, hdr_at),
@@ -200,7 +203,7 @@ impl Governance {
                         amount: n.min(i64::MAX as u64) as i64,
                         ttl_ms: script::spend_ttl_ms(b.period.as_str()),
                     });
-                    nanos += n;
+                    nanos = u64::saturating_add(nanos, n);
                 }
             }
             if key.max_in_flight.is_some() {
@@ -215,10 +218,10 @@ impl Governance {
                 let k = script::window_key(prefix, "rpm", &key.name, w);
                 store.send(Op::Add {
                     key: &k,
-                    amount: r as i64,
+                    amount: r.min(i64::MAX as u64) as i64,
                     ttl_ms: script::WINDOW_TTL_MS,
                 });
-                requests += r;
+                requests = u64::saturating_add(requests, r);
             }
             if t > 0 && key.tpm.is_some() {
                 let k = script::window_key(prefix, "tpm", &key.name, w);
@@ -227,10 +230,10 @@ impl Governance {
                     amount: t.min(i64::MAX as u64) as i64,
                     ttl_ms: script::WINDOW_TTL_MS,
                 });
-                tokens += t;
+                tokens = u64::saturating_add(tokens, t);
             }
         }
-        if requests + tokens + nanos > 0 {
+        if requests > 0 || tokens > 0 || nanos > 0 {
             format!(
                 "; caught up {requests} requests and {tokens} tokens admitted locally in this window, {:.6} USD spent",
                 nanos as f64 / spend::NANOS_PER_USD as f64
@@ -294,7 +297,7 @@ impl Grant<'_> {
                     return Err(unavailable());
                 }
                 store.fell_back(false);
-                self.tok_at = gov.admit_local(self.key, self.hdr_at, headers)?;
+                (self.tok_at, self.counted) = gov.admit_local(self.key, self.hdr_at, headers)?;
                 self.holds = true;
                 st.outage.note(w, 1, 0);
                 return Ok(());
@@ -315,24 +318,32 @@ impl Grant<'_> {
         }
         let (reason, what, secs) = match v.code {
             0 => {
-                st.in_flight.set(st.in_flight.get() + 1);
+                st.in_flight.set(st.in_flight.get().saturating_add(1));
                 self.holds = true;
-                // this shard's own window too: a fallback mid-window starts from it
+                // the process's own counters too: a fallback mid-window starts from them
+                let c = gov.counters.slot(self.key);
                 if key.rpm.is_some() {
-                    st.rpm.charge(Instant::now(), 1);
+                    c.rpm.charge(gov.counters.now(), 1);
+                }
+                if key.max_in_flight.is_some() {
+                    c.enter_anyway();
+                    self.counted = true;
                 }
                 return Ok(());
             }
             1 => (
                 Reason::Rpm,
-                format!("{} requests per minute is the limit", key.rpm.unwrap_or(0)),
+                format!(
+                    "{} per minute is the limit",
+                    super::requests(key.rpm.unwrap_or(0))
+                ),
                 reset,
             ),
             _ => (
                 Reason::InFlight,
                 format!(
-                    "{} requests in flight is the limit",
-                    key.max_in_flight.unwrap_or(0)
+                    "{} in flight is the limit",
+                    super::requests(key.max_in_flight.unwrap_or(0))
                 ),
                 1,
             ),
@@ -373,9 +384,9 @@ impl Grant<'_> {
             want,
         };
         let v = verdict(store, op, Verdict::tokens).await;
-        let Some((_, st)) = gov.key(self.key) else {
+        if gov.key(self.key).is_none() {
             return Ok(());
-        };
+        }
         let v = match v {
             Ok(v) => v,
             Err(_) => {
@@ -384,7 +395,7 @@ impl Grant<'_> {
                     return Err(unavailable());
                 }
                 store.fell_back(false);
-                self.reserve_local(want, st.share.tpm.unwrap_or(0), headers)?;
+                self.reserve_local(want, limit, headers)?;
                 self.tokens_local = true;
                 gov.metrics.request(self.key, route);
                 return Ok(());
@@ -404,12 +415,9 @@ impl Grant<'_> {
             return Err(tpm_refusal(&key.name, want, limit, reset));
         }
         self.shared_tokens = Some((w, want));
-        // this shard's own window too (reconciled on drop like a local reservation)
-        self.reserved = st
-            .tpm
-            .take(Instant::now(), want, u64::MAX)
-            .ok()
-            .map(|g| (g, want));
+        // the process's own window too (reconciled on drop like a local reservation)
+        let c = gov.counters.slot(self.key);
+        self.reserved = Some((c.tpm.charge(gov.counters.now(), want), want));
         gov.metrics.request(self.key, route);
         Ok(())
     }
@@ -439,11 +447,13 @@ impl Grant<'_> {
             return;
         }
         let (cur, _) = script::window(unix_ms());
+        // (hostile usage numbers: clamped to i64, the difference saturating)
+        let int = |n: u64| n.min(i64::MAX as u64) as i64;
         let amount = match window {
-            Some(w) if w == cur => now_is as i64 - was as i64,
+            Some(w) if w == cur => int(now_is).saturating_sub(int(was)),
             // the window turned meanwhile (or the tokens were never in the store): the real
             // amount counts in the current one
-            _ => now_is as i64,
+            _ => int(now_is),
         };
         if amount == 0 {
             return;

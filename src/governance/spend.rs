@@ -22,10 +22,12 @@
 //! shard, at a period rollover, and by `snapshot`/`restore`/`ensure_key` (never on a shard in
 //! steady state).
 //!
-//! Concurrency: requests of one key in flight at once are all admitted against the spend
-//! before any of them is recorded, so a budget can be overshot by the cost of the requests in
-//! flight when it is reached (`max_in_flight` bounds that). A request recorded by another
-//! shard exactly at a period rollover may count in the new period.
+//! Concurrency: a request in flight holds a reservation of its estimated cost
+//! (`KeyLedger::reserve`, one compare-and-swap, admitted while spend + reservations are under
+//! the budget) until its real cost is recorded, so requests racing for a key's last budget
+//! overshoot it by at most one estimate (and by what a request spends over its estimate: one
+//! without an output cap reserves only its prompt). A request recorded by another shard exactly
+//! at a period rollover may count in the new period.
 //!
 //! Keys are identified by **name** (the ledger outlives the keyring's numbering, which the
 //! admin API makes dynamic); a key's `KeyLedger` is found or made with `ensure_key`.
@@ -270,6 +272,8 @@ pub struct KeyLedger {
     previous: AtomicI64,
     /// Nano-USD spent in the current period (all shards, restored rows included).
     spend: AtomicU64,
+    /// Nano-USD reserved by requests in flight (any period; saturating).
+    reserved: AtomicU64,
     entries: Mutex<Vec<Entry>>,
 }
 
@@ -283,6 +287,7 @@ impl KeyLedger {
             until: AtomicI64::new(NO_PERIOD),
             previous: AtomicI64::new(NO_PERIOD),
             spend: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
             entries: Mutex::new(Vec::new()),
         }
     }
@@ -376,7 +381,8 @@ impl KeyLedger {
     }
 
     /// `Some((budget, spent))` when the key has a budget and has spent all of it in the period
-    /// holding `now` (Unix seconds). Nothing is locked or written unless the period rolled.
+    /// holding `now` (Unix seconds), counting what requests in flight reserved. Nothing is
+    /// locked or written unless the period rolled.
     #[inline]
     pub fn over_budget(&self, now: i64) -> Option<(u64, u64)> {
         let budget = self.budget.load(Relaxed);
@@ -384,7 +390,37 @@ impl KeyLedger {
             return None;
         }
         let spent = self.spent(now);
-        (spent >= budget).then_some((budget, spent))
+        let committed = spent.saturating_add(self.reserved.load(Relaxed));
+        (committed >= budget).then_some((budget, spent))
+    }
+
+    /// Reserve `nanos` for a request about to be sent, if spend + reservations are still under
+    /// the budget (`Err((budget, spent))` otherwise); returns what was reserved (no budget:
+    /// nothing). Give it back with `release` once the request's real cost is recorded.
+    pub fn reserve(&self, now: i64, nanos: u64) -> Result<u64, (u64, u64)> {
+        let budget = self.budget.load(Relaxed);
+        if budget == NO_BUDGET {
+            return Ok(0);
+        }
+        let spent = self.spent(now);
+        self.reserved
+            .fetch_update(Relaxed, Relaxed, |r| {
+                (spent.saturating_add(r) < budget).then(|| r.saturating_add(nanos))
+            })
+            .map(|_| nanos)
+            .map_err(|_| (budget, spent))
+    }
+
+    /// Give back a reservation of `nanos` (never below zero).
+    pub fn release(&self, nanos: u64) {
+        let _ = self
+            .reserved
+            .fetch_update(Relaxed, Relaxed, |r| Some(r.saturating_sub(nanos)));
+    }
+
+    /// Nano-USD reserved by requests in flight.
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Relaxed)
     }
 
     /// Shard `shard`'s row for `model` (made on first use). Cache the result: this locks.

@@ -1,7 +1,5 @@
 //! Governance decisions without sockets: identify → admit → check_model → drop.
 
-use std::time::Duration;
-
 use super::*;
 use crate::config::Config;
 use crate::http::head::parse;
@@ -12,7 +10,7 @@ const HEX_TEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15
 fn gov(key_extra: &str) -> Governance {
     let text = format!("[[key]]\nname = \"team-a\"\nkey_sha256 = \"{HEX_TEST}\"\n{key_extra}\n");
     let cfg = Config::parse(&text).unwrap();
-    Governance::new(Keyring::build(&cfg).unwrap(), 0, 1)
+    Governance::new(Keyring::build(&cfg).unwrap(), 0)
 }
 
 /// Four routes (`m0`..`m2`, `gpt-4o-mini` at index 3), the last priced.
@@ -181,8 +179,8 @@ fn model_allow_list_and_tokens_after_the_body() {
         .usage()
         .feed(br#"{"usage":{"prompt_tokens":15,"completion_tokens":5,"total_tokens":20}}"#);
     drop(grant);
-    let (_, st) = g.key(0).unwrap();
-    assert_eq!(st.tpm.used(Instant::now()), 20);
+    let tpm = &g.counters.slot(0).tpm;
+    assert_eq!(tpm.used(g.counters.now()), 20);
     // recorded at the model's price: 15 × 1 µUSD + 5 × 2 µUSD
     assert_eq!(g.usage(0, 3), (15, 5, 25_000));
     let rows = book.snapshot();
@@ -224,7 +222,7 @@ fn model_allow_list_and_tokens_after_the_body() {
     head.status = 502;
     grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
     drop(grant);
-    assert_eq!(st.tpm.used(Instant::now() + Duration::from_millis(1)), 20);
+    assert_eq!(tpm.used(g.counters.now()), 20);
     assert_eq!(
         book.snapshot()[0].requests,
         1,
@@ -233,16 +231,128 @@ fn model_allow_list_and_tokens_after_the_body() {
 }
 
 #[test]
-fn limits_split_across_shards_sum_to_the_limit() {
-    for limit in [1u64, 2, 5, 60, 1001] {
-        for shards in 1..=8usize {
-            let total: u64 = (0..shards).map(|i| share(limit, i, shards)).sum();
-            assert_eq!(total, limit, "{limit} over {shards}");
-            let max = (0..shards).map(|i| share(limit, i, shards)).max().unwrap();
-            let min = (0..shards).map(|i| share(limit, i, shards)).min().unwrap();
-            assert!(max - min <= 1);
-        }
+fn limits_are_per_key_across_the_shards_of_a_process() {
+    // two shards' views of one keyring, sharing the process's counters
+    let text = format!(
+        "[[key]]\nname = \"team-a\"\nkey_sha256 = \"{HEX_TEST}\"\nrpm = 3\nmax_in_flight = 2\n"
+    );
+    let ring = Keyring::build(&Config::parse(&text).unwrap()).unwrap();
+    let counters = std::sync::Arc::new(Counters::new());
+    let a = Governance::new(ring.clone(), 0).with_counters(counters.clone());
+    let b = Governance::new(ring, 1).with_counters(counters);
+    let mut h = Vec::new();
+    let one = a.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap();
+    h.clear();
+    let two = b.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap();
+    let text = String::from_utf8(h.clone()).unwrap();
+    assert!(text.contains("x-ratelimit-limit-requests: 3\r\n"), "{text}");
+    assert!(
+        text.contains("x-ratelimit-remaining-requests: 1\r\n"),
+        "{text}"
+    );
+    // a third in flight on either shard: refused (the limit is the key's, not a shard's)
+    for g in [&a, &b] {
+        h.clear();
+        let e = g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap_err();
+        assert!(e.message.contains("2 requests in flight"), "{e}");
     }
+    drop(one);
+    drop(two);
+    h.clear();
+    drop(b.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap());
+    h.clear();
+    let e = a.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap_err();
+    assert!(e.message.contains("3 requests per minute"), "{e}");
+    // the refused requests gave their in-flight slots back
+    assert_eq!(a.counters.slot(0).in_flight(), 0);
+}
+
+#[test]
+fn one_request_per_minute_says_so() {
+    let g = gov("rpm = 1\nmax_in_flight = 1");
+    let mut h = Vec::new();
+    drop(g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap());
+    let e = g.admit(Caller::Key(0), Gate::Limits, &mut h).unwrap_err();
+    assert!(e.message.contains("1 request per minute is"), "{e}");
+}
+
+#[test]
+fn a_budget_is_reserved_while_requests_are_in_flight() {
+    let rt = routes();
+    let book = std::sync::Arc::new(SpendBook::new());
+    // gpt-4o-mini: 1 µUSD per input token, 2 per output token; a request estimated at
+    // body/4 input + 100 output tokens
+    let g = gov("budget_usd = 0.0005").with_spend(&book, &rt);
+    let r3 = rt.route(3).unwrap();
+    let body = br#"{"model":"gpt-4o-mini","max_tokens":100,"messages":[]}"#;
+    let est = (body.len() as u64 / 4) * 1000 + 100 * 2000;
+    let mut h = Vec::new();
+    // four pass the head at once (nothing is reserved yet), then read their bodies
+    let mut held: Vec<Grant<'_>> = (0..4)
+        .map(|_| {
+            g.admit(Caller::Key(0), Gate::Limits, &mut h)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let mut refused = Vec::new();
+    held.retain_mut(|grant| {
+        match grant.check_model(&fields(body), r3, Op::Generate, body.len(), &mut h) {
+            Ok(()) => true,
+            Err(e) => {
+                refused.push(e);
+                false
+            }
+        }
+    });
+    // admitted while spend + reservations were under the budget: ceil(500 µUSD / estimate)
+    assert_eq!(
+        held.len() as u64,
+        500_000u64.div_ceil(est),
+        "estimate {est}"
+    );
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].status(), 429);
+    assert!(
+        refused[0].message.contains("reserved the rest"),
+        "{}",
+        refused[0]
+    );
+    let l = book.get("team-a").unwrap();
+    assert_eq!(l.reserved(), est * held.len() as u64);
+    // the head refuses too while they are in flight
+    assert!(g.admit(Caller::Key(0), Gate::Limits, &mut h).is_err());
+    // each ends having cost less than its estimate (50 output tokens): spend recorded, the
+    // reservation given back
+    for mut grant in held {
+        let mut head = crate::upstream::ResponseHead {
+            status: 200,
+            framing: crate::upstream::RespFraming::Length(0),
+            keep_alive: true,
+            content_type: Vec::new(),
+            forward: Vec::new(),
+        };
+        grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
+        grant
+            .usage()
+            .feed(br#"{"usage":{"prompt_tokens":0,"completion_tokens":50,"total_tokens":50}}"#);
+    }
+    assert_eq!(l.reserved(), 0);
+    assert_eq!(
+        l.spent(spend::unix_now()),
+        100_000 * 500_000u64.div_ceil(est)
+    );
+    // a failed request gives its reservation back without spending
+    let mut grant = g
+        .admit(Caller::Key(0), Gate::Limits, &mut h)
+        .unwrap()
+        .unwrap();
+    grant
+        .check_model(&fields(body), r3, Op::Generate, body.len(), &mut h)
+        .unwrap();
+    assert_eq!(l.reserved(), est);
+    drop(grant);
+    assert_eq!(l.reserved(), 0);
 }
 
 #[test]
@@ -263,7 +373,7 @@ fn a_directory_change_visits_only_the_slots_it_set() {
             .unwrap();
         secrets.push(s);
     }
-    let g = Governance::follow(reg.directory(), true, 0, 2);
+    let g = Governance::follow(reg.directory(), true, 0);
     assert_eq!(g.installed.get(), 3_000, "the first view: every slot");
     let bearer = |s: &str| format!("Authorization: Bearer {s}");
     assert_eq!(caller(&g, &bearer(&secrets[2_999])), Caller::Key(2_999));

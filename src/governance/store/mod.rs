@@ -438,7 +438,7 @@ impl Store {
             let then = if self.s.closed {
                 "refusing requests of limited keys with 503 until it is back (on_store_error = \"closed\")"
             } else {
-                "limits are per process (split across shards) until it is back (on_store_error = \"local\")"
+                "limits are per process until it is back (on_store_error = \"local\")"
             };
             crate::log::info(format_args!(
                 "shard {shard}: limit store {url} unavailable ({}); {then}",
