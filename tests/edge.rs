@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::*;
 use ringgate::mock::Profile;
 
-fn each_driver(f: impl Fn(&str)) {
-    for d in DRIVERS {
-        f(d);
+fn each_driver(f: impl Fn(Variant)) {
+    for v in variants() {
+        f(v);
     }
 }
 
@@ -53,7 +53,12 @@ fn foreign_origin_is_refused_in_the_clients_dialect() {
         assert_eq!(r.json()["type"], "error", "{d}: Anthropic shape");
         assert_eq!(r.json()["error"]["type"], "permission_error", "{d}");
         // Nothing reached the upstream; the gateway still serves SDK traffic (no Origin).
-        assert_eq!(metric(gw.addr, "ringgate_upstream_idle_connections"), 0);
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_idle_connections",
+            0,
+            "nothing reached the upstream",
+        );
         let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
         assert_eq!(r.status, 200, "{d}: {}", r.text());
     });
@@ -213,7 +218,7 @@ fn bare_lf_head_is_a_400_and_the_connection_closes() {
 }
 #[test]
 fn health_endpoints_answer_at_the_connection_cap() {
-    each_driver(|d| {
+    one_shard(MAX_CONNECTIONS_SPLIT).for_each(|d| {
         let gw = Stack::with_server(Profile::Instant, d, "max_connections = 4", "");
         // fill the cap with idle keep-alive connections (each served one request)
         let mut idle = Vec::new();

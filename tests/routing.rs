@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{connect, get, read_response, request, Response, DRIVERS};
+use common::{connect, get, read_response, request, variants, Response, Variant, SHARDS};
 use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
 use ringgate::mock::fault::{Fault, Plan, Rule};
@@ -28,26 +28,29 @@ use ringgate::mock::{text, Profile};
 /// Tokens each request asks for.
 const N: u32 = 5;
 
-/// Run `f` once per driver, the drivers concurrently.
-fn both(f: impl Fn(&str) + Sync) {
-    thread::scope(|s| {
-        let hs: Vec<_> = DRIVERS
-            .iter()
-            .map(|d| {
-                let f = &f;
-                s.spawn(move || f(d))
-            })
-            .collect();
-        for h in hs {
-            if let Err(e) = h.join() {
-                std::panic::resume_unwind(e);
+/// Run `f` once per variant (driver × shard count): for each shard count, the drivers
+/// concurrently.
+fn both(f: impl Fn(Variant) + Sync) {
+    for shards in SHARDS {
+        thread::scope(|s| {
+            let hs: Vec<_> = variants()
+                .filter(|v| v.shards == shards)
+                .map(|v| {
+                    let f = &f;
+                    s.spawn(move || f(v))
+                })
+                .collect();
+            for h in hs {
+                if let Err(e) = h.join() {
+                    std::panic::resume_unwind(e);
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// A mock upstream answering normally, or with `fault` on every request.
-fn mock(driver: &str, fault: Option<&str>) -> MockServer {
+fn mock(driver: Variant, fault: Option<&str>) -> MockServer {
     let plan = Plan {
         rules: fault
             .map(|f| vec![Rule::always(Fault::parse(f).unwrap())])
@@ -204,7 +207,7 @@ struct Up {
 }
 
 impl Up {
-    fn new(driver: &str, fault: Option<&str>) -> Up {
+    fn new(driver: Variant, fault: Option<&str>) -> Up {
         Up {
             mock: Some(mock(driver, fault)),
             counter: None,
@@ -212,7 +215,7 @@ impl Up {
         }
     }
 
-    fn counted(driver: &str, fault: Option<&str>) -> Up {
+    fn counted(driver: Variant, fault: Option<&str>) -> Up {
         let mut u = Up::new(driver, fault);
         u.counter = u.mock.as_ref().map(|m| Counter::new(m.addr));
         u
@@ -244,12 +247,13 @@ struct Net {
 impl Net {
     /// `providers`: (name, kind, upstream); `routing`: lines of `[routing]`; `models`: the
     /// `[[model]]` tables.
-    fn start(driver: &str, routing: &str, providers: Vec<(&str, &str, Up)>, models: &str) -> Net {
+    fn start(v: Variant, routing: &str, providers: Vec<(&str, &str, Up)>, models: &str) -> Net {
+        let Variant { driver, shards } = v;
         let mut text = format!(
             r#"
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 pin = false
 driver = "{driver}"
 
@@ -372,7 +376,7 @@ fn attempts(r: &Response) -> u32 {
 }
 
 /// A complete, correct non-stream Chat answer.
-fn assert_answer(r: &Response, what: &str) {
+fn assert_answer(r: &Response, what: impl std::fmt::Display) {
     assert_eq!(r.status, 200, "{what}: {}", r.text());
     assert_eq!(
         r.json()["choices"][0]["message"]["content"],
