@@ -300,12 +300,28 @@ total_timeout_ms = 10000
             .sum()
     }
 
-    /// `ringgate_upstream_attempts_total` of deployment `label` (`provider/upstream_model`).
-    fn attempts(&self, label: &str) -> u64 {
-        self.metric(
-            "ringgate_upstream_attempts_total",
-            &format!("deployment=\"{label}\""),
-        )
+    /// Poll `metric(name, label)` until it equals `want`, for up to 10 s: at more than one shard
+    /// a scrape has the other shards' numbers as they last published them (once a second).
+    fn wait_metric(&self, name: &str, label: &str, want: u64, what: impl std::fmt::Display) {
+        let t0 = Instant::now();
+        loop {
+            let got = self.metric(name, label);
+            if got == want {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{what}: {name} {{{label}}} = {got}, want {want}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `ringgate_upstream_attempts_total` of deployment `label` (`provider/upstream_model`) once
+    /// it equals `want` (as `wait_metric`).
+    fn wait_attempts(&self, label: &str, want: u64, what: impl std::fmt::Display) {
+        let label = format!("deployment=\"{label}\"");
+        self.wait_metric("ringgate_upstream_attempts_total", &label, want, what);
     }
 }
 
@@ -444,8 +460,8 @@ fn weighted_3_to_1_splits_2000_requests_within_5_percent() {
         // The headers, the upstreams and the gateway's metrics agree.
         assert_eq!(net.up(0).requests(), a, "{d}");
         assert_eq!(net.up(1).requests(), b, "{d}");
-        assert_eq!(net.attempts("a/gpt-4o-mini"), a, "{d}");
-        assert_eq!(net.attempts("b/gpt-4o-mini"), b, "{d}");
+        net.wait_attempts("a/gpt-4o-mini", a, d);
+        net.wait_attempts("b/gpt-4o-mini", b, d);
     });
 }
 
@@ -494,11 +510,16 @@ fn a_deployment_answering_500_gets_failures_plus_probes_while_clients_see_200() 
             "{d}: every failed attempt was retried on b"
         );
         assert_eq!(net.up(1).requests(), n, "{d}");
-        assert_eq!(net.attempts("a/gpt-4o-mini"), hit, "{d}");
-        assert!(
-            net.metric("ringgate_breaker_opens_total", "deployment=\"a/") >= 1,
-            "{d}"
-        );
+        net.wait_attempts("a/gpt-4o-mini", hit, d);
+        // (polled: at two shards the other shard's count shows once it published)
+        let t0 = Instant::now();
+        while net.metric("ringgate_breaker_opens_total", "deployment=\"a/") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{d}: no breaker opened"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
     });
 }
 
@@ -531,11 +552,7 @@ fn a_429_with_retry_after_fails_over_and_cools_the_key() {
             thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(net.up(0).requests(), 1, "{d}: a was touched while cooling");
-        assert_eq!(
-            net.metric("ringgate_key_cooldowns_total", "provider=\"a\""),
-            1,
-            "{d}"
-        );
+        net.wait_metric("ringgate_key_cooldowns_total", "provider=\"a\"", 1, d);
         // Once the cooldown is over, a is tried again (and cools again).
         thread::sleep(Duration::from_millis(2200).saturating_sub(t0.elapsed()));
         for _ in 0..2 {
@@ -583,13 +600,11 @@ fn a_stalled_deployment_fails_over_after_the_first_byte_timeout() {
         }
         eprintln!("{d}: stall → failover after first_byte_timeout {TIMEOUT_MS} ms: {lat:?}");
         assert_eq!(lat.len(), 3, "{d}");
-        assert_eq!(
-            net.metric(
-                "ringgate_upstream_failures_total",
-                "reason=\"first-byte-timeout\""
-            ),
+        net.wait_metric(
+            "ringgate_upstream_failures_total",
+            "reason=\"first-byte-timeout\"",
             3,
-            "{d}"
+            d,
         );
     });
 }
@@ -637,10 +652,11 @@ upstream_model = "claude-3-5-haiku-latest"
             (2, 2, 2),
             "{d}"
         );
-        assert_eq!(
-            net.metric("ringgate_fallbacks_total", "fallback=\"claude-haiku\""),
+        net.wait_metric(
+            "ringgate_fallbacks_total",
+            "fallback=\"claude-haiku\"",
             2,
-            "{d}"
+            "{d}",
         );
     });
 }
@@ -684,7 +700,7 @@ fn a_stream_cut_mid_way_ends_with_an_error_event_and_is_not_retried() {
         );
         assert_eq!(net.up(0).requests(), 1, "{d}");
         assert_eq!(net.up(1).requests(), 0, "{d}: the cut stream was retried");
-        assert_eq!(net.attempts("b/gpt-4o-mini"), 0, "{d}");
+        net.wait_attempts("b/gpt-4o-mini", 0, d);
     });
 }
 
@@ -717,7 +733,7 @@ deployments = [{ provider = "slow" }, { provider = "fast" }]
         let share = slow as f64 / 400.0;
         eprintln!("{d}: p2c, slow-first-byte=50 vs 0: slow got {slow}/400 ({share:.3})");
         assert!(share < 0.25, "{d}: slow share {share}");
-        assert_eq!(net.attempts("slow/gpt-4o-mini"), slow, "{d}");
+        net.wait_attempts("slow/gpt-4o-mini", slow, d);
     });
 }
 

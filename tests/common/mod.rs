@@ -364,8 +364,9 @@ pub fn sse_content(body: &[u8]) -> (String, usize, bool) {
 }
 
 /// The sum, in one scrape of `/metrics`, of the series `selector` names: `family` (every series
-/// of it) or `family{k="v",...}` (those whose labels include these; a trailing `{` alone is the
-/// family). Summed over shards unless the selector names a `shard`.
+/// of it) or `family{k="v",...}` (those with a label starting with each of these: `k="v"` is
+/// that label, `k=` any value of it; a trailing `{` alone is the family). Summed over shards
+/// unless the selector names a `shard`.
 ///
 /// At more than one shard a scrape has the other shards' numbers as they last published them
 /// (once a second): assert on counts with `wait_metric` / `metric_until`, not on one scrape.
@@ -390,7 +391,7 @@ pub fn metric_in(scrape: &str, selector: &str) -> u64 {
                 None => (series, ""),
             };
             let have: Vec<&str> = labels.split(',').collect();
-            (name == family && want.iter().all(|w| have.contains(w)))
+            (name == family && want.iter().all(|w| have.iter().any(|h| h.starts_with(w))))
                 .then(|| value.parse::<u64>().ok())?
         })
         .sum()
