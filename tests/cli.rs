@@ -22,10 +22,16 @@ struct Served {
 }
 
 impl Served {
-    fn start(shards: usize, args: &[&str]) -> Served {
+    /// `ringgate serve` on port 0 with `args` (one shard unless they say `--shards`).
+    fn start(args: &[&str]) -> Served {
+        let one = if args.contains(&"--shards") {
+            &[][..]
+        } else {
+            &["--shards", "1"][..]
+        };
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--shards"])
-            .arg(shards.to_string())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(one)
             .args(args)
             .env_remove("OPENAI_API_KEY")
             .env_remove("RINGGATE_CONFIG")
@@ -100,7 +106,7 @@ fn sighup_without_a_config_file_keeps_serving() {
 
 fn sighup_without_a_config_file_keeps_serving_at(shards: usize) {
     // the built-in config: SIGHUP reloads (tests/reload.rs), but there is no file to read
-    let mut s = Served::start(shards, &[]);
+    let mut s = Served::start(&["--shards", &shards.to_string()]);
     assert_eq!(request(s.addr, &get("/healthz")).status, 200);
     s.signal("-HUP");
     assert!(

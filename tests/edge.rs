@@ -292,14 +292,15 @@ fn idle_connections_give_their_buffers_back_and_keep_serving() {
 #[test]
 fn absolute_form_targets_are_served_and_held_to_the_host_rule() {
     each_driver(|d| {
-        for shards in [1, 2] {
+        // (each_driver yields both shard counts)
+        for shards in [d.shards] {
             let cfg = format!(
                 r#"
 [server]
 listen = "127.0.0.1:0"
 shards = {shards}
 pin = false
-driver = "{d}"
+driver = "{}"
 
 [[provider]]
 name = "local"
@@ -309,7 +310,8 @@ base_url = "http://{{mock}}/v1"
 [[model]]
 name = "gpt-4o-mini"
 provider = "local"
-"#
+"#,
+                d.driver
             );
             let gw = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
             let port = gw.addr.port();

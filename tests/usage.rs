@@ -620,9 +620,7 @@ fn hostile_usage_numbers_are_absent_or_exact_and_spend_never_runs_backwards() {
     for d in DRIVERS {
         for shards in [1, 2] {
             let up = hostile_usage_upstream();
-            let cfg = config(d, "")
-                .replace("shards = 1", &format!("shards = {shards}"))
-                .replace("{mock}", &up.to_string());
+            let cfg = config(Variant { driver: d, shards }, "").replace("{mock}", &up.to_string());
             let st = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
             let paths = |v: &str| {
                 let m = format!(r#"[{{"role":"user","content":"usage={v}"}}]"#);
