@@ -1,26 +1,44 @@
 //! Minimal line logger to stderr with a timestamp. Bounded by construction: callers on hot
 //! paths must rate-limit (see `admit`), this module never queues.
 //!
-//! Owns: the log line format and `RateLimited`, the per-shard line limiter for events that can
-//! repeat at request rate (upstream failures). Must not: buffer, allocate per call beyond
-//! formatting, or block on anything but the stderr write.
+//! Owns: the log line format, the optional process-wide sink that replaces stderr (`set_sink`,
+//! for test harnesses that capture output per test), and `RateLimited`, the per-shard line
+//! limiter for events that can repeat at request rate (upstream failures). Must not: buffer,
+//! allocate per call beyond formatting, or block on anything but the stderr write (or the sink).
 
 use std::cell::Cell;
 use std::fmt::Arguments;
 use std::io::Write;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where lines go instead of stderr, when set (one line per call, without its newline).
+static SINK: OnceLock<fn(Arguments<'_>)> = OnceLock::new();
+
+/// Send every later log line of this process to `sink` instead of stderr. The first call wins;
+/// later ones are ignored. The server never calls it: it is for embedders such as the
+/// integration tests, whose sink prints with `eprintln!` so the harness shows a gateway's log
+/// only for a failing test.
+pub fn set_sink(sink: fn(Arguments<'_>)) {
+    let _ = SINK.set(sink);
+}
 
 pub fn info(args: Arguments<'_>) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
+    let (secs, millis) = (now.as_secs(), now.subsec_millis());
+    if cfg!(test) {
+        // the unit tests' lines go through the harness's capture (shown for a failing test)
+        eprintln!("{secs}.{millis:03} ringgate: {args}");
+        return;
+    }
+    if let Some(sink) = SINK.get() {
+        sink(format_args!("{secs}.{millis:03} ringgate: {args}"));
+        return;
+    }
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(
-        err,
-        "{}.{:03} ringgate: {args}",
-        now.as_secs(),
-        now.subsec_millis()
-    );
+    let _ = writeln!(err, "{secs}.{millis:03} ringgate: {args}");
 }
 
 /// At most `per_window` lines per one-second window; the lines over that are counted and the

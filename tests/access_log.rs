@@ -43,9 +43,10 @@ fn key_entry() -> String {
     format!("\n[[key]]\nname = \"team-a\"\nkey_sha256 = \"{hex}\"\n")
 }
 
-fn gateway_logging_to(upstream: SocketAddr, driver: &str, access: &str) -> gateway::Running {
+fn gateway_logging_to(upstream: SocketAddr, v: Variant, access: &str) -> gateway::Running {
+    let Variant { driver, shards } = v;
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{driver}\"\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n\
          [log]\naccess = \"{access}\"\n\
          [[provider]]\nname = \"local\"\nkind = \"openai\"\nbase_url = \"http://{upstream}/v1\"\n\
          [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\n{}",
@@ -62,7 +63,7 @@ fn lines_of(text: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
-    for driver in DRIVERS {
+    for driver in variants() {
         let mock = start_mock(Profile::Instant, driver);
         let dir =
             std::env::temp_dir().join(format!("rg-accesslog-{}-{driver}", std::process::id()));
@@ -71,6 +72,9 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         let _ = std::fs::remove_file(&path);
         let gw = gateway_logging_to(mock.addr, driver, path.to_str().unwrap());
         let auth = format!("Authorization: Bearer {SECRET}\r\n");
+        // every request's id, in order (at two shards the shards' lines interleave in the file)
+        let mut ids: Vec<String> = Vec::new();
+        let mut id_of = |r: &Response| ids.push(r.header("x-request-id").unwrap().to_string());
 
         // 1: the client's id is kept
         let r = request(
@@ -83,6 +87,7 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         );
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         assert_eq!(r.header("x-request-id"), Some("client-id_1.a:b"));
+        id_of(&r);
         // 2: an unacceptable one is replaced
         let r = request(
             gw.addr,
@@ -94,7 +99,8 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         );
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         let replaced = r.header("x-request-id").unwrap().to_string();
-        assert!(replaced.starts_with("rg-0-"), "{replaced}");
+        id_of(&r);
+        assert!(is_gateway_id(&replaced, driver), "{replaced}");
         let long = "y".repeat(65);
         let r = request(
             gw.addr,
@@ -105,7 +111,8 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
             ),
         );
         let too_long = r.header("x-request-id").unwrap().to_string();
-        assert!(too_long.starts_with("rg-0-"), "{too_long}");
+        id_of(&r);
+        assert!(is_gateway_id(&too_long, driver), "{too_long}");
         // 4: none sent: generated; ids differ
         let r = request(
             gw.addr,
@@ -117,7 +124,8 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         );
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         let generated = r.header("x-request-id").unwrap().to_string();
-        assert!(generated.starts_with("rg-0-") && generated != replaced);
+        id_of(&r);
+        assert!(is_gateway_id(&generated, driver) && generated != replaced);
         // 5: errors carry one too: no key (401), unknown model (404), unknown path (404)
         let r = request(
             gw.addr,
@@ -125,6 +133,7 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         );
         assert_eq!(r.status, 401);
         let unauth_id = r.header("x-request-id").unwrap().to_string();
+        id_of(&r);
         let r = request(
             gw.addr,
             &post_with(
@@ -141,15 +150,18 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
                 .count(),
             1
         );
+        id_of(&r);
         let r = request(gw.addr, &get("/nowhere"));
         assert_eq!(r.status, 404);
-        assert!(r.header("x-request-id").is_some());
+        id_of(&r);
         // 8: a head that does not parse still gets an id
         let r = request(gw.addr, b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
         assert_eq!(r.status, 400);
-        assert!(r.header("x-request-id").is_some());
+        id_of(&r);
         let sent = 8;
-        let m = request(gw.addr, &get("/metrics")).text();
+        let r = request(gw.addr, &get("/metrics"));
+        id_of(&r);
+        let m = r.text();
         assert!(m.contains("\nringgate_access_log_dropped_total 0\n"), "{m}");
 
         gw.stop();
@@ -159,6 +171,14 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
         let lines = lines_of(&text);
         // the scrape is a request too
         assert_eq!(lines.len(), sent + 1, "{driver}:\n{text}");
+        let lines: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let l = lines.iter().find(|l| l["request_id"] == id.as_str());
+                l.unwrap_or_else(|| panic!("{driver}: no line for {id}:\n{text}"))
+                    .clone()
+            })
+            .collect();
         for l in &lines {
             for f in [
                 "time",
@@ -227,6 +247,10 @@ fn file_mode_one_json_line_per_request_with_ids_and_no_secrets() {
 /// with no `[log]` section nothing is written to stdout.
 #[test]
 fn stdout_mode_from_the_binary_and_off_by_default() {
+    common::shard_counts().for_each(stdout_mode_from_the_binary_and_off_by_default_at);
+}
+
+fn stdout_mode_from_the_binary_and_off_by_default_at(shards: usize) {
     let mock = start_mock(Profile::Instant, "epoll");
     let dir = std::env::temp_dir().join(format!("rg-accesslog-bin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -235,7 +259,7 @@ fn stdout_mode_from_the_binary_and_off_by_default() {
         std::fs::write(
             &cfg,
             format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\n{log}\
+                "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\n{log}\
                  [[provider]]\nname = \"local\"\nkind = \"openai\"\nbase_url = \"http://{}/v1\"\n\
                  [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\n",
                 mock.addr
@@ -301,8 +325,10 @@ fn stdout_mode_from_the_binary_and_off_by_default() {
         if name == "on" {
             let lines = lines_of(&out.join("\n"));
             assert_eq!(lines.len(), 2, "{out:?}");
-            assert_eq!(lines[0]["stream"], false);
-            assert_eq!(lines[1]["stream"], true);
+            // in either order: at two shards each shard writes its own lines
+            let mut streams: Vec<bool> = lines.iter().map(|l| l["stream"] == true).collect();
+            streams.sort();
+            assert_eq!(streams, [false, true], "{out:?}");
             assert!(lines
                 .iter()
                 .all(|l| l["key"].is_null() && l["status"] == 200));

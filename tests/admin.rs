@@ -215,8 +215,16 @@ fn chat(addr: SocketAddr, key: &str) -> u16 {
 
 #[test]
 fn every_admin_request_needs_the_token_and_errors_are_json() {
+    common::shard_counts().for_each(every_admin_request_needs_the_token_and_errors_are_json_at);
+}
+
+fn every_admin_request_needs_the_token_and_errors_are_json_at(shards: usize) {
     let dir = Dir::new("token");
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", ADMIN, "instant"), Some(TOKEN));
+    let gw = Gw::start(
+        &dir,
+        &config(&dir.0, shards, "", ADMIN, "instant"),
+        Some(TOKEN),
+    );
     let a = gw.admin();
     for token in [None, Some("wrong"), Some(&TOKEN[..TOKEN.len() - 1])] {
         for (m, p) in [
@@ -267,8 +275,13 @@ fn every_admin_request_needs_the_token_and_errors_are_json() {
 
 #[test]
 fn without_a_token_on_loopback_the_admin_api_is_401_and_metrics_are_served() {
+    common::shard_counts()
+        .for_each(without_a_token_on_loopback_the_admin_api_is_401_and_metrics_are_served_at);
+}
+
+fn without_a_token_on_loopback_the_admin_api_is_401_and_metrics_are_served_at(shards: usize) {
     let dir = Dir::new("notoken");
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", ADMIN, "instant"), None);
+    let gw = Gw::start(&dir, &config(&dir.0, shards, "", ADMIN, "instant"), None);
     let r = admin_req(gw.admin(), "GET", "/admin/keys", Some("anything"), "");
     assert_eq!(r.status, 401);
     assert!(r.text().contains("RINGGATE_ADMIN_TOKEN"), "{}", r.text());
@@ -280,9 +293,14 @@ fn without_a_token_on_loopback_the_admin_api_is_401_and_metrics_are_served() {
 
 #[test]
 fn a_non_loopback_admin_address_without_a_token_refuses_to_start() {
+    common::shard_counts()
+        .for_each(a_non_loopback_admin_address_without_a_token_refuses_to_start_at);
+}
+
+fn a_non_loopback_admin_address_without_a_token_refuses_to_start_at(shards: usize) {
     let dir = Dir::new("exposed");
     let admin = "[admin]\nlisten = \"0.0.0.0:0\"\n";
-    let err = Gw::try_start(&dir, &config(&dir.0, 1, "", admin, "instant"), None)
+    let err = Gw::try_start(&dir, &config(&dir.0, shards, "", admin, "instant"), None)
         .err()
         .unwrap();
     assert!(err.starts_with("exit Some(1)"), "{err}");
@@ -292,7 +310,11 @@ fn a_non_loopback_admin_address_without_a_token_refuses_to_start() {
         "{err}"
     );
     // with a token it starts
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", admin, "instant"), Some(TOKEN));
+    let gw = Gw::start(
+        &dir,
+        &config(&dir.0, shards, "", admin, "instant"),
+        Some(TOKEN),
+    );
     let a = SocketAddr::from(([127, 0, 0, 1], gw.admin().port()));
     assert_eq!(
         admin_req(a, "GET", "/admin/keys", Some(TOKEN), "").status,
@@ -372,8 +394,16 @@ fn a_key_made_at_runtime_works_at_once_and_is_listed_without_its_secret() {
 
 #[test]
 fn patched_limits_take_effect_on_the_next_request() {
+    common::shard_counts().for_each(patched_limits_take_effect_on_the_next_request_at);
+}
+
+fn patched_limits_take_effect_on_the_next_request_at(shards: usize) {
     let dir = Dir::new("patch");
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", ADMIN, "instant"), Some(TOKEN));
+    let gw = Gw::start(
+        &dir,
+        &config(&dir.0, shards, "", ADMIN, "instant"),
+        Some(TOKEN),
+    );
     let (_, secret) = create(&gw, r#"{"name":"team-b"}"#);
     let patch = |body: &str| {
         let r = admin_req(gw.admin(), "PATCH", "/admin/keys/team-b", Some(TOKEN), body);
@@ -543,6 +573,10 @@ fn a_restart_with_the_same_state_dir_keeps_runtime_keys() {
 
 #[test]
 fn config_keys_are_listed_revocable_and_not_patchable() {
+    common::shard_counts().for_each(config_keys_are_listed_revocable_and_not_patchable_at);
+}
+
+fn config_keys_are_listed_revocable_and_not_patchable_at(shards: usize) {
     let dir = Dir::new("cfgkeys");
     let secret = "rg-config-key-secret-0123456789abcdef";
     let hex: String = ringgate::governance::keyring::Digest::of(secret.as_bytes())
@@ -551,7 +585,7 @@ fn config_keys_are_listed_revocable_and_not_patchable() {
         .map(|b| format!("{b:02x}"))
         .collect();
     let keys = format!("\n[[key]]\nname = \"from-file\"\nkey_sha256 = \"{hex}\"\nrpm = 50\n");
-    let cfg = config(&dir.0, 1, "", ADMIN, "instant") + &keys;
+    let cfg = config(&dir.0, shards, "", ADMIN, "instant") + &keys;
     let gw = Gw::start(&dir, &cfg, Some(TOKEN));
     let r = admin_req(gw.admin(), "GET", "/admin/keys/from-file", Some(TOKEN), "");
     assert_eq!(
@@ -587,9 +621,18 @@ fn config_keys_are_listed_revocable_and_not_patchable() {
 
 #[test]
 fn drain_turns_readyz_503_lets_the_stream_finish_and_stops_accepting() {
+    common::shard_counts()
+        .for_each(drain_turns_readyz_503_lets_the_stream_finish_and_stops_accepting_at);
+}
+
+fn drain_turns_readyz_503_lets_the_stream_finish_and_stops_accepting_at(shards: usize) {
     let dir = Dir::new("drain");
     // `paced`: one delta every 20 ms, so a 40-token stream runs ~0.8 s
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", ADMIN, "paced"), Some(TOKEN));
+    let gw = Gw::start(
+        &dir,
+        &config(&dir.0, shards, "", ADMIN, "paced"),
+        Some(TOKEN),
+    );
     let body = r#"{"model":"gpt-4o-mini","stream":true,"max_tokens":40,"messages":[{"role":"user","content":"hi"}]}"#;
     let main = gw.main;
     let stream = std::thread::spawn(move || request(main, &post("/v1/chat/completions", body)));
@@ -634,8 +677,14 @@ fn drain_turns_readyz_503_lets_the_stream_finish_and_stops_accepting() {
 
 #[test]
 fn metrics_on_the_main_listener_only_on_loopback_or_when_asked() {
+    common::shard_counts().for_each(metrics_on_the_main_listener_only_on_loopback_or_when_asked_at);
+}
+
+fn metrics_on_the_main_listener_only_on_loopback_or_when_asked_at(shards: usize) {
     let dir = Dir::new("metrics");
-    let public = "[server]\nlisten = \"0.0.0.0:0\"\nauth = \"none\"\nshards = 1\npin = false\n";
+    let public = &format!(
+        "[server]\nlisten = \"0.0.0.0:0\"\nauth = \"none\"\nshards = {shards}\npin = false\n"
+    );
     let models = "[[provider]]\nname = \"mock\"\nkind = \"mock\"\n\n[[model]]\nname = \"m\"\nprovider = \"mock\"\n";
     let gw = Gw::start(&dir, &format!("{public}\n{models}"), None);
     let main = SocketAddr::from(([127, 0, 0, 1], gw.main.port()));
@@ -659,7 +708,7 @@ fn metrics_on_the_main_listener_only_on_loopback_or_when_asked() {
         r.text()
     );
     // loopback: served (the default for the quick start)
-    let gw = Gw::start(&dir, &config(&dir.0, 1, "", "", "instant"), None);
+    let gw = Gw::start(&dir, &config(&dir.0, shards, "", "", "instant"), None);
     assert_eq!(request(gw.main, &get("/metrics")).status, 200);
 }
 

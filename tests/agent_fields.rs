@@ -15,9 +15,10 @@ use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
 use serde_json::{json, Value};
 
-fn gateway(up: std::net::SocketAddr, driver: &str) -> Running {
+fn gateway(up: std::net::SocketAddr, v: Variant) -> Running {
+    let Variant { driver, shards } = v;
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{driver}\"\n"
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n"
     );
     for (kind, model) in [
         ("openai", "to-oa"),
@@ -63,7 +64,7 @@ fn messages_body(model: &str) -> Value {
 
 #[test]
 fn openai_gets_documented_fields_compatible_engines_the_conventions() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d);
         for (i, model) in ["to-oa", "to-compat"].into_iter().enumerate() {
@@ -92,7 +93,7 @@ fn openai_gets_documented_fields_compatible_engines_the_conventions() {
 
 #[test]
 fn chat_and_responses_clients_reach_anthropic_with_markers_and_thinking() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d);
         let cc: Value = serde_json::from_str(CC).unwrap();
@@ -147,7 +148,7 @@ fn chat_and_responses_clients_reach_anthropic_with_markers_and_thinking() {
 
 #[test]
 fn gemini_gets_thinking_config_and_response_schema() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d);
         let chat = json!({"model": "to-ge", "reasoning_effort": "high", "top_k": 8,
@@ -173,7 +174,7 @@ fn gemini_gets_thinking_config_and_response_schema() {
 
 #[test]
 fn what_cannot_be_mapped_is_a_400_in_the_client_dialect() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d);
         let msgs = json!([{"role": "user", "content": "go"}]);

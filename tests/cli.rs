@@ -22,9 +22,16 @@ struct Served {
 }
 
 impl Served {
+    /// `ringgate serve` on port 0 with `args` (one shard unless they say `--shards`).
     fn start(args: &[&str]) -> Served {
+        let one = if args.contains(&"--shards") {
+            &[][..]
+        } else {
+            &["--shards", "1"][..]
+        };
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--shards", "1"])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(one)
             .args(args)
             .env_remove("OPENAI_API_KEY")
             .env_remove("RINGGATE_CONFIG")
@@ -94,8 +101,12 @@ impl Drop for Served {
 
 #[test]
 fn sighup_without_a_config_file_keeps_serving() {
+    common::shard_counts().for_each(sighup_without_a_config_file_keeps_serving_at);
+}
+
+fn sighup_without_a_config_file_keeps_serving_at(shards: usize) {
     // the built-in config: SIGHUP reloads (tests/reload.rs), but there is no file to read
-    let mut s = Served::start(&[]);
+    let mut s = Served::start(&["--shards", &shards.to_string()]);
     assert_eq!(request(s.addr, &get("/healthz")).status, 200);
     s.signal("-HUP");
     assert!(

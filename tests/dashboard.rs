@@ -86,6 +86,10 @@ fn promtool(args: &[&str]) -> Option<std::process::Output> {
 
 #[test]
 fn dashboard_names_only_exported_families_and_its_queries_parse() {
+    one_driver("epoll").for_each(dashboard_names_only_exported_families_and_its_queries_parse_at);
+}
+
+fn dashboard_names_only_exported_families_and_its_queries_parse_at(v: Variant) {
     let text = std::fs::read_to_string(repo("ops/grafana/ringgate.json")).unwrap();
     let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(dash["uid"], "ringgate");
@@ -118,7 +122,7 @@ fn dashboard_names_only_exported_families_and_its_queries_parse() {
         .collect();
     let stack = Stack::new(
         Profile::Instant,
-        "epoll",
+        v,
         &format!("\n[[key]]\nname = \"dash\"\nkey_sha256 = \"{hex}\"\n"),
     );
     let body =

@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::*;
 use ringgate::mock::Profile;
 
-fn each_driver(f: impl Fn(&str)) {
-    for d in DRIVERS {
-        f(d);
+fn each_driver(f: impl Fn(Variant)) {
+    for v in variants() {
+        f(v);
     }
 }
 
@@ -53,7 +53,12 @@ fn foreign_origin_is_refused_in_the_clients_dialect() {
         assert_eq!(r.json()["type"], "error", "{d}: Anthropic shape");
         assert_eq!(r.json()["error"]["type"], "permission_error", "{d}");
         // Nothing reached the upstream; the gateway still serves SDK traffic (no Origin).
-        assert_eq!(metric(gw.addr, "ringgate_upstream_idle_connections"), 0);
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_idle_connections",
+            0,
+            "nothing reached the upstream",
+        );
         let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
         assert_eq!(r.status, 200, "{d}: {}", r.text());
     });
@@ -213,7 +218,7 @@ fn bare_lf_head_is_a_400_and_the_connection_closes() {
 }
 #[test]
 fn health_endpoints_answer_at_the_connection_cap() {
-    each_driver(|d| {
+    one_shard(MAX_CONNECTIONS_SPLIT).for_each(|d| {
         let gw = Stack::with_server(Profile::Instant, d, "max_connections = 4", "");
         // fill the cap with idle keep-alive connections (each served one request)
         let mut idle = Vec::new();
@@ -287,14 +292,15 @@ fn idle_connections_give_their_buffers_back_and_keep_serving() {
 #[test]
 fn absolute_form_targets_are_served_and_held_to_the_host_rule() {
     each_driver(|d| {
-        for shards in [1, 2] {
+        // (each_driver yields both shard counts)
+        for shards in [d.shards] {
             let cfg = format!(
                 r#"
 [server]
 listen = "127.0.0.1:0"
 shards = {shards}
 pin = false
-driver = "{d}"
+driver = "{}"
 
 [[provider]]
 name = "local"
@@ -304,7 +310,8 @@ base_url = "http://{{mock}}/v1"
 [[model]]
 name = "gpt-4o-mini"
 provider = "local"
-"#
+"#,
+                d.driver
             );
             let gw = Stack::with_config(start_mock(Profile::Instant, d), &cfg);
             let port = gw.addr.port();
@@ -410,16 +417,17 @@ fn ends(s: &mut std::net::TcpStream) -> bool {
 /// requests got 503 while `/healthz` stayed 200.
 #[test]
 fn idle_connections_do_not_starve_keyed_clients() {
-    for shards in [1, 2] {
-        each_driver(|d| {
-            let mock = start_mock(Profile::Instant, d);
-            let cfg = format!(
-                r#"
+    // (each_driver yields both shard counts)
+    each_driver(|d| {
+        let shards = d.shards;
+        let mock = start_mock(Profile::Instant, d);
+        let cfg = format!(
+            r#"
 [server]
 listen = "127.0.0.1:0"
 shards = {shards}
 pin = false
-driver = "{d}"
+driver = "{}"
 max_connections_per_address = 100
 first_request_timeout_ms = 2000
 
@@ -439,61 +447,61 @@ provider = "local"
 name = "k"
 key_sha256 = "{}"
 "#,
-                key_hex()
-            );
-            let gw = Stack::with_config(mock, &cfg);
-            let chat = keyed(&post("/v1/chat/completions", CHAT));
-            // a keyed client, connected before the flood
-            let mut client = connect(gw.addr);
-            let mut buf = Vec::new();
+            d.driver,
+            key_hex()
+        );
+        let gw = Stack::with_config(mock, &cfg);
+        let chat = keyed(&post("/v1/chat/completions", CHAT));
+        // a keyed client, connected before the flood
+        let mut client = connect(gw.addr);
+        let mut buf = Vec::new();
+        client.write_all(&chat).unwrap();
+        assert_eq!(read_response(&mut client, &mut buf).unwrap().status, 200);
+        // the per-address cap
+        let one = [127, 0, 2, 1];
+        let mut capped: Vec<_> = (0..100).map(|_| connect_from(one, gw.addr)).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let models = get("/v1/models");
+        let r = request_from(one, gw.addr, &models).map(|r| r.status);
+        assert_eq!(r, Some(503), "{d}/{shards}: the 101st of one address");
+        let r = request_from([127, 0, 2, 2], gw.addr, &models).map(|r| r.status);
+        assert_eq!(
+            r,
+            Some(401),
+            "{d}/{shards}: another address reaches the key check"
+        );
+        // the flood: 2,000 connections that send nothing
+        let mut flood: Vec<_> = (0..2000u32)
+            .map(|i| connect_from([127, 0, 1, 10 + (i % 20) as u8], gw.addr))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..3 {
             client.write_all(&chat).unwrap();
-            assert_eq!(read_response(&mut client, &mut buf).unwrap().status, 200);
-            // the per-address cap
-            let one = [127, 0, 2, 1];
-            let mut capped: Vec<_> = (0..100).map(|_| connect_from(one, gw.addr)).collect();
-            std::thread::sleep(Duration::from_millis(300));
-            let models = get("/v1/models");
-            let r = request_from(one, gw.addr, &models).map(|r| r.status);
-            assert_eq!(r, Some(503), "{d}/{shards}: the 101st of one address");
-            let r = request_from([127, 0, 2, 2], gw.addr, &models).map(|r| r.status);
+            let r = read_response(&mut client, &mut buf).unwrap();
             assert_eq!(
-                r,
-                Some(401),
-                "{d}/{shards}: another address reaches the key check"
+                r.status,
+                200,
+                "{d}/{shards}: keyed request {i}: {}",
+                r.text()
             );
-            // the flood: 2,000 connections that send nothing
-            let mut flood: Vec<_> = (0..2000u32)
-                .map(|i| connect_from([127, 0, 1, 10 + (i % 20) as u8], gw.addr))
-                .collect();
-            std::thread::sleep(Duration::from_millis(300));
-            for i in 0..3 {
-                client.write_all(&chat).unwrap();
-                let r = read_response(&mut client, &mut buf).unwrap();
-                assert_eq!(
-                    r.status,
-                    200,
-                    "{d}/{shards}: keyed request {i}: {}",
-                    r.text()
-                );
+        }
+        // a keyed client's new connection (past the connection share; the few over-cap
+        // probe places may be busy with flood connections for a second: retried)
+        let mut status = Vec::new();
+        for _ in 0..5 {
+            let s = request_from([127, 0, 0, 1], gw.addr, &chat).map_or(0, |r| r.status);
+            status.push(s);
+            if s == 200 {
+                break;
             }
-            // a keyed client's new connection (past the connection share; the few over-cap
-            // probe places may be busy with flood connections for a second: retried)
-            let mut status = Vec::new();
-            for _ in 0..5 {
-                let s = request_from([127, 0, 0, 1], gw.addr, &chat).map_or(0, |r| r.status);
-                status.push(s);
-                if s == 200 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            assert_eq!(status.last(), Some(&200), "{d}/{shards}: {status:?}");
-            assert_eq!(request(gw.addr, &get("/healthz")).status, 200);
-            // idle connections are closed after the short first-request timeout
-            let mut open = flood.iter_mut().chain(capped.iter_mut());
-            assert!(open.all(ends), "{d}/{shards}: idle connections stay");
-            client.write_all(&chat).unwrap();
-            assert_eq!(read_response(&mut client, &mut buf).unwrap().status, 200);
-        });
-    }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        assert_eq!(status.last(), Some(&200), "{d}/{shards}: {status:?}");
+        assert_eq!(request(gw.addr, &get("/healthz")).status, 200);
+        // idle connections are closed after the short first-request timeout
+        let mut open = flood.iter_mut().chain(capped.iter_mut());
+        assert!(open.all(ends), "{d}/{shards}: idle connections stay");
+        client.write_all(&chat).unwrap();
+        assert_eq!(read_response(&mut client, &mut buf).unwrap().status, 200);
+    });
 }

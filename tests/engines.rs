@@ -134,12 +134,21 @@ fn serve(mut s: TcpStream, page: &Mutex<String>, posts: &AtomicUsize) {
     let _ = s.read(&mut [0u8; 1]);
 }
 
-fn gateway_for(engines: &[(SocketAddr, &str)], model_extra: &str) -> gateway::Running {
-    gateway_with(engines, model_extra, "")
+fn gateway_for(
+    shards: usize,
+    engines: &[(SocketAddr, &str)],
+    model_extra: &str,
+) -> gateway::Running {
+    gateway_with(shards, engines, model_extra, "")
 }
 
-fn gateway_with(engines: &[(SocketAddr, &str)], model_extra: &str, top: &str) -> gateway::Running {
-    gateway_on(engines, model_extra, top, 1, "auto")
+fn gateway_with(
+    shards: usize,
+    engines: &[(SocketAddr, &str)],
+    model_extra: &str,
+    top: &str,
+) -> gateway::Running {
+    gateway_on(engines, model_extra, top, shards, "auto")
 }
 
 /// As `gateway_with`, at `shards` shards on I/O driver `driver`.
@@ -204,9 +213,13 @@ fn chat(gw: SocketAddr, system: &str, user: &str) -> Response {
 
 #[test]
 fn new_requests_go_to_the_idle_engine() {
+    common::shard_counts().for_each(new_requests_go_to_the_idle_engine_at);
+}
+
+fn new_requests_go_to_the_idle_engine_at(shards: usize) {
     let busy = Fake::start(vllm_page(200, 8, 0.97));
     let idle = Fake::start(vllm_page(0, 0, 0.0));
-    let gw = gateway_for(&[(busy.addr, "vllm"), (idle.addr, "vllm")], "");
+    let gw = gateway_for(shards, &[(busy.addr, "vllm"), (idle.addr, "vllm")], "");
     wait_polled(gw.addr, 2);
     for i in 0..100 {
         let r = chat(gw.addr, "You are helpful.", &format!("question {i}"));
@@ -226,6 +239,11 @@ fn new_requests_go_to_the_idle_engine() {
 
 #[test]
 fn a_shared_system_prompt_sticks_to_one_engine_while_both_are_light() {
+    common::shard_counts()
+        .for_each(a_shared_system_prompt_sticks_to_one_engine_while_both_are_light_at);
+}
+
+fn a_shared_system_prompt_sticks_to_one_engine_while_both_are_light_at(shards: usize) {
     let mut spec = EngineSpec::new(SimKind::Vllm, 8);
     spec.tpot = Duration::from_millis(1);
     let sims: Vec<_> = (0..2)
@@ -235,6 +253,7 @@ fn a_shared_system_prompt_sticks_to_one_engine_while_both_are_light() {
         })
         .collect();
     let gw = gateway_for(
+        shards,
         &[(sims[0].addr, "vllm"), (sims[1].addr, "vllm")],
         "max_waiting = 8",
     );
@@ -271,9 +290,17 @@ fn a_shared_system_prompt_sticks_to_one_engine_while_both_are_light() {
 
 #[test]
 fn all_engines_full_answers_429_before_anything_goes_upstream() {
+    common::shard_counts().for_each(all_engines_full_answers_429_before_anything_goes_upstream_at);
+}
+
+fn all_engines_full_answers_429_before_anything_goes_upstream_at(shards: usize) {
     let a = Fake::start(vllm_page(20, 8, 0.9));
     let b = Fake::start(vllm_page(9, 4, 1.0));
-    let gw = gateway_for(&[(a.addr, "vllm"), (b.addr, "vllm")], "max_waiting = 8");
+    let gw = gateway_for(
+        shards,
+        &[(a.addr, "vllm"), (b.addr, "vllm")],
+        "max_waiting = 8",
+    );
     wait_polled(gw.addr, 2);
     let r = chat(gw.addr, "s", "hello");
     assert_eq!(r.status, 429, "{}", r.text());
@@ -319,12 +346,16 @@ fn all_engines_full_answers_429_before_anything_goes_upstream() {
 
 #[test]
 fn an_engine_going_down_is_skipped_within_one_poll_interval() {
+    common::shard_counts().for_each(an_engine_going_down_is_skipped_within_one_poll_interval_at);
+}
+
+fn an_engine_going_down_is_skipped_within_one_poll_interval_at(shards: usize) {
     let mut spec = EngineSpec::new(SimKind::Sglang, 4);
     spec.tpot = Duration::from_millis(1);
     let a =
         ringgate::mock::server::start_engine("127.0.0.1:0".parse().unwrap(), spec.clone()).unwrap();
     let b = ringgate::mock::server::start_engine("127.0.0.1:0".parse().unwrap(), spec).unwrap();
-    let gw = gateway_for(&[(a.addr, "sglang"), (b.addr, "sglang")], "");
+    let gw = gateway_for(shards, &[(a.addr, "sglang"), (b.addr, "sglang")], "");
     wait_polled(gw.addr, 2);
     let down_at = Instant::now();
     a.stop();
@@ -358,9 +389,13 @@ fn an_engine_going_down_is_skipped_within_one_poll_interval() {
 
 #[test]
 fn block_mode_waits_bounded_for_an_engine_to_drain() {
+    common::shard_counts().for_each(block_mode_waits_bounded_for_an_engine_to_drain_at);
+}
+
+fn block_mode_waits_bounded_for_an_engine_to_drain_at(shards: usize) {
     let a = Fake::start(vllm_page(20, 8, 0.9));
     let admission = "\n[admission]\nmode = \"block\"\nqueue_timeout_ms = 400\n";
-    let gw = gateway_with(&[(a.addr, "vllm")], "max_waiting = 8", admission);
+    let gw = gateway_with(shards, &[(a.addr, "vllm")], "max_waiting = 8", admission);
     wait_polled(gw.addr, 1);
     // still full after the queue timeout: shed, nothing sent
     let t0 = Instant::now();
@@ -446,13 +481,11 @@ fn a_model_whose_only_engine_has_no_usable_signal_is_routed_anyway() {
             assert_eq!(r.status, 200, "#{i}: {}", r.text());
         }
         assert_eq!(broken.posts(), 5);
-        assert_eq!(
-            common::metric(
-                gw.addr,
-                "ringgate_engine_blind_routes_total{provider=\"gpu0\""
-            ),
+        common::wait_metric(
+            gw.addr,
+            "ringgate_engine_blind_routes_total{provider=\"gpu0\"",
             5,
-            "{d}"
+            d,
         );
         gw.stop();
     }

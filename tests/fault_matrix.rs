@@ -1,6 +1,6 @@
 //! The fault matrix (issue 8 "so it stays fixed"): every mock fault × client dialect (Chat,
 //! Responses, Messages) × passthrough / translated × stream / non-stream, under both I/O
-//! drivers. Each cell sends one request through the gateway to a mock that injects the fault and
+//! drivers at 1 and 2 shards. Each cell sends one request through the gateway to a mock that injects the fault and
 //! checks, from raw bytes, that the client got — within the configured timeouts — either
 //!
 //! - a well-formed answer in its dialect (complete, parseable, ending with the terminal event), or
@@ -26,7 +26,7 @@ mod wire;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{Stack, DRIVERS};
+use common::{variants, Stack, Variant, SHARDS};
 use ringgate::mock::fault::{Fault, Plan, Rule};
 use ringgate::mock::{text, Profile};
 use serde_json::Value;
@@ -136,7 +136,8 @@ fn cells() -> Vec<Cell> {
 /// gateway's upstream pool is shared only by cells of the same fault. The healthy models go
 /// through their own providers (same mock, so the same pooled connections): a 429 cools the
 /// key of the provider that got it (issue 9), which must not hold back the healthy requests.
-fn stack(fault: &str, driver: &str) -> Stack {
+fn stack(fault: &str, v: Variant) -> Stack {
+    let Variant { driver, shards } = v;
     let plan = Plan {
         rules: vec![Rule {
             model: Some("fault".into()),
@@ -149,7 +150,7 @@ fn stack(fault: &str, driver: &str) -> Stack {
         r#"
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 pin = false
 driver = "{driver}"
 
@@ -395,45 +396,50 @@ fn fault_matrix() {
     let cells = cells();
     let t0 = Instant::now();
     let mut results: Vec<(String, Cell, Result<Outcome, String>)> = Vec::new();
-    std::thread::scope(|sc| {
-        let mut groups = Vec::new();
-        for &driver in DRIVERS.iter() {
-            for &fault in FAULTS {
-                let mine: Vec<Cell> = cells.iter().filter(|c| c.fault == fault).copied().collect();
-                groups.push(sc.spawn(move || {
-                    if fault.starts_with("extra-bytes") {
-                        // A stack per cell: stale bytes on a pooled connection must be
-                        // attributed to the cell that caused them.
-                        return std::thread::scope(|inner| {
-                            let hs: Vec<_> = mine
-                                .iter()
-                                .map(|c| {
-                                    inner.spawn(move || {
-                                        let st = stack(fault, driver);
-                                        (driver.to_string(), *c, run_cell(st.addr, c))
+    // One shard count at a time: both drivers' cells at once are load enough for this box.
+    for shards in SHARDS {
+        std::thread::scope(|sc| {
+            let mut groups = Vec::new();
+            for driver in variants().filter(|v| v.shards == shards) {
+                for &fault in FAULTS {
+                    let mine: Vec<Cell> =
+                        cells.iter().filter(|c| c.fault == fault).copied().collect();
+                    groups.push(sc.spawn(move || {
+                        if fault.starts_with("extra-bytes") {
+                            // A stack per cell: stale bytes on a pooled connection must be
+                            // attributed to the cell that caused them.
+                            return std::thread::scope(|inner| {
+                                let hs: Vec<_> = mine
+                                    .iter()
+                                    .map(|c| {
+                                        inner.spawn(move || {
+                                            let st = stack(fault, driver);
+                                            (driver.to_string(), *c, run_cell(st.addr, c))
+                                        })
                                     })
-                                })
-                                .collect();
+                                    .collect();
+                                hs.into_iter()
+                                    .map(|h| h.join().unwrap())
+                                    .collect::<Vec<_>>()
+                            });
+                        }
+                        let st = stack(fault, driver);
+                        let run = |c: &Cell| (driver.to_string(), *c, run_cell(st.addr, c));
+                        std::thread::scope(|inner| {
+                            let hs: Vec<_> =
+                                mine.iter().map(|c| inner.spawn(move || run(c))).collect();
                             hs.into_iter()
                                 .map(|h| h.join().unwrap())
                                 .collect::<Vec<_>>()
-                        });
-                    }
-                    let st = stack(fault, driver);
-                    let run = |c: &Cell| (driver.to_string(), *c, run_cell(st.addr, c));
-                    std::thread::scope(|inner| {
-                        let hs: Vec<_> = mine.iter().map(|c| inner.spawn(move || run(c))).collect();
-                        hs.into_iter()
-                            .map(|h| h.join().unwrap())
-                            .collect::<Vec<_>>()
-                    })
-                }));
+                        })
+                    }));
+                }
             }
-        }
-        for g in groups {
-            results.extend(g.join().unwrap());
-        }
-    });
+            for g in groups {
+                results.extend(g.join().unwrap());
+            }
+        });
+    }
     let elapsed = t0.elapsed();
     print_summary(&results);
     let mut unexpected = Vec::new();
@@ -458,8 +464,8 @@ fn fault_matrix() {
     );
 }
 
-/// One row per fault, one column per (client, route, mode); both drivers merged (a cell shows
-/// FAIL if it failed under either).
+/// One row per fault, one column per (client, route, mode); every variant merged (a cell shows
+/// FAIL if it failed under any).
 fn print_summary(results: &[(String, Cell, Result<Outcome, String>)]) {
     let mut cols = Vec::new();
     for client in [Client::Chat, Client::Responses, Client::Messages] {

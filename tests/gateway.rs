@@ -9,9 +9,9 @@ use std::time::Duration;
 use common::*;
 use ringgate::mock::{text, Profile};
 
-fn each_driver(f: impl Fn(&str)) {
-    for d in DRIVERS {
-        f(d);
+fn each_driver(f: impl Fn(Variant)) {
+    for v in variants() {
+        f(v);
     }
 }
 
@@ -41,7 +41,7 @@ fn non_stream_passthrough_and_model_rewrite() {
         );
         assert!(
             r.header("x-request-id")
-                .is_some_and(|id| id.starts_with("rg-0-")),
+                .is_some_and(|id| is_gateway_id(id, d)),
             "the gateway's request id: {:?}",
             r.header("x-request-id")
         );
@@ -83,7 +83,11 @@ fn stream_is_relayed_event_by_event() {
 
 #[test]
 fn seed_stream_arrives_paced_and_complete() {
-    let gw = Stack::new(Profile::Seed, "io_uring", "");
+    one_driver("io_uring").for_each(seed_stream_arrives_paced_and_complete_at);
+}
+
+fn seed_stream_arrives_paced_and_complete_at(v: Variant) {
+    let gw = Stack::new(Profile::Seed, v, "");
     let t0 = std::time::Instant::now();
     let r = request(
         gw.addr,
@@ -141,10 +145,11 @@ fn keep_alive_and_pipelining() {
         );
         assert_eq!(c.json()["status"], "ok");
         // upstream connection was pooled and reused
-        assert_eq!(
-            metric(gw.addr, "ringgate_upstream_idle_connections"),
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_idle_connections",
             1,
-            "{d}"
+            &format!("{d}"),
         );
     });
 }
@@ -231,7 +236,7 @@ fn upstream_down_is_a_502_and_a_stale_pooled_connection_is_retried() {
             request(gw.addr, &post("/v1/chat/completions", body)).status,
             200
         );
-        assert_eq!(metric(gw.addr, "ringgate_upstream_idle_connections"), 1);
+        wait_metric(gw.addr, "ringgate_upstream_idle_connections", 1, "pooled");
         mock.stop();
         std::thread::sleep(Duration::from_millis(100));
         let r = request(gw.addr, &post("/v1/chat/completions", body));
@@ -279,15 +284,17 @@ fn client_disconnect_mid_stream_releases_the_upstream_connection() {
             .starts_with("HTTP/1.1 200"));
         drop(s);
         std::thread::sleep(Duration::from_millis(800));
-        assert_eq!(
-            metric(gw.addr, "ringgate_client_disconnects_total"),
+        wait_metric(
+            gw.addr,
+            "ringgate_client_disconnects_total",
             1,
-            "{d}"
+            &format!("{d}"),
         );
-        assert_eq!(
-            metric(gw.addr, "ringgate_upstream_idle_connections"),
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_idle_connections",
             0,
-            "{d}: the cut stream's connection is closed, not pooled"
+            &format!("{d}: the cut stream's connection is closed, not pooled"),
         );
         wait_metric(
             gw.addr,
@@ -320,9 +327,13 @@ fn local_endpoints() {
 
 #[test]
 fn embedded_default_serves_model_mock() {
+    common::shard_counts().for_each(embedded_default_serves_model_mock_at);
+}
+
+fn embedded_default_serves_model_mock_at(shards: usize) {
     let mut cfg = ringgate::config::Config::embedded();
     cfg.server.listen = toml::Spanned::new(0..0, "127.0.0.1:0".to_string());
-    cfg.server.shards = Some(1);
+    cfg.server.shards = Some(shards);
     let gw = ringgate::gateway::start(cfg).unwrap();
     let r = request(
         gw.addr,
@@ -346,8 +357,12 @@ fn embedded_default_serves_model_mock() {
 
 #[test]
 fn stop_drains_in_flight_streams_and_refuses_new_connections() {
-    let mock = start_mock(Profile::Seed, "io_uring");
-    let gw = start_gateway(mock.addr, "io_uring", "");
+    one_driver("io_uring").for_each(stop_drains_in_flight_streams_and_refuses_new_connections_at);
+}
+
+fn stop_drains_in_flight_streams_and_refuses_new_connections_at(v: Variant) {
+    let mock = start_mock(Profile::Seed, v);
+    let gw = start_gateway(mock.addr, v, "");
     let addr = gw.addr;
     let idle = connect(addr); // an idle keep-alive connection: closed at once on stop
     let inflight = std::thread::spawn(move || {
@@ -399,15 +414,17 @@ fn translated_stream_keeps_both_connections_alive() {
                 r.text()
             );
         }
-        assert_eq!(
-            metric(gw.addr, "ringgate_connections_total"),
+        wait_metric(
+            gw.addr,
+            "ringgate_connections_total",
             2,
-            "{d}: one client connection for the three streams (+ the scrape)"
+            &format!("{d}: one client connection for the three streams (+ the scrape)"),
         );
-        assert_eq!(
-            metric(gw.addr, "ringgate_upstream_idle_connections"),
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_idle_connections",
             1,
-            "{d}: the upstream connection of a translated stream is pooled, not dropped"
+            &format!("{d}: the upstream connection of a translated stream is pooled, not dropped"),
         );
     });
 }

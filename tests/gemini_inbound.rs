@@ -35,10 +35,11 @@ fn sdk_body() -> Value {
     })
 }
 
-fn gateway(up: std::net::SocketAddr, driver: &str, keys: &str) -> Running {
+fn gateway(up: std::net::SocketAddr, v: Variant, keys: &str) -> Running {
+    let Variant { driver, shards } = v;
     std::env::set_var(KEY_ENV, PROVIDER_KEY);
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{driver}\"\n{keys}\n"
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n{keys}\n"
     );
     for (kind, model, upstream) in [
         ("openai", "g-oa", "up-oa"),
@@ -82,7 +83,7 @@ fn types_in(v: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn translated_to_openai_and_anthropic_passed_through_to_gemini() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d, "");
         let body = sdk_body().to_string();
@@ -226,7 +227,7 @@ fn translated_to_openai_and_anthropic_passed_through_to_gemini() {
 
 #[test]
 fn count_tokens_exact_from_gemini_estimated_elsewhere() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d, "");
         let body = r#"{"contents":[{"role":"user","parts":[{"text":"hello there"}]}]}"#;
@@ -258,7 +259,7 @@ fn count_tokens_exact_from_gemini_estimated_elsewhere() {
 
 #[test]
 fn errors_are_in_gemini_shape() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d, "");
         let ok = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
@@ -324,7 +325,7 @@ fn keys_from_header_or_query_never_forwarded() {
     std::env::set_var("RINGGATE_GEMINI_IN_CLIENT_KEY", KEY);
     let keys = "[[key]]\nname = \"t\"\nkey_env = \"RINGGATE_GEMINI_IN_CLIENT_KEY\"\n";
     // (`[[key]]` must follow `[server]`'s lines: the gateway text puts it before providers)
-    for d in DRIVERS {
+    for d in variants() {
         let up = Capture::start("");
         let gw = gateway(up.addr, d, keys);
         let body = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;

@@ -193,10 +193,11 @@ const KINDS: [(&str, &str); 5] = [
     ("azure", "az-"),
 ];
 
-fn gateway_for(up: SocketAddr, driver: &str) -> Running {
+fn gateway_for(up: SocketAddr, v: Variant) -> Running {
+    let Variant { driver, shards } = v;
     std::env::set_var(KEY_ENV, KEY);
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{driver}\"\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n\
          [upstream]\nfirst_byte_timeout_ms = 5000\n"
     );
     for (kind, prefix) in KINDS {
@@ -286,7 +287,7 @@ fn auth_lines(kind: &str) -> Vec<String> {
 
 #[test]
 fn valid_models_reach_every_provider_kind_as_one_encoded_request_line() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = FakeUpstream::start(Arc::new(dialect_answer));
         let gw = gateway_for(up.addr, d);
         let mut seen = 0;
@@ -364,7 +365,7 @@ const HOSTILE: &[&str] = &[
 
 #[test]
 fn invalid_model_names_get_400_in_the_clients_dialect_and_never_reach_upstream() {
-    for d in DRIVERS {
+    for d in variants() {
         let up = FakeUpstream::start(Arc::new(dialect_answer));
         let gw = gateway_for(up.addr, d);
         let mut s = connect(gw.addr);
@@ -485,12 +486,13 @@ fn assert_deep_refused(addr: SocketAddr, model: &str, what: &str) {
 
 #[test]
 fn deeply_nested_bodies_get_400_and_the_process_keeps_serving() {
-    for d in DRIVERS {
+    for d in variants() {
         // The default configuration's shape: the in-process mock provider.
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{d}\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nshards = {}\npin = false\ndriver = \"{}\"\n\
              [[provider]]\nname = \"mock\"\nkind = \"mock\"\nprofile = \"instant\"\n\
-             [[model]]\nname = \"mock\"\nprovider = \"mock\"\n"
+             [[model]]\nname = \"mock\"\nprovider = \"mock\"\n",
+            d.shards, d.driver
         );
         let gw = gateway::start(Config::parse(&text).unwrap()).unwrap();
         assert_deep_refused(gw.addr, "mock", &format!("{d} in-process mock"));
@@ -514,7 +516,7 @@ fn deeply_nested_bodies_get_400_and_the_process_keeps_serving() {
 #[test]
 fn deeply_nested_upstream_answers_get_502_or_an_error_event() {
     let deep = Arc::new(nest("[", "]", 12_000));
-    for d in DRIVERS {
+    for d in variants() {
         let dd = deep.clone();
         let up = FakeUpstream::start(Arc::new(move |_: &str, body: &[u8]| {
             let stream = String::from_utf8_lossy(body).contains("\"stream\":true");
@@ -545,7 +547,7 @@ fn deeply_nested_upstream_answers_get_502_or_an_error_event() {
 
 #[test]
 fn trailing_data_and_duplicate_routing_keys_get_400() {
-    for d in DRIVERS {
+    for d in variants() {
         let gw = Stack::new(Profile::Instant, d, "");
         let mut s = connect(gw.addr);
         let mut buf = Vec::new();

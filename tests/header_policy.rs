@@ -39,10 +39,11 @@ const KINDS: [&str; 5] = [
     "gemini",
 ];
 
-fn gateway(oa: &Capture, an: &Capture, driver: &str) -> Running {
+fn gateway(oa: &Capture, an: &Capture, v: Variant) -> Running {
+    let Variant { driver, shards } = v;
     std::env::set_var(KEY_ENV, PROVIDER_KEY);
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\npin = false\ndriver = \"{driver}\"\n"
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n"
     );
     for kind in KINDS {
         let up = if kind == "anthropic" {
@@ -108,7 +109,7 @@ fn chat_body(stream: bool) -> String {
 
 #[test]
 fn each_client_header_reaches_exactly_the_kinds_the_table_names() {
-    for d in DRIVERS {
+    for d in variants() {
         let (oa, an) = (
             Capture::start(OPENAI_LINES),
             Capture::start(ANTHROPIC_LINES),
@@ -167,7 +168,7 @@ fn each_client_header_reaches_exactly_the_kinds_the_table_names() {
 
 #[test]
 fn without_client_headers_the_provider_lines_go_alone() {
-    for d in DRIVERS {
+    for d in variants() {
         let (oa, an) = (Capture::start(""), Capture::start(""));
         let gw = gateway(&oa, &an, d);
         let body = chat_body(false).replace("MODEL", "m-anthropic");
@@ -187,7 +188,7 @@ fn without_client_headers_the_provider_lines_go_alone() {
 
 #[test]
 fn unforwardable_values_are_a_400_in_the_client_dialect() {
-    for d in DRIVERS {
+    for d in variants() {
         let (oa, an) = (Capture::start(""), Capture::start(""));
         let gw = gateway(&oa, &an, d);
         for (path, body, h) in [
@@ -282,7 +283,7 @@ fn response_headers_come_back_in_the_clients_names() {
         "retry-after: 7",
     ];
     let gem = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
-    for d in DRIVERS {
+    for d in variants() {
         let (oa, an) = (
             Capture::start(OPENAI_LINES),
             Capture::start(ANTHROPIC_LINES),

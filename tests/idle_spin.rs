@@ -27,7 +27,7 @@ fn stalling_upstream() -> SocketAddr {
 
 /// The test config (`common::start_gateway_with`: first-byte timeout 3 s) with a 10 ms spin
 /// budget, longer than a request takes here, so steady traffic never lets the shard park.
-fn start(driver: &str, upstream: SocketAddr) -> gateway::Running {
+fn start(driver: Variant, upstream: SocketAddr) -> gateway::Running {
     start_gateway_with(upstream, driver, "idle_spin_us = 10000", "")
 }
 
@@ -64,7 +64,7 @@ fn shard_ticks() -> u64 {
 #[test]
 fn a_spinning_shard_serves_its_timeouts_fire_and_it_sleeps_once_traffic_stops() {
     // one test: the idle check reads the CPU time of every shard thread in this process
-    for d in DRIVERS {
+    for d in variants() {
         let up = stalling_upstream();
         let gw = start(d, up);
         steady_traffic_leaves_timeouts_punctual(d, gw.addr);
@@ -73,7 +73,7 @@ fn a_spinning_shard_serves_its_timeouts_fire_and_it_sleeps_once_traffic_stops() 
     }
 }
 
-fn steady_traffic_leaves_timeouts_punctual(d: &str, addr: SocketAddr) {
+fn steady_traffic_leaves_timeouts_punctual(d: Variant, addr: SocketAddr) {
     // a request whose upstream never answers: its first-byte timeout (3 s) must fire while
     // the traffic below keeps the shard spinning
     let stalled = std::thread::spawn(move || {
@@ -104,7 +104,7 @@ fn steady_traffic_leaves_timeouts_punctual(d: &str, addr: SocketAddr) {
     assert!(served > 50, "driver {d}: only {served} requests meanwhile");
 }
 
-fn sleeps_once_traffic_stops(d: &str) {
+fn sleeps_once_traffic_stops(d: Variant) {
     // traffic stopped: after the budget (10 ms) the shard must sleep, not spin
     std::thread::sleep(Duration::from_millis(100));
     let t0 = shard_ticks();

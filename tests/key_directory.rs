@@ -17,6 +17,7 @@ const TOKEN: &str = "key-directory-test-token-0123456789abcdef";
 const KEYS: usize = 2_500;
 
 fn gateway(shards: usize, driver: &str) -> ringgate::gateway::Running {
+    common::quiet_logs();
     std::env::set_var(TOKEN_ENV, TOKEN);
     let text = format!(
         r#"

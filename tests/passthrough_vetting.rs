@@ -90,7 +90,7 @@ fn clients(stream: bool) -> [(&'static str, &'static str, String, bool); 3] {
     ]
 }
 
-fn gateway(up: SocketAddr, d: &str) -> ringgate::gateway::Running {
+fn gateway(up: SocketAddr, d: Variant) -> ringgate::gateway::Running {
     start_gateway(up, d, &ANTHROPIC.replace("UP", &up.to_string()))
 }
 
@@ -112,7 +112,7 @@ const PAGE: &str = "<html><head><title>502 Bad Gateway</title></head><body>no he
 
 #[test]
 fn passthrough_error_pages_become_errors_in_the_client_dialect() {
-    for d in DRIVERS {
+    for d in variants() {
         let bodies: [(&str, &str, &[u8]); 3] = [
             (
                 "502 Bad Gateway",
@@ -153,7 +153,7 @@ fn passthrough_error_pages_become_errors_in_the_client_dialect() {
                 );
                 let id = r.header("x-request-id").expect("x-request-id");
                 assert!(
-                    id.starts_with("rg-0-") && msg.contains(id),
+                    is_gateway_id(id, d) && msg.contains(id),
                     "{what}: {id} {msg}"
                 );
             }
@@ -167,7 +167,7 @@ fn passthrough_errors_in_the_client_dialect_are_relayed_byte_for_byte() {
     const OA: &str = r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
     const AN: &str =
         r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#;
-    for d in DRIVERS {
+    for d in variants() {
         let up = upstream(|n| {
             // Odd requests: the provider's own shape for both kinds (which body fits which
             // client is the point); even: JSON in no dialect's shape, with a message.
@@ -220,7 +220,7 @@ fn completion(size: usize) -> String {
 fn invalid_passthrough_json_answers_are_a_502_in_the_client_dialect() {
     let ok = completion(1000);
     let cut = ok[..ok.len() / 2].to_string();
-    for d in DRIVERS {
+    for d in variants() {
         let (ok2, cut2) = (ok.clone(), cut.clone());
         let up = upstream(move |n| {
             let json = "Content-Type: application/json\r\n";
@@ -283,7 +283,7 @@ fn large_passthrough_json_answers_are_relayed_whole_or_cut_short() {
     let mut cut = ok[..60_000].to_string();
     cut.push_str(&" ".repeat(40_000));
     let (ok2, cut2) = (ok.clone(), cut.clone());
-    for d in DRIVERS {
+    for d in variants() {
         let (ok2, cut2) = (ok2.clone(), cut2.clone());
         let up = upstream(move |n| {
             let json = "Content-Type: application/json\r\n";
@@ -358,7 +358,7 @@ fn data_payloads(body: &[u8]) -> Vec<serde_json::Value> {
 
 #[test]
 fn passthrough_sse_events_whose_data_is_not_json_end_the_stream_with_an_error_event() {
-    for d in DRIVERS {
+    for d in variants() {
         for chunked_apart in [false, true] {
             let up = upstream(move |n| {
                 let events = if n % 2 == 1 {

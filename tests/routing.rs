@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{connect, get, read_response, request, Response, DRIVERS};
+use common::{connect, get, read_response, request, variants, Response, Variant, SHARDS};
 use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
 use ringgate::mock::fault::{Fault, Plan, Rule};
@@ -28,26 +28,29 @@ use ringgate::mock::{text, Profile};
 /// Tokens each request asks for.
 const N: u32 = 5;
 
-/// Run `f` once per driver, the drivers concurrently.
-fn both(f: impl Fn(&str) + Sync) {
-    thread::scope(|s| {
-        let hs: Vec<_> = DRIVERS
-            .iter()
-            .map(|d| {
-                let f = &f;
-                s.spawn(move || f(d))
-            })
-            .collect();
-        for h in hs {
-            if let Err(e) = h.join() {
-                std::panic::resume_unwind(e);
+/// Run `f` once per variant (driver × shard count): for each shard count, the drivers
+/// concurrently.
+fn both(f: impl Fn(Variant) + Sync) {
+    for shards in SHARDS {
+        thread::scope(|s| {
+            let hs: Vec<_> = variants()
+                .filter(|v| v.shards == shards)
+                .map(|v| {
+                    let f = &f;
+                    s.spawn(move || f(v))
+                })
+                .collect();
+            for h in hs {
+                if let Err(e) = h.join() {
+                    std::panic::resume_unwind(e);
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// A mock upstream answering normally, or with `fault` on every request.
-fn mock(driver: &str, fault: Option<&str>) -> MockServer {
+fn mock(driver: Variant, fault: Option<&str>) -> MockServer {
     let plan = Plan {
         rules: fault
             .map(|f| vec![Rule::always(Fault::parse(f).unwrap())])
@@ -204,7 +207,7 @@ struct Up {
 }
 
 impl Up {
-    fn new(driver: &str, fault: Option<&str>) -> Up {
+    fn new(driver: Variant, fault: Option<&str>) -> Up {
         Up {
             mock: Some(mock(driver, fault)),
             counter: None,
@@ -212,7 +215,7 @@ impl Up {
         }
     }
 
-    fn counted(driver: &str, fault: Option<&str>) -> Up {
+    fn counted(driver: Variant, fault: Option<&str>) -> Up {
         let mut u = Up::new(driver, fault);
         u.counter = u.mock.as_ref().map(|m| Counter::new(m.addr));
         u
@@ -244,12 +247,13 @@ struct Net {
 impl Net {
     /// `providers`: (name, kind, upstream); `routing`: lines of `[routing]`; `models`: the
     /// `[[model]]` tables.
-    fn start(driver: &str, routing: &str, providers: Vec<(&str, &str, Up)>, models: &str) -> Net {
+    fn start(v: Variant, routing: &str, providers: Vec<(&str, &str, Up)>, models: &str) -> Net {
+        let Variant { driver, shards } = v;
         let mut text = format!(
             r#"
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 pin = false
 driver = "{driver}"
 
@@ -296,12 +300,28 @@ total_timeout_ms = 10000
             .sum()
     }
 
-    /// `ringgate_upstream_attempts_total` of deployment `label` (`provider/upstream_model`).
-    fn attempts(&self, label: &str) -> u64 {
-        self.metric(
-            "ringgate_upstream_attempts_total",
-            &format!("deployment=\"{label}\""),
-        )
+    /// Poll `metric(name, label)` until it equals `want`, for up to 10 s: at more than one shard
+    /// a scrape has the other shards' numbers as they last published them (once a second).
+    fn wait_metric(&self, name: &str, label: &str, want: u64, what: impl std::fmt::Display) {
+        let t0 = Instant::now();
+        loop {
+            let got = self.metric(name, label);
+            if got == want {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{what}: {name} {{{label}}} = {got}, want {want}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `ringgate_upstream_attempts_total` of deployment `label` (`provider/upstream_model`) once
+    /// it equals `want` (as `wait_metric`).
+    fn wait_attempts(&self, label: &str, want: u64, what: impl std::fmt::Display) {
+        let label = format!("deployment=\"{label}\"");
+        self.wait_metric("ringgate_upstream_attempts_total", &label, want, what);
     }
 }
 
@@ -372,7 +392,7 @@ fn attempts(r: &Response) -> u32 {
 }
 
 /// A complete, correct non-stream Chat answer.
-fn assert_answer(r: &Response, what: &str) {
+fn assert_answer(r: &Response, what: impl std::fmt::Display) {
     assert_eq!(r.status, 200, "{what}: {}", r.text());
     assert_eq!(
         r.json()["choices"][0]["message"]["content"],
@@ -440,8 +460,8 @@ fn weighted_3_to_1_splits_2000_requests_within_5_percent() {
         // The headers, the upstreams and the gateway's metrics agree.
         assert_eq!(net.up(0).requests(), a, "{d}");
         assert_eq!(net.up(1).requests(), b, "{d}");
-        assert_eq!(net.attempts("a/gpt-4o-mini"), a, "{d}");
-        assert_eq!(net.attempts("b/gpt-4o-mini"), b, "{d}");
+        net.wait_attempts("a/gpt-4o-mini", a, d);
+        net.wait_attempts("b/gpt-4o-mini", b, d);
     });
 }
 
@@ -490,11 +510,16 @@ fn a_deployment_answering_500_gets_failures_plus_probes_while_clients_see_200() 
             "{d}: every failed attempt was retried on b"
         );
         assert_eq!(net.up(1).requests(), n, "{d}");
-        assert_eq!(net.attempts("a/gpt-4o-mini"), hit, "{d}");
-        assert!(
-            net.metric("ringgate_breaker_opens_total", "deployment=\"a/") >= 1,
-            "{d}"
-        );
+        net.wait_attempts("a/gpt-4o-mini", hit, d);
+        // (polled: at two shards the other shard's count shows once it published)
+        let t0 = Instant::now();
+        while net.metric("ringgate_breaker_opens_total", "deployment=\"a/") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{d}: no breaker opened"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
     });
 }
 
@@ -527,11 +552,7 @@ fn a_429_with_retry_after_fails_over_and_cools_the_key() {
             thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(net.up(0).requests(), 1, "{d}: a was touched while cooling");
-        assert_eq!(
-            net.metric("ringgate_key_cooldowns_total", "provider=\"a\""),
-            1,
-            "{d}"
-        );
+        net.wait_metric("ringgate_key_cooldowns_total", "provider=\"a\"", 1, d);
         // Once the cooldown is over, a is tried again (and cools again).
         thread::sleep(Duration::from_millis(2200).saturating_sub(t0.elapsed()));
         for _ in 0..2 {
@@ -579,13 +600,11 @@ fn a_stalled_deployment_fails_over_after_the_first_byte_timeout() {
         }
         eprintln!("{d}: stall → failover after first_byte_timeout {TIMEOUT_MS} ms: {lat:?}");
         assert_eq!(lat.len(), 3, "{d}");
-        assert_eq!(
-            net.metric(
-                "ringgate_upstream_failures_total",
-                "reason=\"first-byte-timeout\""
-            ),
+        net.wait_metric(
+            "ringgate_upstream_failures_total",
+            "reason=\"first-byte-timeout\"",
             3,
-            "{d}"
+            d,
         );
     });
 }
@@ -633,10 +652,11 @@ upstream_model = "claude-3-5-haiku-latest"
             (2, 2, 2),
             "{d}"
         );
-        assert_eq!(
-            net.metric("ringgate_fallbacks_total", "fallback=\"claude-haiku\""),
+        net.wait_metric(
+            "ringgate_fallbacks_total",
+            "fallback=\"claude-haiku\"",
             2,
-            "{d}"
+            "{d}",
         );
     });
 }
@@ -680,7 +700,7 @@ fn a_stream_cut_mid_way_ends_with_an_error_event_and_is_not_retried() {
         );
         assert_eq!(net.up(0).requests(), 1, "{d}");
         assert_eq!(net.up(1).requests(), 0, "{d}: the cut stream was retried");
-        assert_eq!(net.attempts("b/gpt-4o-mini"), 0, "{d}");
+        net.wait_attempts("b/gpt-4o-mini", 0, d);
     });
 }
 
@@ -713,7 +733,7 @@ deployments = [{ provider = "slow" }, { provider = "fast" }]
         let share = slow as f64 / 400.0;
         eprintln!("{d}: p2c, slow-first-byte=50 vs 0: slow got {slow}/400 ({share:.3})");
         assert!(share < 0.25, "{d}: slow share {share}");
-        assert_eq!(net.attempts("slow/gpt-4o-mini"), slow, "{d}");
+        net.wait_attempts("slow/gpt-4o-mini", slow, d);
     });
 }
 

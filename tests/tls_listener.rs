@@ -54,7 +54,8 @@ fn test_pki() -> PathBuf {
 }
 
 /// The config file in `dir` (relative cert paths), loaded the way `ringgate` loads it.
-fn gateway_in(dir: &Path, driver: &str, upstream: SocketAddr, server_extra: &str) -> Running {
+fn gateway_in(dir: &Path, v: Variant, upstream: SocketAddr, server_extra: &str) -> Running {
+    let Variant { driver, shards } = v;
     let text = format!(
         r#"
 [server]
@@ -62,7 +63,7 @@ listen = "127.0.0.1:0"
 tls_listen = "127.0.0.1:0"
 tls_cert = "cert.pem"
 tls_key = "key.pem"
-shards = 1
+shards = {shards}
 pin = false
 driver = "{driver}"
 {server_extra}
@@ -115,7 +116,7 @@ fn tls_connect(cfg: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> Tls {
 fn sdk_style_client_over_tls_with_a_test_ca_while_plain_serves() {
     let dir = test_pki();
     let cfg = client_config(&dir);
-    for driver in DRIVERS {
+    for driver in variants() {
         let mock = start_mock(Profile::Instant, driver);
         let gw = gateway_in(&dir, driver, mock.addr, "");
         let tls_addr = gw.tls_addr.expect("tls listener");
@@ -140,10 +141,11 @@ fn sdk_style_client_over_tls_with_a_test_ca_while_plain_serves() {
         // the plain listener serves at the same time
         let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
         assert_eq!(r.status, 200, "{driver}");
-        let m = request(gw.addr, &get("/metrics")).text();
-        assert!(
-            m.contains("ringgate_tls_handshakes_total 1"),
-            "{driver}: {m}"
+        wait_metric(
+            gw.addr,
+            "ringgate_tls_handshakes_total",
+            1,
+            &format!("{driver}"),
         );
         drop(tls);
         gw.stop();
@@ -153,10 +155,15 @@ fn sdk_style_client_over_tls_with_a_test_ca_while_plain_serves() {
 
 #[test]
 fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs() {
+    one_driver("epoll")
+        .for_each(a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs_at);
+}
+
+fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs_at(v: Variant) {
     let (first, second) = (test_pki(), test_pki());
     let (cfg1, cfg2) = (client_config(&first), client_config(&second));
-    let mock = start_mock(Profile::Instant, "epoll");
-    let gw = gateway_in(&first, "epoll", mock.addr, "");
+    let mock = start_mock(Profile::Instant, v);
+    let gw = gateway_in(&first, v, mock.addr, "");
     let tls_addr = gw.tls_addr.unwrap();
     let mut open = tls_connect(&cfg1, tls_addr);
     // what a reload does: build a new configuration from the files, swap it in
@@ -198,7 +205,7 @@ fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs() {
 fn plain_http_to_the_tls_port_is_refused_cleanly_and_tls_keeps_serving() {
     let dir = test_pki();
     let cfg = client_config(&dir);
-    for driver in DRIVERS {
+    for driver in variants() {
         let mock = start_mock(Profile::Instant, driver);
         let gw = gateway_in(&dir, driver, mock.addr, "");
         let tls_addr = gw.tls_addr.unwrap();
@@ -215,10 +222,11 @@ fn plain_http_to_the_tls_port_is_refused_cleanly_and_tls_keeps_serving() {
         tls.write_all(&post("/v1/chat/completions", CHAT)).unwrap();
         let r = read_response(&mut tls, &mut Vec::new()).unwrap();
         assert_eq!(r.status, 200, "{driver}");
-        let m = request(gw.addr, &get("/metrics")).text();
-        assert!(
-            m.contains("ringgate_tls_handshake_failures_total{reason=\"plain_http\"} 1"),
-            "{m}"
+        wait_metric(
+            gw.addr,
+            "ringgate_tls_handshake_failures_total{reason=\"plain_http\"}",
+            1,
+            "counted",
         );
         gw.stop();
         mock.stop();
@@ -228,7 +236,7 @@ fn plain_http_to_the_tls_port_is_refused_cleanly_and_tls_keeps_serving() {
 #[test]
 fn stalled_handshakes_are_cut_at_the_deadline() {
     let dir = test_pki();
-    for driver in DRIVERS {
+    for driver in variants() {
         let mock = start_mock(Profile::Instant, driver);
         let gw = gateway_in(&dir, driver, mock.addr, "tls_handshake_timeout_ms = 300");
         let tls_addr = gw.tls_addr.unwrap();
@@ -253,10 +261,11 @@ fn stalled_handshakes_are_cut_at_the_deadline() {
             1,
             "handshakes released",
         );
-        let m = request(gw.addr, &get("/metrics")).text();
-        assert!(
-            m.contains("ringgate_tls_handshake_failures_total{reason=\"timeout\"} 2"),
-            "{m}"
+        wait_metric(
+            gw.addr,
+            "ringgate_tls_handshake_failures_total{reason=\"timeout\"}",
+            2,
+            "counted",
         );
         gw.stop();
         mock.stop();
@@ -267,7 +276,7 @@ fn stalled_handshakes_are_cut_at_the_deadline() {
 fn the_connection_cap_covers_tls_connections() {
     let dir = test_pki();
     let cfg = client_config(&dir);
-    for driver in DRIVERS {
+    for driver in one_shard(MAX_CONNECTIONS_SPLIT) {
         let mock = start_mock(Profile::Instant, driver);
         let gw = gateway_in(&dir, driver, mock.addr, "max_connections = 1");
         let tls_addr = gw.tls_addr.unwrap();

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn each_driver(f: impl Fn(&str)) {
-    for d in DRIVERS {
-        f(d);
+fn each_driver(f: impl Fn(Variant)) {
+    for v in variants() {
+        f(v);
     }
 }
 
@@ -75,14 +75,21 @@ fn a_reused_connection_closed_before_answering_is_retried_once_on_a_fresh_one() 
             addr
         };
         let gw = start_gateway(up, d, "");
+        // One client connection: its requests stay on one shard, so on one upstream pool.
+        let mut s = connect(gw.addr);
+        let mut buf = Vec::new();
         for _ in 0..3 {
-            let r = request(gw.addr, &post("/v1/chat/completions", CHAT));
+            s.write_all(&post("/v1/chat/completions", CHAT)).unwrap();
+            let r = read_response(&mut s, &mut buf).expect("an answer");
             assert_eq!(r.status, 200, "{d}: {}", r.text());
         }
-        assert_eq!(
-            metric(gw.addr, "ringgate_upstream_retries_total"),
+        wait_metric(
+            gw.addr,
+            "ringgate_upstream_retries_total",
             2,
-            "{d}: requests 2 and 3 found the pooled connection quiet, lost it, retried once"
+            &format!(
+                "{d}: requests 2 and 3 found the pooled connection quiet, lost it, retried once"
+            ),
         );
         gw.stop();
     });
@@ -188,7 +195,11 @@ fn messages_stream(addr: SocketAddr, model: &str) -> Response {
 }
 
 /// The last event is the dialect's error event; no earlier event is an error.
-fn ends_with_error(evs: &[(Option<String>, serde_json::Value)], anthropic: bool, what: &str) {
+fn ends_with_error(
+    evs: &[(Option<String>, serde_json::Value)],
+    anthropic: bool,
+    what: impl std::fmt::Display,
+) {
     let (name, last) = evs.last().unwrap_or_else(|| panic!("{what}: no events"));
     if anthropic {
         assert_eq!(name.as_deref(), Some("error"), "{what}: {evs:?}");
@@ -478,11 +489,12 @@ fn streams_running_at_the_end_of_the_drain_end_with_an_error_event_and_a_chunked
 /// stderr lines.
 fn spawn_binary(
     config: &str,
-    driver: &str,
+    v: Variant,
 ) -> (std::process::Child, SocketAddr, mpsc::Receiver<String>) {
     use std::io::BufRead;
+    let Variant { driver, shards } = v;
     let path = std::env::temp_dir().join(format!(
-        "ringgate-upstream-faults-{}-{driver}.toml",
+        "ringgate-upstream-faults-{}-{driver}-{shards}.toml",
         std::process::id()
     ));
     std::fs::write(&path, config).unwrap();
@@ -522,11 +534,12 @@ fn upstream_failures_reach_the_client_generic_with_a_request_id_and_the_log_in_f
             .unwrap()
             .local_addr()
             .unwrap();
+        let shards = d.shards;
         let cfg = format!(
             r#"
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 pin = false
 
 [[provider]]
@@ -551,7 +564,7 @@ provider = "backend-7"
         );
         assert_eq!(r.json()["error"]["code"], "upstream_connect_error", "{d}");
         let id = r.header("x-request-id").expect("x-request-id").to_string();
-        assert!(id.starts_with("rg-0-"), "{d}: {id}");
+        assert!(is_gateway_id(&id, d), "{d}: {id}");
         assert!(body.contains(&id), "{d}: {body}");
         let line = loop {
             let l = log

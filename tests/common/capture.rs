@@ -51,6 +51,7 @@ pub struct Capture {
 impl Capture {
     /// Answers carry `extra` (CRLF-terminated header lines) besides the framing headers.
     pub fn start(extra: &'static str) -> Capture {
+        super::quiet_logs();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));

@@ -1,5 +1,10 @@
 //! Shared helpers for integration tests: start the mock and the gateway on 127.0.0.1 port 0,
 //! and a small blocking HTTP/1.1 client that checks framing itself.
+//!
+//! Every end-to-end test loops over `variants()`: both I/O drivers × `SHARDS` (1 and 2), and
+//! the builders take the `Variant`. A test that needs exactly one shard says why with
+//! `one_shard(why)`. The builders route the gateway's log through the harness's capture
+//! (`quiet_logs`): shown for failing tests only.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -17,15 +22,117 @@ pub mod capture;
 
 pub const DRIVERS: [&str; 2] = ["epoll", "io_uring"];
 
-pub fn driver_choice(d: &str) -> DriverChoice {
-    if d == "epoll" {
+/// The shard counts every end-to-end test runs at, next to both drivers: one shard, and two so
+/// that connections (and the state a request finds) spread over shards.
+pub const SHARDS: [usize; 2] = [1, 2];
+
+/// One way to run a test: an I/O driver and a shard count. `Display` names both (for assert
+/// messages); `as_ref()` is the driver name (for the mock, which always runs one shard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub driver: &'static str,
+    pub shards: usize,
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = if self.shards == 1 { "" } else { "s" };
+        write!(f, "{}, {} shard{s}", self.driver, self.shards)
+    }
+}
+
+impl AsRef<str> for Variant {
+    fn as_ref(&self) -> &str {
+        self.driver
+    }
+}
+
+/// Every (driver, shard count) pair: what an end-to-end test loops over
+/// (`for v in variants() { Stack::new(profile, v, "") ... }`). Each variant is printed as it
+/// starts, so a failing test's captured output names the one that failed.
+pub fn variants() -> impl Iterator<Item = Variant> {
+    announce(SHARDS.into_iter().flat_map(|shards| {
+        DRIVERS
+            .into_iter()
+            .map(move |driver| Variant { driver, shards })
+    }))
+}
+
+/// Every shard count with one driver, for a test that picks its driver (a slow one, or one
+/// whose subject is not the I/O driver).
+pub fn one_driver(driver: &'static str) -> impl Iterator<Item = Variant> {
+    announce(
+        SHARDS
+            .into_iter()
+            .map(move |shards| Variant { driver, shards }),
+    )
+}
+
+/// Every shard count, for a test that leaves the driver to the default; each is printed as it
+/// starts.
+pub fn shard_counts() -> impl Iterator<Item = usize> {
+    quiet_logs();
+    SHARDS
+        .into_iter()
+        .inspect(|n| eprintln!("--- shards = {n}"))
+}
+
+/// Both drivers at one shard only, for a test whose meaning needs exactly one shard; `why` says
+/// why (it is printed, so a failing test's output shows it). Use sparingly: state that is
+/// wrong at two shards is a bug to fix, not a reason to test one.
+pub fn one_shard(why: &str) -> impl Iterator<Item = Variant> {
+    eprintln!("one shard only: {why}");
+    announce(
+        DRIVERS
+            .into_iter()
+            .map(|driver| Variant { driver, shards: 1 }),
+    )
+}
+
+/// Why a `max_connections` count is exact at one shard only (`one_shard`): each shard enforces
+/// ceil(max / n) and the kernel picks each connection's shard. (So at n shards the process admits
+/// up to n × ceil(max / n), and refuses below `max` when connections crowd on one shard.)
+pub const MAX_CONNECTIONS_SPLIT: &str = "max_connections is split across shards (each enforces \
+     ceil(max / n)) and the kernel picks each connection's shard: which connection is refused \
+     is exact at one shard only";
+
+fn announce(vs: impl Iterator<Item = Variant>) -> impl Iterator<Item = Variant> {
+    quiet_logs();
+    vs.inspect(|v| eprintln!("--- variant: {v}"))
+}
+
+/// Route the library's log lines through `eprint!`, which the test harness captures per test
+/// (also from the threads a test starts): a passing test's gateway is quiet, a failing test's
+/// output has its gateway's log. Called by every builder here; call it in a test that starts a
+/// gateway itself.
+pub fn quiet_logs() {
+    ringgate::log::set_sink(|line| eprintln!("{line}"));
+}
+
+/// Whether `id` is a request id the gateway made (`rg-{shard}-{tag}-{n}`) on one of `v`'s
+/// shards (which shard a connection lands on is the kernel's choice).
+pub fn is_gateway_id(id: &str, v: Variant) -> bool {
+    let mut parts = id.split('-');
+    parts.next() == Some("rg")
+        && parts
+            .next()
+            .and_then(|s| s.parse::<usize>().ok())
+            .is_some_and(|shard| shard < v.shards)
+        && parts.next().is_some_and(|t| t.len() == 8)
+        && parts.next().is_some_and(|n| n.parse::<u64>().is_ok())
+        && parts.next().is_none()
+}
+
+pub fn driver_choice(d: impl AsRef<str>) -> DriverChoice {
+    if d.as_ref() == "epoll" {
         DriverChoice::Epoll
     } else {
         DriverChoice::IoUring
     }
 }
 
-pub fn start_mock(profile: Profile, driver: &str) -> MockServer {
+pub fn start_mock(profile: Profile, driver: impl AsRef<str>) -> MockServer {
+    quiet_logs();
     ringgate::mock::server::start(
         "127.0.0.1:0".parse().unwrap(),
         profile,
@@ -36,7 +143,8 @@ pub fn start_mock(profile: Profile, driver: &str) -> MockServer {
 }
 
 /// The mock with a per-process fault plan (see `ringgate::mock::fault`).
-pub fn start_mock_faulty(profile: Profile, driver: &str, plan: Plan) -> MockServer {
+pub fn start_mock_faulty(profile: Profile, driver: impl AsRef<str>, plan: Plan) -> MockServer {
+    quiet_logs();
     ringgate::mock::server::start_with(
         "127.0.0.1:0".parse().unwrap(),
         profile,
@@ -47,23 +155,26 @@ pub fn start_mock_faulty(profile: Profile, driver: &str, plan: Plan) -> MockServ
     .unwrap()
 }
 
-/// Gateway in front of `upstream`, with `extra` TOML appended (after the models).
-pub fn start_gateway(upstream: SocketAddr, driver: &str, extra: &str) -> Running {
-    start_gateway_with(upstream, driver, "", extra)
+/// Gateway in front of `upstream` with `v`'s driver and shard count, with `extra` TOML appended
+/// (after the models).
+pub fn start_gateway(upstream: SocketAddr, v: Variant, extra: &str) -> Running {
+    start_gateway_with(upstream, v, "", extra)
 }
 
 /// As `start_gateway`, with extra lines inside `[server]`.
 pub fn start_gateway_with(
     upstream: SocketAddr,
-    driver: &str,
+    v: Variant,
     server_extra: &str,
     extra: &str,
 ) -> Running {
+    quiet_logs();
+    let Variant { driver, shards } = v;
     let text = format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 pin = false
 driver = "{driver}"
 header_timeout_ms = 500
@@ -252,26 +363,79 @@ pub fn sse_content(body: &[u8]) -> (String, usize, bool) {
     (content, n, done)
 }
 
-pub fn metric(addr: SocketAddr, name: &str) -> u64 {
-    let r = request(addr, &get("/metrics"));
-    r.text()
+/// The sum, in one scrape of `/metrics`, of the series `selector` names: `family` (every series
+/// of it) or `family{k="v",...}` (those with a label starting with each of these: `k="v"` is
+/// that label, `k=` any value of it; a trailing `{` alone is the family). Summed over shards
+/// unless the selector names a `shard`.
+///
+/// At more than one shard a scrape has the other shards' numbers as they last published them
+/// (once a second): assert on counts with `wait_metric` / `metric_until`, not on one scrape.
+pub fn metric(addr: SocketAddr, selector: &str) -> u64 {
+    metric_in(&request(addr, &get("/metrics")).text(), selector)
+}
+
+/// `metric` on a scrape already taken.
+pub fn metric_in(scrape: &str, selector: &str) -> u64 {
+    let (family, want) = match selector.split_once('{') {
+        Some((f, rest)) => (f, rest.trim_end_matches('}')),
+        None => (selector, ""),
+    };
+    let want: Vec<&str> = want.split(',').filter(|w| !w.is_empty()).collect();
+    scrape
         .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.strip_suffix('}')?),
+                None => (series, ""),
+            };
+            let have: Vec<&str> = labels.split(',').collect();
+            (name == family && want.iter().all(|w| have.iter().any(|h| h.starts_with(w))))
+                .then(|| value.parse::<u64>().ok())?
+        })
         .sum()
 }
 
-/// Poll a metric until it equals `want` (the server may still be finishing a previous task).
-pub fn wait_metric(addr: SocketAddr, name: &str, want: u64, what: &str) {
-    let mut last = 0;
-    for _ in 0..50 {
-        last = metric(addr, name);
-        if last == want {
-            return;
+/// Poll `metric(addr, selector)` until `ok(value)` holds, for up to 10 s (other shards publish
+/// once a second; the machine may be busy); returns the value. Panics naming `what` and the
+/// last scrape.
+pub fn metric_until(addr: SocketAddr, selector: &str, what: &str, ok: impl Fn(u64) -> bool) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = request(addr, &get("/metrics")).text();
+        let v = metric_in(&scrape, selector);
+        if ok(v) {
+            return v;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("{selector} = {v}: {what}\n{scrape}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("{name} = {last}, want {want}: {what}");
+}
+
+/// Poll a metric until it equals `want` (the server may still be finishing a previous task, and
+/// at more than one shard the others publish once a second).
+pub fn wait_metric(addr: SocketAddr, selector: &str, want: u64, what: &str) {
+    metric_until(addr, selector, &format!("want {want}: {what}"), |v| {
+        v == want
+    });
+}
+
+/// The `/metrics` text once `ok` holds for it (polling up to 10 s, as `metric_until`).
+pub fn scrape_until(addr: SocketAddr, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = request(addr, &get("/metrics")).text();
+        if ok(&scrape) {
+            return scrape;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("{what}\n{scrape}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A mock upstream and a gateway in front of it; both are stopped when this drops (also when
@@ -283,14 +447,14 @@ pub struct Stack {
 }
 
 impl Stack {
-    pub fn new(profile: Profile, driver: &str, extra: &str) -> Stack {
-        Stack::with_server(profile, driver, "", extra)
+    pub fn new(profile: Profile, v: Variant, extra: &str) -> Stack {
+        Stack::with_server(profile, v, "", extra)
     }
 
     /// As `new`, with extra lines inside `[server]`.
-    pub fn with_server(profile: Profile, driver: &str, server_extra: &str, extra: &str) -> Stack {
-        let mock = start_mock(profile, driver);
-        let gw = start_gateway_with(mock.addr, driver, server_extra, extra);
+    pub fn with_server(profile: Profile, v: Variant, server_extra: &str, extra: &str) -> Stack {
+        let mock = start_mock(profile, v);
+        let gw = start_gateway_with(mock.addr, v, server_extra, extra);
         Stack {
             addr: gw.addr,
             gw: Some(gw),
@@ -301,8 +465,9 @@ impl Stack {
 
 impl Stack {
     /// A gateway on a whole config text in front of `mock`; `{mock}` in the text is replaced
-    /// by the mock's address.
+    /// by the mock's address. (The text names its shard count: take it from a `Variant`.)
     pub fn with_config(mock: MockServer, config: &str) -> Stack {
+        quiet_logs();
         let text = config.replace("{mock}", &mock.addr.to_string());
         let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
         let gw = gateway::start(cfg).unwrap();
@@ -366,6 +531,7 @@ pub fn fake_upstream<F>(answer: F) -> SocketAddr
 where
     F: Fn(&mut TcpStream, usize, &[u8]) -> bool + Send + Sync + 'static,
 {
+    quiet_logs();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let answer = Arc::new(answer);

@@ -1,8 +1,9 @@
 // The Vercel AI SDK's default OpenAI provider (Responses API) through ringgate on translated
 // routes: a two-step tool loop (`generateText` with a tool, `stopWhen: stepCountIs(2)`), where
 // step 2 sends the assistant's output items as `item_reference`s. The upstream is the project's
-// mock (`ringgate mock`) behind an openai-compatible (Chat) and an anthropic provider; the
-// gateway runs two shards, so step 2 may land on another shard than step 1. Binary from
+// mock (`ringgate mock`) behind an openai-compatible (Chat) and an anthropic provider; every
+// test runs against a gateway at each shard count in SHARDS (at two, step 2 may land on another
+// shard than step 1). A failing test's error carries its gateway's log. Binary from
 // RINGGATE_BIN (default: target/debug/ringgate).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,9 +18,12 @@ import { z } from 'zod';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = process.env.RINGGATE_BIN || join(root, 'target', 'debug', 'ringgate');
+// The shard counts each test runs at (as tests/common in the Rust tests).
+const SHARDS = [1, 2];
 const procs = [];
 let dir;
-let gateway;
+// shard count -> { addr, log() }
+const gateways = new Map();
 
 function start(args, env) {
   return new Promise((resolve, reject) => {
@@ -37,21 +41,33 @@ function start(args, env) {
       const m = seen.match(/listening on http:\/\/([0-9.]+:[0-9]+)(?=\s)/);
       if (m) {
         clearTimeout(timer);
-        resolve(m[1]);
+        resolve({ addr: m[1], log: () => seen });
       }
     });
     p.on('exit', (code) => reject(new Error(`exited ${code}: ${seen}`)));
   });
 }
 
+// Run `f(addr)` against the gateway at `shards`; a failure carries that gateway's log.
+async function against(shards, f) {
+  const gw = gateways.get(shards);
+  try {
+    await f(gw.addr);
+  } catch (e) {
+    e.message += `\n--- gateway log (shards = ${shards}):\n${gw.log()}`;
+    throw e;
+  }
+}
+
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'rg-node-'));
-  const mock = await start(['mock', '--listen', '127.0.0.1:0', '--profile', 'instant']);
-  const cfg = join(dir, 'ringgate.toml');
-  writeFileSync(cfg, `
+  const mock = (await start(['mock', '--listen', '127.0.0.1:0', '--profile', 'instant'])).addr;
+  for (const shards of SHARDS) {
+    const cfg = join(dir, `ringgate-${shards}.toml`);
+    writeFileSync(cfg, `
 [server]
 listen = "127.0.0.1:0"
-shards = 2
+shards = ${shards}
 
 [[provider]]
 name = "compat"
@@ -73,7 +89,8 @@ name = "gpt-on-anthropic"
 provider = "an"
 upstream_model = "claude-native"
 `);
-  gateway = await start(['--config', cfg]);
+    gateways.set(shards, await start(['--config', cfg]));
+  }
 });
 
 after(() => {
@@ -84,8 +101,8 @@ after(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-for (const model of ['gpt-on-compat', 'gpt-on-anthropic']) {
-  test(`two-step tool loop, Responses mode, translated (${model})`, async () => {
+for (const [shards, model] of SHARDS.flatMap((n) => [[n, 'gpt-on-compat'], [n, 'gpt-on-anthropic']])) {
+  test(`two-step tool loop, Responses mode, translated (${model}, shards = ${shards})`, () => against(shards, async (gateway) => {
     const sent = [];
     const openai = createOpenAI({
       baseURL: `http://${gateway}/v1`,
@@ -124,20 +141,22 @@ for (const model of ['gpt-on-compat', 'gpt-on-anthropic']) {
     const refs = sent[1].body.input.filter((i) => i.type === 'item_reference');
     assert.ok(refs.length >= 1, `step 2 sends item references: ${JSON.stringify(sent[1].body.input)}`);
     assert.ok(sent[1].body.input.some((i) => i.type === 'function_call_output'));
-  });
+  }));
 }
 
-test('an unknown item_reference is a 400 naming the field', async () => {
-  const r = await fetch(`http://${gateway}/v1/responses`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-node-test' },
-    body: JSON.stringify({
-      model: 'gpt-on-compat',
-      input: [{ role: 'user', content: 'x' }, { type: 'item_reference', id: 'fc_never' }],
-    }),
-  });
-  assert.equal(r.status, 400);
-  const e = (await r.json()).error;
-  assert.equal(e.type, 'invalid_request_error');
-  assert.equal(e.param, 'input[1].id');
-});
+for (const shards of SHARDS) {
+  test(`an unknown item_reference is a 400 naming the field (shards = ${shards})`, () => against(shards, async (gateway) => {
+    const r = await fetch(`http://${gateway}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-node-test' },
+      body: JSON.stringify({
+        model: 'gpt-on-compat',
+        input: [{ role: 'user', content: 'x' }, { type: 'item_reference', id: 'fc_never' }],
+      }),
+    });
+    assert.equal(r.status, 400);
+    const e = (await r.json()).error;
+    assert.equal(e.type, 'invalid_request_error');
+    assert.equal(e.param, 'input[1].id');
+  }));
+}

@@ -19,18 +19,18 @@ KINDS = {"oa": ("openai", "/v1"), "an": ("anthropic", ""), "gm": ("gemini", "")}
 
 
 @pytest.fixture(scope="module")
-def errgw(mock, driver):
+def errgw(mock, driver, shards):
     """One provider per (kind, status), so a 429's key cool-down or a breaker stays with its
     own cell; one attempt, no retries, no breakers: each request sees the upstream's answer."""
-    parts = ["""
+    parts = [f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [routing]
 max_attempts = 1
 retry_on = []
-breaker = { failures = 0 }
+breaker = {{ failures = 0 }}
 """]
     faults = [str(s) for s in STATUSES] + ["502", "error-after_2", "cut-after_2"]
     for k, (kind, suffix) in KINDS.items():

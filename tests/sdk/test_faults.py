@@ -32,7 +32,7 @@ KNOWN_FAILING = []
 CONFIG = """
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [upstream]
 first_byte_timeout_ms = 500
@@ -72,13 +72,14 @@ upstream_model = "ok"
 
 
 @pytest.fixture(scope="module", params=FAULTS)
-def faulty(request):
+def faulty(request, shards):
     """A mock faulting every request for upstream model `fault`, and a gateway in front."""
     fault = request.param
     proc, addr = spawn(["mock", "--listen", "127.0.0.1:0", "--fault", fault,
                         "--fault-model", "fault"])
     try:
-        for base in serve_config(CONFIG.replace("{mock}", addr), {}):
+        cfg = CONFIG.replace("{mock}", addr).replace("{shards}", str(shards))
+        for base in serve_config(cfg, {}):
             yield fault, base
     finally:
         stop(proc)

@@ -141,11 +141,11 @@ KEY = "rg-sdk-gemini-7c1d9e2f4a6b8c0d1e3f5a7b9c1d3e5f"
 
 
 @pytest.fixture(scope="module")
-def keyed(mock, driver):
+def keyed(mock, driver, shards):
     cfg = f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "an"

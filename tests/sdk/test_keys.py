@@ -19,13 +19,13 @@ LIMITED_KEY = "rg-sdk-test-limited-ffeeddccbbaa99887766554"
 
 
 @pytest.fixture(scope="module")
-def keyed(mock, driver):
+def keyed(mock, driver, shards):
     """A gateway with three keys in front of the mock: unrestricted, one model only, and one
     with rpm = 2 and tpm = 2000."""
     cfg = f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "local"
@@ -159,14 +159,14 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_clients_key_never_reaches_the_upstream(driver):
+def test_the_clients_key_never_reaches_the_upstream(driver, shards):
     up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     Recorder.seen = []
     cfg = f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "up"

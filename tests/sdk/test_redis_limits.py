@@ -3,6 +3,7 @@ processes (one per I/O driver) share one key's rpm, so the SDKs raise RateLimitE
 key's requests across both reach the limit — not the limit per process."""
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -51,15 +52,16 @@ def redis_port():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def gateway_config(port):
+def gateway_config(port, shards):
+    # (one database per shard count: each run starts its window at 0 on the shared server)
     return f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [limits]
 store = "redis"
-redis_url = "redis://127.0.0.1:{port}/0"
+redis_url = "redis://127.0.0.1:{port}/{shards}"
 on_store_error = "local"
 
 [[provider]]
@@ -78,24 +80,24 @@ rpm = 4
 
 
 @pytest.fixture(scope="module")
-def two_gateways(redis_port):
-    cfg = gateway_config(redis_port)
+def two_gateways(redis_port, shards):
+    cfg = gateway_config(redis_port, shards)
     a = serve_config(cfg, {"RINGGATE_DRIVER": "io_uring", "RG_SDK_REDIS_KEY": KEY})
     b = serve_config(cfg, {"RINGGATE_DRIVER": "epoll", "RG_SDK_REDIS_KEY": KEY})
     urls = (next(a), next(b))
     for url in urls:
-        wait_store_up(url)
+        wait_store_up(url, shards)
     yield urls
     for g in (a, b):
         next(g, None)
 
 
-def wait_store_up(url):
+def wait_store_up(url, shards):
     import urllib.request
     deadline = time.time() + 10
     while True:
         text = urllib.request.urlopen(url + "/metrics").read().decode()
-        if 'ringgate_limit_store_up{shard="0"} 1' in text:
+        if len(re.findall(r'^ringgate_limit_store_up\{shard="\d+"\} 1$', text, re.M)) == shards:
             return
         assert time.time() < deadline, text
         time.sleep(0.05)

@@ -13,7 +13,7 @@ from test_openai_sdk import expected
 CONFIG = """
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "a"
@@ -50,7 +50,7 @@ upstream_model = "claude-3-5-haiku-latest"
 
 
 @pytest.fixture(scope="module")
-def routed(driver):
+def routed(driver, shards):
     env = {"RINGGATE_DRIVER": driver}
     procs = []
     try:
@@ -60,7 +60,7 @@ def routed(driver):
                                env)
             procs.append(proc)
             addrs[name] = addr
-        cfg = CONFIG.format(**addrs)
+        cfg = CONFIG.format(shards=shards, **addrs)
         yield from serve_config(cfg, {**env, "RG_TEST_B_KEY": "sk-ant-test"})
     finally:
         for p in procs:

@@ -86,7 +86,7 @@ def fake_upstream():
 
 
 @pytest.fixture(scope="module")
-def gw(fake_upstream, driver):
+def gw(fake_upstream, driver, shards):
     models = "".join(
         f'\n[[model]]\nname = "{p}{s}"\nprovider = "{prov}"\n'
         for p, prov in [("", "fake-oa"), ("claude-", "fake-an")]
@@ -94,7 +94,7 @@ def gw(fake_upstream, driver):
     cfg = f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "fake-oa"

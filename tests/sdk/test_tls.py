@@ -49,7 +49,7 @@ def pki():
 
 
 @pytest.fixture(scope="module")
-def tls_gateway(mock, driver, pki):
+def tls_gateway(mock, driver, pki, shards):
     """The gateway with plain and TLS listeners; the config sits next to the certificate files
     and names them relatively. Yields (plain base URL, https base URL)."""
     cfg = f"""
@@ -58,7 +58,7 @@ listen = "127.0.0.1:0"
 tls_listen = "127.0.0.1:0"
 tls_cert = "cert.pem"
 tls_key = "key.pem"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "local"

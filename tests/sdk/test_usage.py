@@ -6,6 +6,7 @@ retry."""
 
 import math
 import re
+import time
 import urllib.request
 
 import anthropic
@@ -23,7 +24,7 @@ TEXT = "The quick brown fox jumps"  # 25 bytes: the mock counts 7 input tokens
 
 
 @pytest.fixture(scope="module")
-def metered(mock, driver):
+def metered(mock, driver, shards):
     """A gateway in front of the mock as an OpenAI and an Anthropic provider, both priced, and
     three keys: one without a budget, two with a budget of exactly three requests."""
     # gpt-4o-mini: 1 input token ("hi") × 1 µUSD + 4 output × 2 µUSD = 9 µUSD a request
@@ -31,7 +32,7 @@ def metered(mock, driver):
     cfg = f"""
 [server]
 listen = "127.0.0.1:0"
-shards = 1
+shards = {shards}
 
 [[provider]]
 name = "oa"
@@ -100,16 +101,45 @@ def metric(base, name, **labels):
     return total
 
 
+def until(read, ok, what):
+    """`read()` once `ok` holds for it, polling up to 10 s: at two shards a scrape has the other
+    shard's numbers as it last published them (once a second)."""
+    deadline = time.time() + 10
+    while True:
+        v = read()
+        if ok(v):
+            return v
+        assert time.time() < deadline, f"{what}: {v}"
+        time.sleep(0.05)
+
+
 def usage_of(base, model):
     k = {"key": "usage", "model": model}
     return (metric(base, "ringgate_key_input_tokens_total", **k),
             metric(base, "ringgate_key_output_tokens_total", **k))
 
 
-def test_openai_stream_usage_is_counted_exactly_asked_or_not(metered):
+def settled_usage(base, model, shards):
+    """`usage_of` once every shard's numbers are in: at more than one shard, two readings more
+    than a publishing interval (1 s) apart that agree."""
+    v = usage_of(base, model)
+    while shards > 1:
+        time.sleep(1.2)
+        v, last = usage_of(base, model), v
+        if v == last:
+            break
+    return v
+
+
+def usage_grew(base, model, since, by):
+    want = (since[0] + by[0], since[1] + by[1])
+    return until(lambda: usage_of(base, model), lambda v: v == want, f"want {want}")
+
+
+def test_openai_stream_usage_is_counted_exactly_asked_or_not(metered, shards):
     client = oa(metered, "usage")
     want_in = math.ceil(len(TEXT) / 4)
-    before = usage_of(metered, "gpt-4o-mini")
+    before = settled_usage(metered, "gpt-4o-mini", shards)
     # not asked: no usage chunk reaches the client, the gateway counts it all the same
     chunks = list(client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": TEXT}], max_tokens=7,
@@ -117,8 +147,7 @@ def test_openai_stream_usage_is_counted_exactly_asked_or_not(metered):
     assert all(c.usage is None for c in chunks)
     assert all(c.choices for c in chunks), "no choices-less chunk"
     assert "".join(c.choices[0].delta.content or "" for c in chunks)
-    after = usage_of(metered, "gpt-4o-mini")
-    assert (after[0] - before[0], after[1] - before[1]) == (want_in, 7)
+    after = usage_grew(metered, "gpt-4o-mini", before, (want_in, 7))
     # asked: the usage chunk arrives as the client asked, with the same counts
     chunks = list(client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": TEXT}], max_tokens=5,
@@ -126,23 +155,20 @@ def test_openai_stream_usage_is_counted_exactly_asked_or_not(metered):
     usage = [c.usage for c in chunks if c.usage]
     assert len(usage) == 1 and chunks[-1].choices == []
     assert (usage[0].prompt_tokens, usage[0].completion_tokens) == (want_in, 5)
-    again = usage_of(metered, "gpt-4o-mini")
-    assert (again[0] - after[0], again[1] - after[1]) == (want_in, 5)
+    usage_grew(metered, "gpt-4o-mini", after, (want_in, 5))
 
 
-def test_anthropic_stream_usage_is_counted_exactly(metered):
-    before = usage_of(metered, "claude")
+def test_anthropic_stream_usage_is_counted_exactly(metered, shards):
+    before = settled_usage(metered, "claude", shards)
     with an(metered, "usage").messages.stream(
             model="claude", max_tokens=6, messages=[{"role": "user", "content": TEXT}]) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
     assert text
     assert (final.usage.input_tokens, final.usage.output_tokens) == (math.ceil(len(TEXT) / 4), 6)
-    after = usage_of(metered, "claude")
-    assert (after[0] - before[0], after[1] - before[1]) == (
-        final.usage.input_tokens, final.usage.output_tokens)
-    spend = metric(metered, "ringgate_key_spend_usd_total", key="usage", model="claude")
-    assert spend > 0
+    usage_grew(metered, "claude", before, (final.usage.input_tokens, final.usage.output_tokens))
+    until(lambda: metric(metered, "ringgate_key_spend_usd_total", key="usage", model="claude"),
+          lambda spend: spend > 0, "spend counted")
 
 
 def test_openai_budget_runs_out_at_the_right_request(metered):
@@ -159,10 +185,10 @@ def test_openai_budget_runs_out_at_the_right_request(metered):
     assert e.value.type == "insufficient_quota"
     assert "budget-oa" in e.value.message and KEYS["budget-oa"] not in e.value.message
     # x-should-retry: false — the SDK (max_retries=2) asked once
-    assert metric(metered, "ringgate_key_rejections_total", key="budget-oa",
-                  reason="budget") == 1
-    spend = metric(metered, "ringgate_key_spend_usd_total", key="budget-oa")
-    assert abs(spend - 0.000027) < 1e-12
+    until(lambda: metric(metered, "ringgate_key_rejections_total", key="budget-oa",
+                         reason="budget"), lambda n: n == 1, "one rejection")
+    until(lambda: metric(metered, "ringgate_key_spend_usd_total", key="budget-oa"),
+          lambda spend: abs(spend - 0.000027) < 1e-12, "the spend of three answers")
 
 
 def test_anthropic_budget_runs_out_at_the_right_request(metered):
@@ -178,5 +204,5 @@ def test_anthropic_budget_runs_out_at_the_right_request(metered):
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "billing_error"
     assert int(e.value.response.headers["retry-after"]) >= 1
-    assert metric(metered, "ringgate_key_rejections_total", key="budget-an",
-                  reason="budget") == 1
+    until(lambda: metric(metered, "ringgate_key_rejections_total", key="budget-an",
+                         reason="budget"), lambda n: n == 1, "one rejection")
