@@ -273,7 +273,7 @@ fn slow_stream_reader_holds_bounded_memory_and_disconnect_returns_the_permit() {
 
 #[test]
 fn connections_over_the_cap_get_503_and_are_closed() {
-    for d in one_shard(MAX_CONNECTIONS_SPLIT) {
+    for d in variants() {
         let mock = start_mock(Profile::Instant, d);
         let gw = start_gateway_with(mock.addr, d, "max_connections = 2", "");
         let mut a = connect(gw.addr);

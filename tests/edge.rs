@@ -218,7 +218,7 @@ fn bare_lf_head_is_a_400_and_the_connection_closes() {
 }
 #[test]
 fn health_endpoints_answer_at_the_connection_cap() {
-    one_shard(MAX_CONNECTIONS_SPLIT).for_each(|d| {
+    variants().for_each(|d| {
         let gw = Stack::with_server(Profile::Instant, d, "max_connections = 4", "");
         // fill the cap with idle keep-alive connections (each served one request)
         let mut idle = Vec::new();

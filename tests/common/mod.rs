@@ -89,13 +89,6 @@ pub fn one_shard(why: &str) -> impl Iterator<Item = Variant> {
     )
 }
 
-/// Why a `max_connections` count is exact at one shard only (`one_shard`): each shard enforces
-/// ceil(max / n) and the kernel picks each connection's shard. (So at n shards the process admits
-/// up to n × ceil(max / n), and refuses below `max` when connections crowd on one shard.)
-pub const MAX_CONNECTIONS_SPLIT: &str = "max_connections is split across shards (each enforces \
-     ceil(max / n)) and the kernel picks each connection's shard: which connection is refused \
-     is exact at one shard only";
-
 fn announce(vs: impl Iterator<Item = Variant>) -> impl Iterator<Item = Variant> {
     quiet_logs();
     vs.inspect(|v| eprintln!("--- variant: {v}"))
