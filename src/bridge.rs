@@ -220,10 +220,12 @@ async fn stream(
                 tr.error(&e.message, &mut events);
                 write_chunk(&mut out, &events);
                 out.extend_from_slice(LAST_CHUNK);
-                let _ = conn.write_raw(out, wt).await;
+                // a whole HTTP message (error event, chunked end): the client's connection
+                // stays usable unless the process drains (closing would race its next request)
+                let written = conn.write_raw(out, wt).await;
                 return Outcome {
                     status: 502,
-                    keep_alive: false,
+                    keep_alive: keep_alive && written.is_some() && !shard.draining.is_fired(),
                 };
             }
         };

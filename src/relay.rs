@@ -160,6 +160,9 @@ async fn relay(
     let status = ex.head.status;
     let sse = ex.head.is_event_stream();
     let close_delimited = ex.head.framing == RespFraming::Close;
+    // a stream that breaks still ends as a whole HTTP message (error event, chunked end): the
+    // client's connection stays usable (closing it would race the client's next request on it)
+    let keep = keep_alive && !shard.draining.is_fired();
     let framing = match (ex.head.framing, sse) {
         (RespFraming::Length(n), false) => Framing::Length(n as usize),
         _ => Framing::Chunked,
@@ -202,7 +205,7 @@ async fn relay(
                     conn.out = out;
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
-                return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
+                return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt)).await;
             }
         };
         if let Some(g) = grant.as_deref_mut() {
@@ -265,11 +268,13 @@ async fn relay(
                         provider,
                         &Error::new(Kind::UpstreamProtocol, msg),
                     );
-                    return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
+                    return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt))
+                        .await;
                 }
                 if let Err(r) = permit.charge_capacity(&pending, &mut charged) {
                     let e = Error::overloaded(r.as_str());
-                    return broken(conn, out, (sse, terminal, status), dialect, &e, wt).await;
+                    return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt))
+                        .await;
                 }
             }
             Framing::Chunked => write_chunk(&mut out, piece),
@@ -301,15 +306,16 @@ async fn relay(
 /// the dialect-correct error event (OpenAI: a data line with an error object; Anthropic:
 /// `event: error`), and the chunked end — the client sees a well-formed failure; if the
 /// stream's terminal event already went out, the stream is complete for the client and just
-/// ends (the upstream connection is dropped). Other bodies can only be cut by closing (a
-/// chunked end or the full length would claim completeness).
+/// ends (the upstream connection is dropped); the client's connection stays open when
+/// `keep` (the message is complete). Other bodies can only be cut by closing (a chunked end or
+/// the full length would claim completeness).
 async fn broken(
     conn: &mut ClientConn,
     mut out: Vec<u8>,
     (sse, terminal, status): (bool, bool, u16),
     dialect: Dialect,
     e: &Error,
-    wt: Duration,
+    (keep, wt): (bool, Duration),
 ) -> Outcome {
     if sse {
         if !terminal {
@@ -318,10 +324,14 @@ async fn broken(
             write_chunk(&mut out, &ev);
         }
         out.extend_from_slice(LAST_CHUNK);
-        let _ = conn.write_raw(out, wt).await;
+        let written = conn.write_raw(out, wt).await;
+        return Outcome {
+            status: if terminal { status } else { 502 },
+            keep_alive: keep && written.is_some(),
+        };
     }
     Outcome {
-        status: if sse && terminal { status } else { 502 },
+        status: 502,
         keep_alive: false,
     }
 }

@@ -582,3 +582,35 @@ provider = "backend-7"
         let _ = child.wait();
     });
 }
+
+/// A stream that broke mid-way still ends as a whole HTTP message (the error event, the chunked
+/// end), so the client's keep-alive connection stays usable: the next request on it is
+/// answered. (Closing it raced the client's next request on that connection: SDKs saw
+/// "connection error" on their healthy call after a fault.)
+#[test]
+fn a_broken_stream_leaves_the_client_connection_usable() {
+    each_driver(|d| {
+        let body: &'static str = Box::leak(format!("{CHAT_EV}{CHAT_CUT}").into_boxed_str());
+        let gw = start_gateway(sse_upstream(true, body, false), d, "");
+        let chat =
+            r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let messages = r#"{"model":"gpt-4o-mini","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        for (path, body, anthropic) in [
+            ("/v1/chat/completions", chat, false),
+            ("/v1/messages", messages, true),
+        ] {
+            let what = format!("{d} {path}");
+            let mut s = connect(gw.addr);
+            let mut buf = Vec::new();
+            for round in 0..2 {
+                s.write_all(&post(path, body)).unwrap();
+                let r = read_response(&mut s, &mut buf)
+                    .unwrap_or_else(|| panic!("{what}: round {round}: connection closed"));
+                assert_eq!(r.status, 200, "{what}");
+                assert_ne!(r.header("connection"), Some("close"), "{what}");
+                ends_with_error(&events(&r.body), anthropic, format!("{what} #{round}"));
+            }
+        }
+        gw.stop();
+    });
+}
