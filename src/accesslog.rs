@@ -228,6 +228,8 @@ pub struct Entry<'a> {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub attempts: u32,
+    /// Guardrail hits, `type:count` pairs (written only when some guardrail matched).
+    pub guardrail_hits: Option<&'a str>,
 }
 
 impl Entry<'_> {
@@ -278,6 +280,10 @@ impl Entry<'_> {
         int(out, self.bytes_out);
         out.extend_from_slice(b",\"attempts\":");
         int(out, u64::from(self.attempts));
+        if let Some(h) = self.guardrail_hits {
+            out.extend_from_slice(b",\"guardrail_hits\":");
+            string(out, Some(h));
+        }
         out.extend_from_slice(b"}\n");
     }
 }
@@ -412,6 +418,7 @@ mod tests {
             bytes_in: 100,
             bytes_out: 2000,
             attempts: 1,
+            guardrail_hits: None,
         }
     }
 

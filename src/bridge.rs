@@ -103,6 +103,16 @@ pub async fn translated(
             }
         });
         drop(raw);
+        // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
+        let out = match (out, &conn.guard) {
+            (Ok(out), Some(sess)) => {
+                match crate::guardrail::answer::guard_answer(sess, client, &out) {
+                    Ok(masked) => Ok(masked.unwrap_or(out)),
+                    Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+                }
+            }
+            (out, _) => out,
+        };
         return match out {
             Ok(out) => {
                 let ok = conn
@@ -139,7 +149,7 @@ pub async fn translated(
         conn,
         shard,
         ex,
-        (pname, up),
+        (pname, up, client),
         (&mut tr, grant.as_deref_mut(), remember),
         keep_alive,
         &mut rb,
@@ -173,7 +183,7 @@ async fn stream(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
-    (provider, up): (&str, Dialect),
+    (provider, up, client): (&str, Dialect, Dialect),
     (tr, mut grant, mut remember): (
         &mut StreamTranslator,
         Option<&mut Grant<'_>>,
@@ -203,6 +213,12 @@ async fn stream(
     let close_delimited = ex.head.framing == RespFraming::Close;
     // Gemini has no terminal event: a candidate's finishReason ends its stream.
     let mut finish_seen = false;
+    // the answer's guardrails, on the client-dialect events (`guardrail::stream`)
+    let mut guard = conn
+        .guard
+        .as_ref()
+        .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
+    let mut rewritten = Vec::new();
     let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
@@ -273,6 +289,29 @@ async fn stream(
                     shard.responses.record(r, &done);
                 }
             }
+        }
+        if let Some(g) = guard.as_mut() {
+            rewritten.clear();
+            let r = g.rewrite(&events, &mut rewritten);
+            let r = r.and_then(|()| {
+                if end {
+                    g.finish(&mut rewritten)
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(b) = r {
+                // no byte of the match went out: the error event ends the stream
+                crate::translate::stream_error_event(client, &b.message(), &mut rewritten);
+                write_chunk(&mut out, &rewritten);
+                out.extend_from_slice(LAST_CHUNK);
+                let _ = conn.write_raw(out, wt).await;
+                return Outcome {
+                    status: 200,
+                    keep_alive: false,
+                };
+            }
+            std::mem::swap(&mut events, &mut rewritten);
         }
         write_chunk(&mut out, &events);
         if end {

@@ -87,6 +87,8 @@ pub struct Trace {
     pub attempts: u32,
     /// The model the client asked for: kept only while the access log is on.
     pub model: Option<Box<str>>,
+    /// Guardrail hits as `type:count` pairs (`None`: no guardrail matched).
+    pub guardrail_hits: Option<Box<str>>,
 }
 
 impl Trace {
@@ -105,6 +107,7 @@ impl Trace {
             key: None,
             attempts: 0,
             model: None,
+            guardrail_hits: None,
         }
     }
 

@@ -114,3 +114,13 @@ impl Counters {
         }
     }
 }
+
+/// A request ended: its hits go to the shard's counters and, as `type:count` pairs, to its
+/// access-log line.
+pub fn ended(sess: &super::Session, shard: &crate::shard::Shard, trace: &mut crate::trace::Trace) {
+    if sess.hits.is_empty() {
+        return;
+    }
+    sess.hits.count_into(&shard.metrics.guardrail);
+    trace.guardrail_hits = Some(sess.hits.summary().into_boxed_str());
+}

@@ -167,6 +167,12 @@ impl Guards {
         g
     }
 
+    /// Whether any model or key uses a guardrail (the one branch a request pays when off).
+    #[inline]
+    pub fn active(&self) -> bool {
+        !(self.by_model.is_empty() && self.by_key.is_empty())
+    }
+
     /// The guardrails of a request to the model configured as `model` (the route's name) by
     /// the key named `key`: the union of both, in config order. `None`: none applies.
     pub fn select(&self, model: &str, key: Option<&str>) -> Option<Rc<Session>> {
