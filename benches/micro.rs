@@ -825,7 +825,19 @@ fn engine_load(c: &mut Criterion) {
 }
 
 criterion_group!(
-    benches, engine_load, cache::cache, head, extract, sse, translation, vetting, governance,
-    observability, spend, header_policy, responses_state::responses_state, guardrails::guardrails
+    benches,
+    engine_load,
+    cache::cache,
+    head,
+    extract,
+    sse,
+    translation,
+    vetting,
+    governance,
+    observability,
+    spend,
+    header_policy,
+    responses_state::responses_state,
+    guardrails::guardrails
 );
 criterion_main!(benches);
