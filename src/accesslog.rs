@@ -1,7 +1,8 @@
 //! The access log (`[log] access = "off" | "stdout" | "<file path>"`, default off): one JSON
 //! line per request — time (RFC 3339, UTC, when the request ended), request id, key name,
 //! endpoint, model, deployment, provider, status, stream, tokens, latency, overhead, time to
-//! first token, upstream time, bytes in and out, attempts. Never a body, a header value other
+//! first token, upstream time, bytes in and out, attempts, and guardrail hits when some
+//! guardrail matched (`guardrail_hits`: `type:count` pairs, never text). Never a body, a header value other
 //! than the request id, a query string or a secret; every string is JSON-escaped.
 //!
 //! Each shard formats its lines into its own buffer (no locks on the request path) and hands

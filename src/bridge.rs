@@ -1,6 +1,9 @@
 //! The translated way back: the provider answered in its own dialect (the request went through
 //! the hub, see `plan`), and the answer — JSON or SSE, event by event — comes back into the
-//! client's dialect, errors included.
+//! client's dialect, errors included. Response guardrails see the client-dialect answer: a whole
+//! answer is masked or refused (400) after translation, a stream's translated events are
+//! rewritten in flight (`guardrail::stream`) and a `block` match ends it with the client
+//! dialect's error event.
 //!
 //! Owns: sequencing `translate` calls around one open upstream exchange. Must not: parse or
 //! emit dialect JSON itself (that is `translate`, pure and golden-tested), send upstream
@@ -152,7 +155,7 @@ pub async fn translated(
         (pname, up, client),
         (&mut tr, grant.as_deref_mut(), remember),
         keep_alive,
-        &mut rb,
+        (&mut rb, permit),
     )
     .await;
     // What the upstream reported, however the stream ended (recorded when the grant drops,
@@ -190,7 +193,7 @@ async fn stream(
         Option<Remember>,
     ),
     keep_alive: bool,
-    rb: &mut relay::StreamBuf,
+    (rb, permit): (&mut relay::StreamBuf, &Permit),
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let mut extra = b"cache-control: no-cache\r\n".to_vec();
@@ -218,7 +221,7 @@ async fn stream(
         .guard
         .as_ref()
         .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
-    let mut rewritten = Vec::new();
+    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
@@ -300,9 +303,18 @@ async fn stream(
                     Ok(())
                 }
             });
-            if let Err(b) = r {
-                // no byte of the match went out: the error event ends the stream
-                crate::translate::stream_error_event(client, &b.message(), &mut rewritten);
+            // held-back text is charged to the request's permit (high-water mark)
+            let held = g.held() as u64;
+            let over = held > held_charged && permit.grow(held - held_charged).is_err();
+            held_charged = held_charged.max(held);
+            let stop = match r {
+                Err(b) => Some(b.message()),
+                Ok(()) if over => Some("the gateway is at capacity (memory budget)".to_string()),
+                Ok(()) => None,
+            };
+            if let Some(msg) = stop {
+                // no byte of a blocked match went out: the error event ends the stream
+                crate::translate::stream_error_event(client, &msg, &mut rewritten);
                 write_chunk(&mut out, &rewritten);
                 out.extend_from_slice(LAST_CHUNK);
                 let _ = conn.write_raw(out, wt).await;

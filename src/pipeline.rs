@@ -1,6 +1,6 @@
 //! The request path, top to bottom, in one place (`serve`):
 //! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
-//! (model, tokens) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
+//! (model, tokens) → guardrails (request text: mask or 400) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
 //! file only sequences them and turns their errors into responses in the client's dialect, in
 //! one sink (`handle`).
 //!

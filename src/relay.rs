@@ -12,6 +12,11 @@
 //! stream whose usage chunk the gateway asked for on the client's behalf has that chunk taken
 //! out (`usage_chunk`), after its usage was read.
 //!
+//! A request with response guardrails (`conn.guard`) has its whole SSE events rewritten in
+//! flight before they are written (`guardrail::stream`: masked text, held-back tails charged to
+//! the permit; a `block` match ends the stream with the dialect's error event instead of the
+//! event that matched), and its JSON answer read whole and checked (`json::guarded`).
+//!
 //! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write

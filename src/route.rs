@@ -10,7 +10,7 @@
 //!
 //! Owns: resolved providers (endpoint, auth header lines per API key, read from env vars once),
 //! model lookup (exact names first, then `prefix*` patterns, longest prefix wins) and fallback
-//! resolution to route indices.
+//! resolution to route indices; the compiled guardrails and who uses them (`guardrail::Guards`).
 //! Must not: do IO per request, hold runtime state (breakers, balancers, key cooldowns live in
 //! `forward`), or hold secrets anywhere but the prebuilt header lines.
 

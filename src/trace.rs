@@ -5,7 +5,8 @@
 //! the metrics (`metrics::requests`) and the access log (`accesslog`).
 //!
 //! Owns: `Trace`, `Endpoint` (the `endpoint` label and access-log field).
-//! Must not: allocate (but for the requested model's name while the access log is on), or hold
+//! Must not: allocate (but for the requested model's name while the access log is on, and the
+//! guardrail hit summary of a request some guardrail matched), or hold
 //! anything borrowed from the connection or the route table (indices only), so it can live in
 //! the pipeline's per-request state.
 

@@ -670,3 +670,36 @@ fn reload_changes_guardrails() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn access_log_records_hit_counts_never_text() {
+    for driver in DRIVERS {
+        let (addr, up) = upstream();
+        let log = std::env::temp_dir().join(format!(
+            "rg-guardrails-log-{}-{driver}.jsonl",
+            std::process::id()
+        ));
+        let text = config(addr, driver, 1, true).replace(
+            "[upstream]",
+            &format!("[log]\naccess = \"{}\"\n\n[upstream]", log.display()),
+        );
+        let gw = gateway::start(Config::parse(&text).unwrap()).unwrap();
+        up.set(&["a@example.com, ", "card 4111 1111 1111 1111"], &[]);
+        let r = request(gw.addr, &chat("gpt-4o-mini", "mail b@example.org", true));
+        assert_eq!(r.status, 200);
+        up.set(&["nothing here"], &[]);
+        let r = request(gw.addr, &chat("gpt-4o-mini", "hi", false));
+        assert_eq!(r.status, 200);
+        gw.stop();
+        let lines = std::fs::read_to_string(&log).unwrap();
+        let _ = std::fs::remove_file(&log);
+        let v: Vec<Value> = lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v.len(), 2, "{lines}");
+        assert_eq!(v[0]["guardrail_hits"], "credit_card:1,email:2", "{lines}");
+        assert!(v[1].get("guardrail_hits").is_none(), "{lines}");
+        assert!(!lines.contains("example"), "{lines}");
+    }
+}

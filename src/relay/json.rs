@@ -5,7 +5,8 @@
 //! piece by piece through the same chunk (memory stays one chunk) under the incremental
 //! structural check (`vet::Scan`), its final piece (or chunked end) held back until the check
 //! passes: a body found bad is cut short, which the client detects (Content-Length or chunked
-//! framing unfinished).
+//! framing unfinished). Under response guardrails the answer is read whole (charged to the
+//! permit, at most 64 MiB), vetted, then masked or refused (`guarded`).
 
 use super::*;
 use crate::vet;
