@@ -824,20 +824,10 @@ fn engine_load(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(
-    benches,
-    engine_load,
-    cache::cache,
-    head,
-    extract,
-    sse,
-    translation,
-    vetting,
-    governance,
-    observability,
-    spend,
-    header_policy,
-    responses_state::responses_state,
-    guardrails::guardrails
-);
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = guardrails::guardrails, engine_load, cache::cache, head, extract, sse, translation,
+        vetting, governance, observability, spend, header_policy, responses_state::responses_state
+}
 criterion_main!(benches);

@@ -45,6 +45,9 @@ pub enum Source {
 /// One guardrail's detectors, compiled.
 pub struct Scanner {
     dets: Vec<Detector>,
+    /// Every pattern and word in one unanchored search: no candidate of it in a text means no
+    /// detector needs to look (most stream pieces).
+    any: regex_automata::meta::Regex,
     pub(super) live: DFA,
     /// The lazy DFA's state cache (the scanner lives on one shard; borrowed only inside a call).
     pub(super) cache: RefCell<Cache>,
@@ -123,8 +126,13 @@ impl Scanner {
             .build_many(&live_pats)
             .map_err(|e| e.to_string())?;
         let cache = RefCell::new(live.create_cache());
+        let any = regex_automata::meta::Regex::builder()
+            .configure(regex_automata::meta::Config::new().nfa_size_limit(Some(64 << 20)))
+            .build_many(&live_pats)
+            .map_err(|e| e.to_string())?;
         Ok(Scanner {
             dets,
+            any,
             live,
             cache,
             hold,
@@ -205,6 +213,13 @@ impl Scanner {
         before: usize,
         memo: &mut [Memo],
     ) -> Option<(usize, usize, Kind)> {
+        if from >= before
+            || !self
+                .any
+                .is_match(Input::new(hay).span(from..hay.len().max(from)))
+        {
+            return None;
+        }
         let mut best: Option<(usize, usize, Kind)> = None;
         for (d, det) in self.dets.iter().enumerate() {
             let m = memo.get_mut(d)?;

@@ -276,9 +276,12 @@ impl StreamGuard {
         let Some(o) = v.as_object_mut() else {
             return Ok(false);
         };
-        for k in ["id", "object", "created", "model", "system_fingerprint"] {
-            if let Some(x) = o.get(k) {
-                self.chat_head.insert(k.into(), x.clone());
+        if self.chat_head.is_empty() {
+            // the first chunk's (every chunk of a stream repeats them)
+            for k in ["id", "object", "created", "model", "system_fingerprint"] {
+                if let Some(x) = o.get(k) {
+                    self.chat_head.insert(k.into(), x.clone());
+                }
             }
         }
         let Some(Value::Array(choices)) = o.get_mut("choices") else {
