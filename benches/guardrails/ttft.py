@@ -46,7 +46,7 @@ def one(addr):
     host, port = addr.split(":")
     body = json.dumps({"model": "m", "stream": True, "max_tokens": 64,
                        "messages": [{"role": "user", "content": "hi"}]})
-    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
     s = socket.create_connection((host, int(port)))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
