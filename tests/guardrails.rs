@@ -627,11 +627,9 @@ fn hostile_patterns_and_large_texts_finish() {
             let start = Instant::now();
             let r = request(gw.addr(), &chat("gpt-4o-mini", &user, false));
             assert_eq!(r.status, 200, "{d}/{n}");
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{:?}",
-                start.elapsed()
-            );
+            // linear: ~0.3 s per 1 MiB request in a debug build; backtracking would not finish
+            let took = start.elapsed();
+            assert!(took < Duration::from_secs(10), "{took:?}");
         }
     });
 }
