@@ -30,6 +30,8 @@
 //!   entries (64 and 1,536 dimensions); with the cache off a request pays one branch
 //! - Responses state (`micro/responses_state.rs`): a translated Responses request and answer
 //!   with the store off vs on, a tool loop's second step expanded
+//! - Guardrails (`micro/guardrails.rs`): detector throughput on plain text, one streamed
+//!   event's rewrite with pii + secrets on vs the off path
 //!
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
@@ -39,10 +41,10 @@ use ringgate::translate::{self, Dialect, SseDecoder, SseEvent, StreamTranslator}
 
 #[path = "micro/cache.rs"]
 mod cache;
-use cache::cache;
+#[path = "micro/guardrails.rs"]
+mod guardrails;
 #[path = "micro/responses_state.rs"]
 mod responses_state;
-use responses_state::responses_state;
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: OpenAI/Python 1.57.0\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.57.0\r\nX-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\nX-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.11.7\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Async: false\r\nX-Stainless-Retry-Count: 0\r\nContent-Length: 1234\r\n\r\n";
 
@@ -557,6 +559,7 @@ fn observability(c: &mut Criterion) {
         bytes_in: 1_234,
         bytes_out: 4_567,
         attempts: 1,
+        guardrail_hits: None,
     };
     let off = ShardLog::new(None);
     g.bench_function("access_log_off", |b| {
@@ -821,19 +824,10 @@ fn engine_load(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(
-    benches,
-    engine_load,
-    cache,
-    head,
-    extract,
-    sse,
-    translation,
-    vetting,
-    governance,
-    observability,
-    spend,
-    header_policy,
-    responses_state
-);
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = guardrails::guardrails, engine_load, cache::cache, head, extract, sse, translation,
+        vetting, governance, observability, spend, header_policy, responses_state::responses_state
+}
 criterion_main!(benches);

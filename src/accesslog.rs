@@ -1,7 +1,8 @@
 //! The access log (`[log] access = "off" | "stdout" | "<file path>"`, default off): one JSON
 //! line per request — time (RFC 3339, UTC, when the request ended), request id, key name,
 //! endpoint, model, deployment, provider, status, stream, tokens, latency, overhead, time to
-//! first token, upstream time, bytes in and out, attempts. Never a body, a header value other
+//! first token, upstream time, bytes in and out, attempts, and guardrail hits when some
+//! guardrail matched (`guardrail_hits`: `type:count` pairs, never text). Never a body, a header value other
 //! than the request id, a query string or a secret; every string is JSON-escaped.
 //!
 //! Each shard formats its lines into its own buffer (no locks on the request path) and hands
@@ -228,6 +229,8 @@ pub struct Entry<'a> {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub attempts: u32,
+    /// Guardrail hits, `type:count` pairs (written only when some guardrail matched).
+    pub guardrail_hits: Option<&'a str>,
 }
 
 impl Entry<'_> {
@@ -278,6 +281,10 @@ impl Entry<'_> {
         int(out, self.bytes_out);
         out.extend_from_slice(b",\"attempts\":");
         int(out, u64::from(self.attempts));
+        if let Some(h) = self.guardrail_hits {
+            out.extend_from_slice(b",\"guardrail_hits\":");
+            string(out, Some(h));
+        }
         out.extend_from_slice(b"}\n");
     }
 }
@@ -412,6 +419,7 @@ mod tests {
             bytes_in: 100,
             bytes_out: 2000,
             attempts: 1,
+            guardrail_hits: None,
         }
     }
 

@@ -1,6 +1,9 @@
 //! The translated way back: the provider answered in its own dialect (the request went through
 //! the hub, see `plan`), and the answer — JSON or SSE, event by event — comes back into the
-//! client's dialect, errors included.
+//! client's dialect, errors included. Response guardrails see the client-dialect answer: a whole
+//! answer is masked or refused (400) after translation, a stream's translated events are
+//! rewritten in flight (`guardrail::stream`) and a `block` match ends it with the client
+//! dialect's error event.
 //!
 //! Owns: sequencing `translate` calls around one open upstream exchange. Must not: parse or
 //! emit dialect JSON itself (that is `translate`, pure and golden-tested), send upstream
@@ -103,6 +106,16 @@ pub async fn translated(
             }
         });
         drop(raw);
+        // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
+        let out = match (out, &conn.guard) {
+            (Ok(out), Some(sess)) => {
+                match crate::guardrail::answer::guard_answer(sess, client, &out) {
+                    Ok(masked) => Ok(masked.unwrap_or(out)),
+                    Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+                }
+            }
+            (out, _) => out,
+        };
         return match out {
             Ok(out) => {
                 let ok = conn
@@ -139,10 +152,10 @@ pub async fn translated(
         conn,
         shard,
         ex,
-        (pname, up),
+        (pname, up, client),
         (&mut tr, grant.as_deref_mut(), remember),
         keep_alive,
-        &mut rb,
+        (&mut rb, permit),
     )
     .await;
     // What the upstream reported, however the stream ended (recorded when the grant drops,
@@ -173,14 +186,14 @@ async fn stream(
     conn: &mut ClientConn,
     shard: &Shard,
     ex: &mut crate::upstream::Exchange<'_>,
-    (provider, up): (&str, Dialect),
+    (provider, up, client): (&str, Dialect, Dialect),
     (tr, mut grant, mut remember): (
         &mut StreamTranslator,
         Option<&mut Grant<'_>>,
         Option<Remember>,
     ),
     keep_alive: bool,
-    rb: &mut relay::StreamBuf,
+    (rb, permit): (&mut relay::StreamBuf, &Permit),
 ) -> Outcome {
     let wt = shard.limits.write_timeout;
     let mut extra = b"cache-control: no-cache\r\n".to_vec();
@@ -203,6 +216,12 @@ async fn stream(
     let close_delimited = ex.head.framing == RespFraming::Close;
     // Gemini has no terminal event: a candidate's finishReason ends its stream.
     let mut finish_seen = false;
+    // the answer's guardrails, on the client-dialect events (`guardrail::stream`)
+    let mut guard = conn
+        .guard
+        .as_ref()
+        .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
+    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
@@ -275,6 +294,38 @@ async fn stream(
                     shard.responses.record(r, &done);
                 }
             }
+        }
+        if let Some(g) = guard.as_mut() {
+            rewritten.clear();
+            let r = g.rewrite(&events, &mut rewritten);
+            let r = r.and_then(|()| {
+                if end {
+                    g.finish(&mut rewritten)
+                } else {
+                    Ok(())
+                }
+            });
+            // held-back text is charged to the request's permit (high-water mark)
+            let held = g.held() as u64;
+            let over = held > held_charged && permit.grow(held - held_charged).is_err();
+            held_charged = held_charged.max(held);
+            let stop = match r {
+                Err(b) => Some(b.message()),
+                Ok(()) if over => Some("the gateway is at capacity (memory budget)".to_string()),
+                Ok(()) => None,
+            };
+            if let Some(msg) = stop {
+                // no byte of a blocked match went out: the error event ends the stream
+                crate::translate::stream_error_event(client, &msg, &mut rewritten);
+                write_chunk(&mut out, &rewritten);
+                out.extend_from_slice(LAST_CHUNK);
+                let _ = conn.write_raw(out, wt).await;
+                return Outcome {
+                    status: 200,
+                    keep_alive: false,
+                };
+            }
+            std::mem::swap(&mut events, &mut rewritten);
         }
         write_chunk(&mut out, &events);
         if end {

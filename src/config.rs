@@ -88,6 +88,9 @@ pub struct Config {
     /// shard's routing state points into (`forward::shared`); a reload passes the running one on.
     #[serde(skip)]
     pub routing_cells: crate::forward::shared::SharedRouting,
+    /// `[[guardrail]]`: PII and secret detectors (see `guardrail`, docs/guardrails.md).
+    #[serde(default, rename = "guardrail")]
+    pub guardrails: Vec<crate::guardrail::config::GuardrailConfig>,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -375,6 +378,9 @@ pub struct ModelConfig {
     /// requests longer than the shortest (default 4).
     #[serde(default)]
     pub affinity_slack: Option<u32>,
+    /// `[[guardrail]]` names checked on this model's requests and answers.
+    #[serde(default)]
+    pub guardrails: Vec<Spanned<String>>,
 }
 
 /// `load_weights = { queue = 2, kv = 2, prefix = 3 }`.
@@ -543,6 +549,7 @@ impl Config {
             origin: Default::default(),
             admin: None,
             cache: CacheConfig::default(),
+            guardrails: Vec::new(),
         }
     }
 

@@ -62,6 +62,9 @@ pub enum Kind {
     UpstreamProtocol,
     /// Missing credentials or configuration problem discovered at request time (500).
     Internal,
+    /// A `block` guardrail matched the request's text or a non-stream answer (400,
+    /// `guardrail_blocked`; the message names the guardrail and the detector type only).
+    GuardrailBlocked,
 }
 
 /// Dialect an error body is rendered in.
@@ -183,7 +186,7 @@ impl Error {
 
     pub fn status(&self) -> u16 {
         match self.kind {
-            Kind::BadRequest | Kind::InvalidBody => 400,
+            Kind::BadRequest | Kind::InvalidBody | Kind::GuardrailBlocked => 400,
             Kind::Unauthorized => 401,
             Kind::Forbidden | Kind::ModelNotAllowed => 403,
             Kind::NotFound | Kind::UnknownModel => 404,
@@ -215,7 +218,8 @@ impl Error {
             | Kind::HeadTooLarge
             | Kind::BodyTooLarge
             | Kind::ClientTimeout
-            | Kind::NotImplemented => Side::Client,
+            | Kind::NotImplemented
+            | Kind::GuardrailBlocked => Side::Client,
             Kind::UpstreamConnect | Kind::UpstreamTimeout | Kind::UpstreamProtocol => {
                 Side::Upstream
             }
@@ -285,9 +289,11 @@ impl Error {
             | Kind::UpstreamProtocol => "UNAVAILABLE",
             Kind::Internal => "INTERNAL",
             Kind::Conflict => "ALREADY_EXISTS",
-            Kind::BadRequest | Kind::InvalidBody | Kind::HeadTooLarge | Kind::BodyTooLarge => {
-                "INVALID_ARGUMENT"
-            }
+            Kind::BadRequest
+            | Kind::InvalidBody
+            | Kind::HeadTooLarge
+            | Kind::BodyTooLarge
+            | Kind::GuardrailBlocked => "INVALID_ARGUMENT",
         }
     }
 
@@ -315,6 +321,7 @@ impl Error {
             Kind::UpstreamTimeout => "upstream_timeout",
             Kind::UpstreamProtocol => "upstream_protocol_error",
             Kind::Internal => "internal_error",
+            Kind::GuardrailBlocked => "guardrail_blocked",
         }
     }
 

@@ -13,3 +13,28 @@ use crate::upstream::ResponseHead;
 pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, Error> {
     crate::upstream::exchange::parse_response_head(buf)
 }
+
+thread_local! {
+    /// Every built-in detector plus a custom pattern and words, compiled once per thread.
+    static GUARDS: Vec<std::rc::Rc<crate::guardrail::Guard>> = fuzz_guards();
+}
+
+fn fuzz_guards() -> Vec<std::rc::Rc<crate::guardrail::Guard>> {
+    let text = "[[guardrail]]\nname = \"pii\"\ndetect = [\"email\", \"phone\", \"credit_card\", \"iban\", \"us_ssn\", \"ipv4\"]\naction = \"mask\"\n\n[[guardrail]]\nname = \"s\"\ndetect = [\"secrets\"]\naction = \"mask\"\nwords = [\"codename-x\", \"ab\"]\npatterns = ['(?i)\\bproject\\s{1,4}falcon\\b', '(a|aa){1,16}b']\n";
+    crate::config::Config::parse(text)
+        .map(|c| {
+            c.guardrails
+                .iter()
+                .filter_map(|g| crate::guardrail::Guard::compile(g).ok())
+                .map(std::rc::Rc::new)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The streaming masker over `text` cut at `cuts` against masking it whole, under the
+/// built-in detectors (see `guardrail::scan`): (streamed, whole, most bytes held after a piece,
+/// the hold-back bound).
+pub fn guardrail_stream_vs_whole(text: &str, cuts: &[usize]) -> (String, String, usize, usize) {
+    GUARDS.with(|g| crate::guardrail::chain::stream_vs_whole(g, text, cuts))
+}

@@ -13,6 +13,8 @@
 //!   may enter an upstream request line or header
 //! - `governance`: virtual keys (401/403) and per-key limits (429), on the head and after
 //!   routing
+//! - `guardrail`: PII / secret detectors that mask, block or warn on request text and on
+//!   answers, streams included (bounded hold-back)
 //! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
 //!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
 //! - `mock`: the upstream simulator
@@ -46,6 +48,7 @@ pub mod fuzzing;
 pub mod gateway;
 pub mod gemini_call;
 pub mod governance;
+pub mod guardrail;
 pub mod http;
 pub mod json_check;
 pub mod log;

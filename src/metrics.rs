@@ -36,6 +36,8 @@ use crate::route::RouteTable;
 
 #[derive(Default)]
 pub struct ShardMetrics {
+    /// `ringgate_guardrail_hits_total` (see `guardrail::hits`).
+    pub guardrail: crate::guardrail::hits::Counters,
     /// Requests by endpoint, model, provider: counts, latency histograms, tokens.
     pub requests: RequestMetrics,
     pub in_flight: Cell<u64>,

@@ -1,6 +1,6 @@
 //! The request path, top to bottom, in one place (`serve`):
 //! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
-//! (model, tokens) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
+//! (model, tokens) → guardrails (request text: mask or 400) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
 //! file only sequences them and turns their errors into responses in the client's dialect, in
 //! one sink (`handle`).
 //!
@@ -281,6 +281,9 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         }
         Err(Fail::ClientGone) => gone(shard, 499),
     };
+    if let Some(g) = conn.guard.take() {
+        crate::guardrail::hits::ended(&g, shard, &mut req.trace);
+    }
     let id = conn.request_id;
     crate::record::request_ended(
         shard,
@@ -464,7 +467,7 @@ async fn serve(
     let body_start = Instant::now();
     let body_deadline = body_start + shard.limits.body_timeout;
     let head_len = if body_pending { head.len } else { 0 };
-    let body = read_body(
+    let mut body = read_body(
         &mut conn.stream,
         &mut conn.buf,
         head_len,
@@ -498,6 +501,23 @@ async fn serve(
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
         g.confirm(&mut conn.resp_headers).await?;
         fields.metered = true;
+    }
+    // guardrails of the model and the key: the request's text checked (400) or masked before
+    // anything goes upstream; the answer's, in `relay` / `bridge` (none configured: one branch)
+    if routing.routes.guards.active() {
+        let key = grant.as_ref().and_then(|g| g.key_name());
+        conn.guard = routing.routes.guards.select(&route.name, key.as_deref());
+        if let Some(sess) = conn.guard.clone() {
+            if let Some(masked) = crate::guardrail::request::guard_request(&sess, dialect, &body)? {
+                body = masked;
+                let (metered, tenant) = (fields.metered, fields.tenant);
+                fields = match &gemini {
+                    Some(call) => extract::gemini_fields(&body, call)?,
+                    None => extract::routing_fields(&body)?,
+                };
+                (fields.metered, fields.tenant) = (metered, tenant);
+            }
+        }
     }
 
     // cache: a stored answer replayed here, or a miss whose answer is recorded

@@ -48,5 +48,6 @@ pub fn request_ended(
         bytes_in: t.bytes_in,
         bytes_out,
         attempts: t.attempts,
+        guardrail_hits: t.guardrail_hits.as_deref(),
     });
 }

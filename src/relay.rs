@@ -12,6 +12,11 @@
 //! stream whose usage chunk the gateway asked for on the client's behalf has that chunk taken
 //! out (`usage_chunk`), after its usage was read.
 //!
+//! A request with response guardrails (`conn.guard`) has its whole SSE events rewritten in
+//! flight before they are written (`guardrail::stream`: masked text, held-back tails charged to
+//! the permit; a `block` match ends the stream with the dialect's error event instead of the
+//! event that matched), and its JSON answer read whole and checked (`json::guarded`).
+//!
 //! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write
@@ -112,7 +117,7 @@ pub async fn passthrough(
         strip_usage,
     };
     if vets_json(&up.ex.head) {
-        return json::relay_json(conn, up, keep_alive, shard, &mut piece).await;
+        return json::relay_json(conn, up, keep_alive, shard, &mut piece, permit).await;
     }
     relay(conn, up, keep_alive, shard, &mut piece, permit).await
 }
@@ -180,6 +185,12 @@ async fn relay(
     let mut charged = 0u64;
     let mut terminal = false;
     let mut head_sent = false;
+    // the answer's guardrails (`guardrail::stream`): events rewritten in flight
+    let mut guard = match &conn.guard {
+        Some(s) if sse => crate::guardrail::stream::StreamGuard::new(s, dialect),
+        _ => None,
+    };
+    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
     loop {
         piece.clear();
@@ -227,9 +238,43 @@ async fn relay(
                         Ok(()) => (cut, None),
                         Err((at, why)) => (at, Some(why)),
                     };
-                    let events = &pending[..good];
+                    let mut events = &pending[..good];
                     if good > 0 {
                         terminal = terminal || is_terminal_event(dialect, last_event(events));
+                        if let Some(g) = guard.as_mut() {
+                            rewritten.clear();
+                            let r = g.rewrite(events, &mut rewritten);
+                            let r = r.and_then(|()| {
+                                if terminal || (!more && pending.len() == good) {
+                                    g.finish(&mut rewritten)
+                                } else {
+                                    Ok(())
+                                }
+                            });
+                            if let Err(b) = r {
+                                write_chunk(&mut out, &rewritten);
+                                let e = Error::new(Kind::GuardrailBlocked, b.message());
+                                return broken(conn, out, (sse, false, status), dialect, &e, wt)
+                                    .await;
+                            }
+                            let held = g.held() as u64;
+                            if held > held_charged {
+                                if let Err(r) = permit.grow(held - held_charged) {
+                                    let e = Error::overloaded(r.as_str());
+                                    return broken(
+                                        conn,
+                                        out,
+                                        (sse, false, status),
+                                        dialect,
+                                        &e,
+                                        wt,
+                                    )
+                                    .await;
+                                }
+                                held_charged = held;
+                            }
+                            events = &rewritten;
+                        }
                         if strip_usage {
                             usage_chunk::write_without(&mut out, events);
                         } else {

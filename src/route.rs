@@ -10,7 +10,7 @@
 //!
 //! Owns: resolved providers (endpoint, auth header lines per API key, read from env vars once),
 //! model lookup (exact names first, then `prefix*` patterns, longest prefix wins) and fallback
-//! resolution to route indices.
+//! resolution to route indices; the compiled guardrails and who uses them (`guardrail::Guards`).
 //! Must not: do IO per request, hold runtime state (breakers, balancers, key cooldowns live in
 //! `forward`), or hold secrets anywhere but the prebuilt header lines.
 
@@ -118,6 +118,9 @@ pub struct RouteTable {
     exact: HashMap<String, usize>,
     prefixes: Vec<(String, usize)>,
     models: crate::models::Catalog,
+    /// The compiled `[[guardrail]]`s and which models and keys use them (rebuilt with the
+    /// table, so a reload changes them).
+    pub guards: crate::guardrail::Guards,
 }
 
 impl RouteTable {
@@ -240,6 +243,7 @@ impl RouteTable {
         }
         table.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         table.models = crate::models::Catalog::build(&table.routes);
+        table.guards = crate::guardrail::Guards::build(cfg);
         table
     }
 

@@ -36,6 +36,7 @@ pub fn render(shard: &Shard) -> String {
 pub fn render_shard(shard: &Shard, out: &mut String) {
     let routing = shard.live.peek();
     shard.metrics.render(shard.id, &routing.routes, out);
+    shard.metrics.guardrail.render(out);
     let id = shard.id;
     help(
         out,

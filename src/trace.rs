@@ -5,7 +5,8 @@
 //! the metrics (`metrics::requests`) and the access log (`accesslog`).
 //!
 //! Owns: `Trace`, `Endpoint` (the `endpoint` label and access-log field).
-//! Must not: allocate (but for the requested model's name while the access log is on), or hold
+//! Must not: allocate (but for the requested model's name while the access log is on, and the
+//! guardrail hit summary of a request some guardrail matched), or hold
 //! anything borrowed from the connection or the route table (indices only), so it can live in
 //! the pipeline's per-request state.
 
@@ -87,6 +88,8 @@ pub struct Trace {
     pub attempts: u32,
     /// The model the client asked for: kept only while the access log is on.
     pub model: Option<Box<str>>,
+    /// Guardrail hits as `type:count` pairs (`None`: no guardrail matched).
+    pub guardrail_hits: Option<Box<str>>,
 }
 
 impl Trace {
@@ -105,6 +108,7 @@ impl Trace {
             key: None,
             attempts: 0,
             model: None,
+            guardrail_hits: None,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct KeyConfig {
     /// `false`: the key is refused with 401. Default true.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// `[[guardrail]]` names checked on this key's requests, in addition to the model's.
+    #[serde(default)]
+    pub guardrails: Vec<Spanned<String>>,
 }
 
 fn yes() -> bool {

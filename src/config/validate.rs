@@ -26,6 +26,9 @@ impl Config {
         for (span, e) in cache::validate(self) {
             err(span, e);
         }
+        for (span, e) in crate::guardrail::config::validate(self) {
+            err(span, e);
+        }
         if let Err(e) = self.listen_addr() {
             err(self.server.listen.span(), e);
         }

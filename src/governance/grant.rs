@@ -241,6 +241,11 @@ impl<'g> Grant<'g> {
 
     /// Where the relayed answer's bytes go to have their usage read (or, for translated
     /// answers, where the translator's usage is set).
+    /// The key's name (the guardrails it adds).
+    pub fn key_name(&self) -> Option<std::cell::Ref<'_, str>> {
+        self.gov.key_name(self.key)
+    }
+
     pub fn usage(&mut self) -> &mut UsageScan {
         &mut self.usage
     }

@@ -5,7 +5,8 @@
 //! piece by piece through the same chunk (memory stays one chunk) under the incremental
 //! structural check (`vet::Scan`), its final piece (or chunked end) held back until the check
 //! passes: a body found bad is cut short, which the client detects (Content-Length or chunked
-//! framing unfinished).
+//! framing unfinished). Under response guardrails the answer is read whole (charged to the
+//! permit, at most 64 MiB), vetted, then masked or refused (`guarded`).
 
 use super::*;
 use crate::vet;
@@ -19,6 +20,7 @@ pub(super) async fn relay_json(
     keep_alive: bool,
     shard: &Shard,
     rb: &mut StreamBuf,
+    permit: &Permit,
 ) -> Outcome {
     let Upstream {
         ex,
@@ -48,6 +50,16 @@ pub(super) async fn relay_json(
                 return Outcome::error(conn, &e, shape, keep_alive, wt).await;
             }
         }
+    }
+    if let Some(sess) = conn.guard.clone().filter(|s| !s.response.is_empty()) {
+        let up = Upstream {
+            ex,
+            provider,
+            dialect,
+            grant,
+            strip_usage: false,
+        };
+        return guarded(conn, up, keep_alive, shard, (piece, more), permit, &sess).await;
     }
     let rid = conn.request_id;
     let invalid = |why: &str| {
@@ -135,5 +147,87 @@ pub(super) async fn relay_json(
                 keep_alive: false,
             };
         }
+    }
+}
+
+/// Largest non-stream answer read whole for the response guardrails.
+const MAX_GUARDED_BODY: usize = 64 * 1024 * 1024;
+
+/// A JSON answer under response guardrails: read whole (charged to the permit), vetted, then
+/// checked — `block` answers 400 `guardrail_blocked`, `mask` relays the masked answer.
+async fn guarded(
+    conn: &mut ClientConn,
+    up: Upstream<'_, '_, '_>,
+    keep_alive: bool,
+    shard: &Shard,
+    (piece, mut more): (&mut Vec<u8>, bool),
+    permit: &Permit,
+    sess: &crate::guardrail::Session,
+) -> Outcome {
+    let Upstream {
+        ex,
+        provider,
+        dialect,
+        grant,
+        ..
+    } = up;
+    let wt = shard.limits.write_timeout;
+    let shape = crate::bridge::shape(dialect);
+    let status = ex.head.status;
+    let mut body = std::mem::take(piece);
+    let mut charged = 0u64;
+    while more && !ex.is_done() {
+        match ex.next(&mut body).await {
+            Ok(m) => more = m,
+            Err(e) => {
+                let e = report(shard, &conn.request_id, provider, &e);
+                *piece = body;
+                return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+            }
+        }
+        let over = body.len() > MAX_GUARDED_BODY;
+        if over || permit.charge_capacity(&body, &mut charged).is_err() {
+            *piece = body;
+            let e = if over {
+                Error::new(Kind::UpstreamProtocol, "upstream answer too large")
+            } else {
+                Error::overloaded("memory budget")
+            };
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+    }
+    if let Err(why) = vet::json(&body) {
+        *piece = body;
+        let e = Error::new(Kind::UpstreamProtocol, format!("upstream answer: {why}"));
+        let e = report(shard, &conn.request_id, provider, &e);
+        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+    }
+    if let Some(g) = grant {
+        g.usage().feed(&body);
+        g.finish();
+    }
+    let answer = crate::guardrail::answer::guard_answer(sess, dialect, &body);
+    let out = match answer {
+        Ok(Some(masked)) => masked,
+        Ok(None) => body.clone(),
+        Err(e) => {
+            *piece = body;
+            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+        }
+    };
+    *piece = body;
+    let ok = conn
+        .respond(
+            status,
+            &ex.head.content_type,
+            &ex.head.forward,
+            &out,
+            keep_alive,
+            wt,
+        )
+        .await;
+    Outcome {
+        status,
+        keep_alive: ok && keep_alive,
     }
 }
