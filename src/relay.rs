@@ -254,8 +254,15 @@ async fn relay(
                             if let Err(b) = r {
                                 write_chunk(&mut out, &rewritten);
                                 let e = Error::new(Kind::GuardrailBlocked, b.message());
-                                return broken(conn, out, (sse, false, status), dialect, &e, wt)
-                                    .await;
+                                return broken(
+                                    conn,
+                                    out,
+                                    (sse, false, status),
+                                    dialect,
+                                    &e,
+                                    (keep, wt),
+                                )
+                                .await;
                             }
                             let held = g.held() as u64;
                             if held > held_charged {
@@ -267,7 +274,7 @@ async fn relay(
                                         (sse, false, status),
                                         dialect,
                                         &e,
-                                        wt,
+                                        (keep, wt),
                                     )
                                     .await;
                                 }
