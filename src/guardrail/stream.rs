@@ -57,6 +57,11 @@ pub struct StreamGuard {
     open: Vec<Open>,
     /// Chat: `id`, `object`, `created`, `model` of the last chunk (a closing chunk copies them).
     chat_head: Map<String, Value>,
+    /// Responses: every event carries a `sequence_number`, increasing by one. A closing delta
+    /// the guard adds takes the next one (`last_seq` + 1), and every later upstream event's
+    /// number moves up by the closing deltas added so far (`seq_shift`).
+    last_seq: Option<u64>,
+    seq_shift: u64,
 }
 
 impl StreamGuard {
@@ -75,6 +80,8 @@ impl StreamGuard {
             dialect,
             open: Vec::new(),
             chat_head: Map::new(),
+            last_seq: None,
+            seq_shift: 0,
         })
     }
 
@@ -119,12 +126,15 @@ impl StreamGuard {
             out.extend_from_slice(ev);
             return Ok(());
         };
-        let changed = match self.dialect {
+        let mut changed = match self.dialect {
             Dialect::Chat => self.chat(&mut v, out)?,
             Dialect::Messages => self.messages(&mut v, out)?,
             Dialect::Responses => self.responses(&mut v, out)?,
             Dialect::Gemini => self.gemini(&mut v)?,
         };
+        if self.dialect == Dialect::Responses {
+            changed |= self.renumber(&mut v);
+        }
         if changed {
             write_event(name.as_deref(), &v, out);
         } else {
@@ -137,6 +147,23 @@ impl StreamGuard {
             }
         }
         Ok(())
+    }
+
+    /// Responses: move an upstream event's `sequence_number` up by the closing deltas added
+    /// before it (true when it changed), and remember it as the last number sent.
+    fn renumber(&mut self, v: &mut Value) -> bool {
+        let Some(n) = v.get("sequence_number").and_then(Value::as_u64) else {
+            return false;
+        };
+        let moved = n.saturating_add(self.seq_shift);
+        self.last_seq = Some(moved);
+        if self.seq_shift == 0 {
+            return false;
+        }
+        if let Some(o) = v.as_object_mut() {
+            o.insert("sequence_number".into(), Value::from(moved));
+        }
+        true
     }
 
     /// Feed `s` (a text value, replaced by what it may release now) to the text `key`.
@@ -192,7 +219,15 @@ impl StreamGuard {
             if tail.is_empty() {
                 continue;
             }
-            let (name, v) = self.closing_delta(key, shape, tail);
+            let (name, mut v) = self.closing_delta(key, shape, tail);
+            if self.dialect == Dialect::Responses {
+                if let (Some(o), Some(last)) = (v.as_object_mut(), self.last_seq) {
+                    let next = last.saturating_add(1);
+                    o.insert("sequence_number".into(), Value::from(next));
+                    self.last_seq = Some(next);
+                    self.seq_shift = self.seq_shift.saturating_add(1);
+                }
+            }
             write_event(name, &v, out);
         }
         Ok(())

@@ -287,3 +287,51 @@ fn random_texts_and_cuts_stream_like_whole() {
         assert!(held <= bound);
     }
 }
+
+/// A Responses stream whose held tail goes out in a closing delta keeps its `sequence_number`s
+/// consecutive: the added delta takes the next number and every later event moves up by one.
+#[test]
+fn responses_closing_deltas_keep_sequence_numbers_consecutive() {
+    use crate::translate::Dialect;
+    let g = guards(PII);
+    let sess = Rc::new(session(&g));
+    let mut sg = super::stream::StreamGuard::new(&sess, Dialect::Responses).unwrap();
+    let ev = |seq: u64, ty: &str, extra: &str| {
+        format!(
+            "event: {ty}\ndata: {{\"type\":\"{ty}\",\"sequence_number\":{seq},\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0{extra}}}\n\n"
+        )
+    };
+    let input = [
+        ev(
+            0,
+            "response.output_text.delta",
+            ",\"delta\":\"write to bob@exa\"",
+        ),
+        ev(1, "response.output_text.delta", ",\"delta\":\"mple.com\""),
+        ev(
+            2,
+            "response.output_text.done",
+            ",\"text\":\"write to bob@example.com\"",
+        ),
+        ev(3, "response.content_part.done", ""),
+    ];
+    let mut out = Vec::new();
+    for e in &input {
+        sg.rewrite(e.as_bytes(), &mut out).unwrap();
+    }
+    sg.finish(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("bob@"), "{text}");
+    let seqs: Vec<u64> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+        .map(|v| v["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.len() > input.len(),
+        "a closing delta was added: {text}"
+    );
+    let want: Vec<u64> = (0..seqs.len() as u64).collect();
+    assert_eq!(seqs, want, "{text}");
+}
