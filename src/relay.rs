@@ -251,34 +251,29 @@ async fn relay(
                                     Ok(())
                                 }
                             });
-                            if let Err(b) = r {
-                                write_chunk(&mut out, &rewritten);
-                                let e = Error::new(Kind::GuardrailBlocked, b.message());
-                                return broken(
-                                    conn,
-                                    out,
-                                    (sse, false, status),
-                                    dialect,
-                                    &e,
-                                    (keep, wt),
-                                )
-                                .await;
-                            }
-                            let held = g.held() as u64;
-                            if held > held_charged {
-                                if let Err(r) = permit.grow(held - held_charged) {
-                                    let e = Error::overloaded(r.as_str());
-                                    return broken(
-                                        conn,
-                                        out,
-                                        (sse, false, status),
-                                        dialect,
-                                        &e,
-                                        (keep, wt),
-                                    )
-                                    .await;
+                            // a block, or held-back text the budget cannot take: the stream
+                            // ends with the error event (nothing of a match was written)
+                            let refused = match r {
+                                Err(b) => {
+                                    write_chunk(&mut out, &rewritten);
+                                    Some(Error::new(Kind::GuardrailBlocked, b.message()))
                                 }
-                                held_charged = held;
+                                Ok(()) => {
+                                    let held = g.held() as u64;
+                                    let grown = (held > held_charged)
+                                        .then(|| permit.grow(held - held_charged));
+                                    match grown {
+                                        Some(Err(r)) => Some(Error::overloaded(r.as_str())),
+                                        _ => {
+                                            held_charged = held_charged.max(held);
+                                            None
+                                        }
+                                    }
+                                }
+                            };
+                            if let Some(e) = refused {
+                                let end = (sse, false, status);
+                                return broken(conn, out, end, dialect, &e, (keep, wt)).await;
                             }
                             events = &rewritten;
                         }
