@@ -13,21 +13,12 @@ use std::time::{Duration, Instant};
 use common::*;
 use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
-use ringgate::governance::keyring::Digest;
 
 const TOKEN: &str = "admin-guard-token-9c8b7a6f5e4d3c2b";
 const KEY: &str = "rg-admin-guard-key-0a1b2c3d4e5f6a7b8c9d";
 const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 const OTHER: [u8; 4] = [127, 0, 0, 2];
 const HOME: [u8; 4] = [127, 0, 0, 1];
-
-fn hex(secret: &str) -> String {
-    Digest::of(secret.as_bytes())
-        .0
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A gateway with `[admin]` on `admin_listen`, the token in env var `env` (set to `token`
 /// first), one `[[key]]`, `shards`, `driver`.
@@ -63,7 +54,7 @@ provider = "local"
 name = "k"
 key_sha256 = "{}"
 "#,
-        hex(KEY)
+        key_digest_hex(KEY)
     )
 }
 

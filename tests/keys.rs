@@ -11,7 +11,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::governance::keyring::Digest;
 use ringgate::mock::Profile;
 
 fn each_driver(f: impl Fn(Variant)) {
@@ -23,19 +22,11 @@ fn each_driver(f: impl Fn(Variant)) {
 const SECRET: &str = "rg-test-4f1c2a9e8b7d6c5f4e3d2c1b0a998877";
 const OTHER: &str = "rg-test-0000000000000000000000000000000b";
 
-fn hex(secret: &str) -> String {
-    Digest::of(secret.as_bytes())
-        .0
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A `[[key]]` entry named `name` for `secret`, with more lines.
 fn key(name: &str, secret: &str, extra: &str) -> String {
     format!(
         "\n[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{extra}\n",
-        hex(secret)
+        key_digest_hex(secret)
     )
 }
 
@@ -92,7 +83,7 @@ fn no_key_or_a_wrong_key_is_401_in_the_clients_dialect() {
             &format!("{d}"),
         );
         let m = request(gw.addr, &get("/metrics")).text();
-        assert!(!m.contains(SECRET) && !m.contains(OTHER) && !m.contains(&hex(SECRET)));
+        assert!(!m.contains(SECRET) && !m.contains(OTHER) && !m.contains(&key_digest_hex(SECRET)));
     });
 }
 

@@ -15,19 +15,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use ringgate::config::Config;
 use ringgate::gateway::{self, Running};
-use ringgate::governance::keyring::Digest;
 use ringgate::mock::Profile;
 
 const SECRET: &str = "rg-test-shards-7d6c5b4a39281706f5e4d3c2";
 const SHARDS: [usize; 2] = [2, 4];
-
-fn hex(secret: &str) -> String {
-    Digest::of(secret.as_bytes())
-        .0
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A gateway config with `shards`, one model in front of `upstream` (`{mock}` for the mock),
 /// `model_extra` in the model, and one key with `key_extra`.
@@ -64,7 +55,7 @@ name = "team-a"
 key_sha256 = "{}"
 {key_extra}
 "#,
-        hex(SECRET)
+        key_digest_hex(SECRET)
     )
 }
 

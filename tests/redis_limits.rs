@@ -17,18 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{connect, get, request, Response};
-use ringgate::governance::keyring::Digest;
 
 const SECRET: &str = "rg-redis-test-7d1e0c5b9a8f4e3d2c1b0a9f8e7d6c5b";
 const FREE: &str = "rg-redis-test-free-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
-
-fn hex(secret: &str) -> String {
-    Digest::of(secret.as_bytes())
-        .0
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -272,8 +263,8 @@ key_sha256 = "{}"
 name = "free"
 key_sha256 = "{}"
 "#,
-        hex(SECRET),
-        hex(FREE)
+        common::key_digest_hex(SECRET),
+        common::key_digest_hex(FREE)
     )
 }
 

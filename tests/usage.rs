@@ -15,20 +15,11 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use ringgate::governance::keyring::Digest;
 use ringgate::governance::spend::UsageRow;
 use ringgate::mock::Profile;
 
 const SECRET: &str = "rg-test-usage-5e4d3c2b1a09f8e7d6c5b4a3";
 const TEXT: &str = "hello there, gateway"; // 20 bytes: 5 input tokens at the mock
-
-fn hex(secret: &str) -> String {
-    Digest::of(secret.as_bytes())
-        .0
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 fn post_key(path: &str, body: &str) -> Vec<u8> {
     format!(
@@ -96,7 +87,7 @@ name = "team-a"
 key_sha256 = "{}"
 {key_extra}
 "#,
-        hex(SECRET)
+        key_digest_hex(SECRET)
     )
 }
 

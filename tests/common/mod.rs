@@ -577,3 +577,12 @@ pub fn request_from(from: [u8; 4], to: SocketAddr, raw: &[u8]) -> Option<Respons
     s.write_all(raw).ok()?;
     read_response(&mut s, &mut Vec::new())
 }
+
+/// A key secret's SHA-256 digest in hex, as `[[key]] key_sha256` takes it.
+pub fn key_digest_hex(secret: &str) -> String {
+    ringgate::governance::keyring::Digest::of(secret.as_bytes())
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
