@@ -4,10 +4,10 @@ translated, stream and non-stream. The SDK must raise the documented exception t
 (RateLimitError, InternalServerError, APIConnectionError, or an APIError while iterating a
 stream — the Responses API instead yields its documented `error` event), never a JSON decode
 error or a raw transport error, never a silently truncated success; and the same client then
-gets a normal answer. The Rust fault matrix (tests/fault_matrix.rs) checks the raw bytes.
+gets a normal answer. The Rust fault matrix (tests/route/fault_matrix.rs) checks the raw bytes.
 
 KNOWN_FAILING lists the cases that wait on fixes (xfail, not strict: they report XPASS once
-fixed); keep it in step with KNOWN_FAILING in tests/fault_matrix.rs."""
+fixed); keep it in step with KNOWN_FAILING in tests/route/fault_matrix.rs."""
 
 import time
 
