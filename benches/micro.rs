@@ -36,8 +36,8 @@
 //! Run: `cargo bench --bench micro` (results in target/criterion; summary in bench-results/).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ringgate::dialect::{self, Dialect, SseDecoder, SseEvent, StreamTranslator};
 use ringgate::mock::{chat, MockRequest};
-use ringgate::translate::{self, Dialect, SseDecoder, SseEvent, StreamTranslator};
 
 #[path = "micro/cache.rs"]
 mod cache;
@@ -151,7 +151,7 @@ fn extract(c: &mut Criterion) {
         g.bench_with_input(
             BenchmarkId::new("ringgate_lazy_sonic", size),
             &body,
-            |b, body| b.iter(|| ringgate::extract::routing_fields(black_box(body))),
+            |b, body| b.iter(|| ringgate::dialect::extract::routing_fields(black_box(body))),
         );
         g.bench_with_input(
             BenchmarkId::new("baseline_sonic_full", size),
@@ -187,7 +187,7 @@ fn sse(c: &mut Criterion) {
             d.feed(black_box(&t));
             let mut out = Vec::with_capacity(t.len());
             while let Some(ev) = d.next_event() {
-                translate::encode_event(ev.event.as_deref(), &ev.data, &mut out);
+                dialect::encode_event(ev.event.as_deref(), &ev.data, &mut out);
             }
             out
         })
@@ -211,14 +211,16 @@ fn translation(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(chat.len() as u64));
     g.bench_function("passthrough_extract_splice", |b| {
         b.iter(|| {
-            let f = ringgate::extract::routing_fields(black_box(&chat)).ok();
-            f.map(|f| ringgate::extract::splice_model(&chat, &f.model_span, "gpt-4o-mini-2024"))
+            let f = ringgate::dialect::extract::routing_fields(black_box(&chat)).ok();
+            f.map(|f| {
+                ringgate::dialect::extract::splice_model(&chat, &f.model_span, "gpt-4o-mini-2024")
+            })
         })
     });
     g.bench_function("translated_messages_to_chat", |b| {
         b.iter(|| {
-            let hub = translate::request_to_chat(Dialect::Messages, black_box(&msgs)).ok()?;
-            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+            let hub = dialect::request_to_chat(Dialect::Messages, black_box(&msgs)).ok()?;
+            dialect::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
         })
     });
     // Issue 12's features on: thinking, cache markers, a thinking block in the history, fitted
@@ -227,25 +229,25 @@ fn translation(c: &mut Criterion) {
     let agent = messages_agent_body(2_000);
     let plain = messages_agent_plain_body(2_000);
     g.bench_function("translated_messages_agent_plain_to_chat", |b| {
-        use translate::extensions::{fit_chat_upstream, ChatUpstream};
+        use dialect::extensions::{fit_chat_upstream, ChatUpstream};
         b.iter(|| {
-            let mut hub = translate::request_to_chat(Dialect::Messages, black_box(&plain)).ok()?;
+            let mut hub = dialect::request_to_chat(Dialect::Messages, black_box(&plain)).ok()?;
             fit_chat_upstream(&mut hub, ChatUpstream::OpenAi);
-            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+            dialect::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
         })
     });
     g.bench_function("translated_messages_agent_to_chat", |b| {
-        use translate::extensions::{fit_chat_upstream, ChatUpstream};
+        use dialect::extensions::{fit_chat_upstream, ChatUpstream};
         b.iter(|| {
-            let mut hub = translate::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
+            let mut hub = dialect::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
             fit_chat_upstream(&mut hub, ChatUpstream::OpenAi);
-            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+            dialect::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
         })
     });
     g.bench_function("translated_messages_agent_to_messages", |b| {
         b.iter(|| {
-            let hub = translate::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
-            translate::chat_to_request(Dialect::Messages, &hub, "claude").ok()
+            let hub = dialect::request_to_chat(Dialect::Messages, black_box(&agent)).ok()?;
+            dialect::chat_to_request(Dialect::Messages, &hub, "claude").ok()
         })
     });
     g.finish();
@@ -313,7 +315,7 @@ fn completion_1k() -> Vec<u8> {
 }
 
 fn vetting(c: &mut Criterion) {
-    use ringgate::vet;
+    use ringgate::answer::vet;
     let body = completion_1k();
     let mut g = c.benchmark_group("vet_json");
     g.throughput(Throughput::Bytes(body.len() as u64));
@@ -368,9 +370,9 @@ fn vetting(c: &mut Criterion) {
 /// The governance stages of one request (identify → admit → check_model → grant dropped), on a
 /// parsed head, with `keys` = 1,000 configured keys; the presented one is the last.
 fn governance(c: &mut Criterion) {
-    use ringgate::config::Config;
+    use ringgate::control::config::Config;
     use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring};
-    use ringgate::provider::Op;
+    use ringgate::route::provider::Op;
     let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
     let build = |limits: &str| {
         let mut text = String::new();
@@ -398,7 +400,7 @@ fn governance(c: &mut Criterion) {
         return;
     };
     let body = chat_body(800);
-    let Ok(fields) = ringgate::extract::routing_fields(&body) else {
+    let Ok(fields) = ringgate::dialect::extract::routing_fields(&body) else {
         return;
     };
     let routes = ringgate::route::RouteTable::build(
@@ -455,7 +457,7 @@ fn governance(c: &mut Criterion) {
             let gov = Governance::new(ring, 1).with_counters(counters);
             let (Ok(Some(head)), Ok(fields)) = (
                 ringgate::http::head::parse(&raw, 16 * 1024, 64),
-                ringgate::extract::routing_fields(&body),
+                ringgate::dialect::extract::routing_fields(&body),
             ) else {
                 return;
             };
@@ -492,10 +494,10 @@ fn governance(c: &mut Criterion) {
 /// histograms), and the access log off (one branch) and on (one JSON line into the shard's
 /// buffer; handing full 16 KiB buffers to the writer thread is amortised in it).
 fn observability(c: &mut Criterion) {
-    use ringgate::accesslog::{AccessLog, Entry, ShardLog};
     use ringgate::http::request_id::IdGen;
-    use ringgate::metrics::RequestMetrics;
-    use ringgate::trace::{Endpoint, Trace};
+    use ringgate::observe::accesslog::{AccessLog, Entry, ShardLog};
+    use ringgate::observe::metrics::RequestMetrics;
+    use ringgate::observe::trace::{Endpoint, Trace};
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -589,7 +591,7 @@ fn observability(c: &mut Criterion) {
         ));
     }
     let routes = ringgate::route::RouteTable::build(
-        &ringgate::config::Config::parse(&cfg).unwrap_or_else(|e| panic!("{e:?}")),
+        &ringgate::control::config::Config::parse(&cfg).unwrap_or_else(|e| panic!("{e:?}")),
     );
     let shard = RequestMetrics::default();
     for r in 0..20 {
@@ -606,7 +608,7 @@ fn observability(c: &mut Criterion) {
     let parts: Vec<&str> = (0..8).map(|_| part.as_str()).collect();
     let lines = part.lines().count() * 8;
     g.bench_function(format!("scrape_merge_8_shards_{lines}_lines"), |b| {
-        b.iter(|| black_box(ringgate::metrics::expose::merge(black_box(&parts))).len())
+        b.iter(|| black_box(ringgate::observe::metrics::expose::merge(black_box(&parts))).len())
     });
     g.finish();
 }
@@ -616,10 +618,10 @@ fn observability(c: &mut Criterion) {
 /// with the ledger but no prices or budgets, and with prices and a budget (never reached); plus
 /// the usage scan over a 16 KiB stream (what every keyed answer's bytes go through).
 fn spend(c: &mut Criterion) {
-    use ringgate::config::Config;
+    use ringgate::control::config::Config;
+    use ringgate::dialect::Dialect;
     use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring, SpendBook};
-    use ringgate::provider::Op;
-    use ringgate::translate::Dialect;
+    use ringgate::route::provider::Op;
     let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
     let config = |key_extra: &str, price: &str| {
         let mut text = format!(
@@ -643,7 +645,7 @@ fn spend(c: &mut Criterion) {
         return;
     };
     let body = chat_body(800);
-    let Ok(fields) = ringgate::extract::routing_fields(&body) else {
+    let Ok(fields) = ringgate::dialect::extract::routing_fields(&body) else {
         return;
     };
     let usage = br#"data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":212,"completion_tokens":64,"total_tokens":276}}
@@ -723,7 +725,7 @@ data: [DONE]
 
 fn header_policy(c: &mut Criterion) {
     use ringgate::http::request_id::RequestId;
-    use ringgate::provider::ProviderKind;
+    use ringgate::route::provider::ProviderKind;
     use ringgate::upstream::headers::{self, ClientHeaders};
     const ANTHROPIC_HEAD: &[u8] = b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: Anthropic/Python 0.40.0\r\nX-Stainless-Lang: python\r\nanthropic-version: 2023-06-01\r\nanthropic-beta: prompt-caching-2024-07-31\r\nanthropic-beta: token-efficient-tools-2025-02-19\r\nx-request-id: 0b7c3d4e-1f2a-4b5c-8d9e-0f1a2b3c4d5e\r\nx-api-key: sk-ant-test-0123456789\r\nContent-Length: 1234\r\n\r\n";
     let auth: &[u8] = b"anthropic-version: 2023-06-01\r\nx-api-key: sk-provider-0123456789\r\n";

@@ -23,7 +23,8 @@ fn setup() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
         .unwrap();
     std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
     std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    let server = ringgate::tls::server_config(&dir.join("cert.pem"), &dir.join("key.pem")).unwrap();
+    let server =
+        ringgate::server::tls::server_config(&dir.join("cert.pem"), &dir.join("key.pem")).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der().clone()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -437,8 +437,8 @@ mod tests {
             assert_eq!(v["error"]["code"], status, "{kind:?}");
             assert_eq!(v["error"]["status"], name, "{kind:?}");
             assert_eq!(v["error"]["message"], "m \"q\"");
-            assert!(crate::translate::is_error_shape(
-                crate::translate::Dialect::Gemini,
+            assert!(crate::dialect::is_error_shape(
+                crate::dialect::Dialect::Gemini,
                 &v
             ));
         }

@@ -1,27 +1,24 @@
 //! ringgate: a thread-per-core LLM gateway appliance.
 //!
-//! Module map by pipeline stage (see `pipeline` for the request path, top to bottom):
-//! - `shard`, `gateway`, `shutdown`: threads, runtimes, listeners, lifecycle
-//! - `http`: HTTP/1.1 heads, bodies, responses, client connections (plain or TLS streams)
-//! - `tls`: the optional TLS client listener (certificates, handshake, per-shard accept loop)
-//! - `extract`, `nesting`: model/stream lookup (and the body checks before routing), the JSON
-//!   depth bound; `gemini_call`: model and stream from a Gemini-dialect request path
-//! - `route`, `provider`: model → deployments + policy, the closed provider enum; `models`: the
-//!   model list / lookup endpoints in each SDK's shape
-//! - `forward`: IO-free routing state and decisions (balancing, breakers, keys, attempt plans)
-//! - `upstream`: pooled upstream connections, TLS, response framing; `upstream::target` is what
-//!   may enter an upstream request line or header
-//! - `governance`: virtual keys (401/403) and per-key limits (429), on the head and after
-//!   routing
-//! - `guardrail`: PII / secret detectors that mask, block or warn on request text and on
-//!   answers, streams included (bounded hold-back)
-//! - `relay`, `vet`: upstream → client byte path of passthrough answers (SSE per event), and
-//!   the checks that vet what it relays (error shapes, JSON answers, SSE data)
-//! - `mock`: the upstream simulator
-//! - `trace`, `record`, `accesslog`: what one request did (timings, route, tokens, bytes) and
-//!   where it goes when the request ends (metrics, the access log)
-//! - `metrics`, `scrape`: per-shard counters and histograms, the Prometheus text of `/metrics`
-//! - `config`, `error`, `log`, `sock` (non-consuming socket peeks)
+//! The layout in flow order (one request enters at the top and its answer leaves through
+//! `answer`; `pipeline::serve` sequences the stages):
+//! - `server`: start, shard threads and runtimes, listeners (plain, TLS), per-peer tables, shutdown
+//! - `pipeline`: one connection's requests, top to bottom, and the local endpoints (models)
+//! - `http`: HTTP/1.1 heads, bodies, responses, client connections
+//! - `admit`: admission (connection and request limits, memory, queues, permits)
+//! - `governance`: virtual keys (401/403), per-key limits and spend (429)
+//! - `route`: client model → deployments and policy; the closed provider enum
+//! - `forward`: IO-free routing decisions (balancing, breakers, keys, attempts, the upstream plan)
+//! - `upstream`: pooled upstream connections, TLS, response framing (`upstream::pipe`: the one
+//!   `unsafe` module)
+//! - `answer`: every byte back to the client (relay, translate back, vetting, outcomes, reports)
+//! - `dialect`: the four wire dialects and the hub translation between them
+//! - `cache`, `responses_state`, `engine`, `mock`, `guardrail`: the features (answer cache,
+//!   stored Responses, local engines, the upstream simulator, PII/secret guardrails)
+//! - `observe`: trace, record, metrics, `/metrics` scrape, access log, log
+//! - `control`: config, reload, admin, state store, doctor
+//! - `util`: small leaf helpers (dates, decimals, nesting bound, versioned snapshots, socket peeks)
+//! - `error`: the gateway's error type; `fuzzing`: entry points for `fuzz/`
 
 // `unsafe` is denied everywhere but `upstream::pipe` (the one documented module; see its doc).
 #![deny(unsafe_code)]
@@ -30,52 +27,24 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-pub mod accesslog;
-pub mod admin;
+pub mod server;
+pub mod pipeline;
+pub mod http;
 pub mod admit;
-pub mod bridge;
-pub mod cache;
-pub mod config;
-pub mod date;
-pub mod decimal;
-pub mod doctor;
-pub mod engine;
-pub mod error;
-pub mod extract;
+pub mod governance;
+pub mod route;
 pub mod forward;
+pub mod upstream;
+pub mod answer;
+pub mod dialect;
+pub mod cache;
+pub mod responses_state;
+pub mod engine;
+pub mod mock;
+pub mod guardrail;
+pub mod observe;
+pub mod control;
+pub mod util;
+pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod gateway;
-pub mod gemini_call;
-pub mod governance;
-pub mod guardrail;
-pub mod http;
-pub mod json_check;
-pub mod log;
-pub mod metrics;
-pub mod mock;
-pub mod models;
-pub mod nesting;
-pub mod outcome;
-pub mod peer;
-pub mod pipeline;
-pub mod plan;
-pub mod provider;
-pub mod record;
-pub mod relay;
-pub mod reload;
-pub mod report;
-pub mod respond;
-pub mod responses_state;
-pub mod route;
-pub mod scrape;
-pub mod shard;
-pub mod shutdown;
-pub mod sock;
-pub mod state;
-pub mod tls;
-pub mod trace;
-pub mod translate;
-pub mod upstream;
-pub mod versioned;
-pub mod vet;

@@ -4,10 +4,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
-use ringgate::config::Config;
+use ringgate::control::config::Config;
 use ringgate::mock::engine::{EngineKind, EngineSpec};
 use ringgate::mock::{fault, Profile};
-use ringgate::shard::DriverChoice;
+use ringgate::server::shard::DriverChoice;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -183,19 +183,19 @@ fn serve(opts: &Opts) -> ExitCode {
         // the binary keeps state under the user's data dir by default, one dir per config file
         // (the library keeps it in memory)
         let mut origin = cfg.origin.clone();
-        let dir = ringgate::state::serve_dir(&cfg);
+        let dir = ringgate::control::state::serve_dir(&cfg);
         if let Some(note) = dir
             .as_deref()
-            .filter(|_| ringgate::state::wanted(&cfg))
-            .and_then(ringgate::state::legacy_note)
+            .filter(|_| ringgate::control::state::wanted(&cfg))
+            .and_then(ringgate::control::state::legacy_note)
         {
-            ringgate::log::info(format_args!("warning: {note}"));
+            ringgate::observe::log::info(format_args!("warning: {note}"));
         }
         origin.state_dir = dir.map(|d| d.display().to_string());
         origin.apply(&mut cfg);
     }
     for w in cfg.start_warnings() {
-        ringgate::log::info(format_args!("warning: {w}"));
+        ringgate::observe::log::info(format_args!("warning: {w}"));
     }
     let models: Vec<String> = cfg
         .models
@@ -210,7 +210,7 @@ fn serve(opts: &Opts) -> ExitCode {
         signal_hook::consts::SIGHUP,
     ]);
     let keys_in_config = cfg.keys.len();
-    match ringgate::gateway::start(cfg) {
+    match ringgate::server::start(cfg) {
         Ok(running) => {
             let tls = running
                 .tls_addr
@@ -221,7 +221,7 @@ fn serve(opts: &Opts) -> ExitCode {
                 (false, true) => "auth none until a key is made through the admin API".into(),
                 (false, false) => "auth none".into(),
             };
-            ringgate::log::info(format_args!(
+            ringgate::observe::log::info(format_args!(
                 "listening on http://{}{tls} with {} shard(s), models [{}], {auth}, started in {:?}",
                 running.addr,
                 running.shards,
@@ -229,10 +229,10 @@ fn serve(opts: &Opts) -> ExitCode {
                 t0.elapsed()
             ));
             if let Some(a) = running.admin_addr {
-                ringgate::log::info(format_args!("admin listening on http://{a}"));
+                ringgate::observe::log::info(format_args!("admin listening on http://{a}"));
             }
             if let Some(f) = &running.state_file {
-                ringgate::log::info(format_args!("state in {}", f.display()));
+                ringgate::observe::log::info(format_args!("state in {}", f.display()));
             }
             // SIGTERM/SIGINT: stop accepting, close idle connections, let in-flight requests
             // finish (bounded by the drain timeout), then exit (after `POST /admin/drain` the
@@ -249,7 +249,7 @@ fn serve(opts: &Opts) -> ExitCode {
                                 let _ = reloader.reload("SIGHUP");
                                 continue;
                             }
-                            ringgate::log::info(format_args!("signal {sig}: draining"));
+                            ringgate::observe::log::info(format_args!("signal {sig}: draining"));
                             shutdown.fire();
                             exit.fire();
                             break;
@@ -259,7 +259,7 @@ fn serve(opts: &Opts) -> ExitCode {
                 Err(e) => eprintln!("ringgate: cannot install signal handlers: {e}"),
             }
             running.wait();
-            ringgate::log::info(format_args!("stopped"));
+            ringgate::observe::log::info(format_args!("stopped"));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -320,13 +320,13 @@ fn serve_refusals(cfg: &Config) -> Vec<String> {
         &cfg.server.tls_key,
     ) {
         let (c, k) = (c.get_ref(), k.get_ref());
-        if let Err(e) = ringgate::tls::server_config(c.as_ref(), k.as_ref()) {
+        if let Err(e) = ringgate::server::tls::server_config(c.as_ref(), k.as_ref()) {
             out.push(e.to_string());
         }
     }
-    if ringgate::state::wanted(cfg) {
-        if let Some(dir) = ringgate::state::serve_dir(cfg) {
-            if let Err(e) = ringgate::state::check_dir(&dir) {
+    if ringgate::control::state::wanted(cfg) {
+        if let Some(dir) = ringgate::control::state::serve_dir(cfg) {
+            if let Err(e) = ringgate::control::state::check_dir(&dir) {
                 out.push(e);
             }
         }
@@ -335,7 +335,7 @@ fn serve_refusals(cfg: &Config) -> Vec<String> {
 }
 
 fn doctor(opts: &Opts) -> ExitCode {
-    let report = ringgate::doctor::run(opts.config.as_deref());
+    let report = ringgate::control::doctor::run(opts.config.as_deref());
     print!("{}", report.render());
     if report.problems() > 0 {
         ExitCode::from(1)
@@ -385,7 +385,10 @@ fn mock(opts: &Opts) -> ExitCode {
     let shards = opts.shards.unwrap_or(1);
     match ringgate::mock::server::start_full(addr, profile, shards, driver, plan, engine) {
         Ok(m) => {
-            ringgate::log::info(format_args!("mock listening on http://{} ({what})", m.addr));
+            ringgate::observe::log::info(format_args!(
+                "mock listening on http://{} ({what})",
+                m.addr
+            ));
             m.wait();
             ExitCode::SUCCESS
         }

@@ -3,7 +3,7 @@
 
 use criterion::{black_box, Criterion};
 
-use ringgate::translate::Dialect;
+use ringgate::dialect::Dialect;
 
 use crate::HEAD;
 

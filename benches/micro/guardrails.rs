@@ -6,8 +6,8 @@
 use std::rc::Rc;
 
 use criterion::{black_box, Criterion, Throughput};
+use ringgate::dialect::Dialect;
 use ringgate::guardrail::{chain::mask_text, stream::StreamGuard, Guard, Phase, Session};
-use ringgate::translate::Dialect;
 
 const CONFIG: &str = r#"
 [[guardrail]]
@@ -22,7 +22,7 @@ action = "block"
 "#;
 
 fn session() -> Rc<Session> {
-    let cfg = ringgate::config::Config::parse(CONFIG).expect("bench config");
+    let cfg = ringgate::control::config::Config::parse(CONFIG).expect("bench config");
     let g: Vec<Rc<Guard>> = cfg
         .guardrails
         .iter()

@@ -8,9 +8,9 @@
 
 use criterion::{black_box, Criterion, Throughput};
 use ringgate::admit::Budget;
-use ringgate::config::responses::ResponsesConfig;
+use ringgate::control::config::responses::ResponsesConfig;
+use ringgate::dialect::{self, references, Dialect};
 use ringgate::responses_state::{ShardStore, Shared};
-use ringgate::translate::{self, references, Dialect};
 use serde_json::json;
 
 fn responses_body(prompt_bytes: usize) -> Vec<u8> {
@@ -49,30 +49,30 @@ pub fn responses_state(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("request_no_refs_store_off", |b| {
         b.iter(|| {
-            let hub = translate::request_to_chat(Dialect::Responses, black_box(&body)).ok()?;
-            translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
+            let hub = dialect::request_to_chat(Dialect::Responses, black_box(&body)).ok()?;
+            dialect::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok()
         })
     });
     g.bench_function("request_no_refs_store_on", |b| {
         b.iter(|| {
             let refs = references::has_references(black_box(&body));
             let remember = store.remember(tenant, &body, None);
-            let hub = translate::request_to_chat(Dialect::Responses, black_box(&body)).ok()?;
-            let out = translate::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok();
+            let hub = dialect::request_to_chat(Dialect::Responses, black_box(&body)).ok()?;
+            let out = dialect::chat_to_request(Dialect::Chat, &hub, "gpt-4o-mini").ok();
             black_box((refs, remember));
             out
         })
     });
     g.bench_function("answer_store_off", |b| {
         b.iter(|| {
-            let chat = translate::response_to_chat(Dialect::Chat, black_box(&answer)).ok()?;
-            translate::chat_to_response(Dialect::Responses, &chat, "gpt-4o-mini").ok()
+            let chat = dialect::response_to_chat(Dialect::Chat, black_box(&answer)).ok()?;
+            dialect::chat_to_response(Dialect::Responses, &chat, "gpt-4o-mini").ok()
         })
     });
     g.bench_function("answer_store_on", |b| {
         b.iter(|| {
-            let chat = translate::response_to_chat(Dialect::Chat, black_box(&answer)).ok()?;
-            let (v, out) = translate::chat_to_responses_answer(&chat, "gpt-4o-mini").ok()?;
+            let chat = dialect::response_to_chat(Dialect::Chat, black_box(&answer)).ok()?;
+            let (v, out) = dialect::chat_to_responses_answer(&chat, "gpt-4o-mini").ok()?;
             if let Some(r) = store.remember(tenant, &body, None) {
                 store.record(r, &v);
             }

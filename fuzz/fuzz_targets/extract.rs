@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::extract::{routing_fields, splice_model};
+use ringgate::dialect::extract::{routing_fields, splice_model};
 
 const SPLICED: &str = "org/fz-model_1.5:latest@v+2";
 /// Deepest nest the amplifier builds: past the 12,000 levels that overflowed a 2 MiB shard

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::translate::sse::{encode_event, SseDecoder, SseEvent};
+use ringgate::dialect::sse::{encode_event, SseDecoder, SseEvent};
 
 fn decode(parts: &[&[u8]]) -> (Vec<SseEvent>, Option<String>) {
     let mut d = SseDecoder::new();

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::translate::{chat_to_request, request_to_chat, Dialect};
+use ringgate::dialect::{chat_to_request, request_to_chat, Dialect};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::translate::{chat_to_response, response_to_chat, upstream_error_to_client, Dialect};
+use ringgate::dialect::{chat_to_response, response_to_chat, upstream_error_to_client, Dialect};
 use serde_json::Value;
 
 const STATUSES: [u16; 8] = [400, 401, 403, 404, 429, 500, 502, 503];

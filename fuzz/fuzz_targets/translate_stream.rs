@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::translate::{Dialect, SseDecoder, SseEvent, StreamTranslator};
+use ringgate::dialect::{Dialect, SseDecoder, SseEvent, StreamTranslator};
 
 fn events(bytes: &[u8]) -> Vec<SseEvent> {
     let mut d = SseDecoder::new();

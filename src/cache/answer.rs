@@ -3,7 +3,7 @@
 //! stored form — that dialect's non-stream JSON answer — or refuses (an error, a cut or failed
 //! stream, a `length` stop unless allowed); `replay` turns a stored answer into the body a hit
 //! sends: the JSON as stored, or the SSE stream a live answer in that dialect would carry
-//! (through `hub_stream` and `translate::StreamTranslator`, so translation stays pure and the
+//! (through `hub_stream` and `dialect::StreamTranslator`, so translation stays pure and the
 //! same code shapes live and replayed streams).
 //!
 //! Owns: the stored form. Must not: do IO or look anything up. Pure: unit-tested.
@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::hub_stream::{self, Refusal};
-use crate::translate::{self, Dialect, SseDecoder, SseEvent, StreamTranslator, Usage};
+use crate::dialect::{self, Dialect, SseDecoder, SseEvent, StreamTranslator, Usage};
 
 /// A stored answer: the dialect's non-stream JSON and the tokens it reported.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,8 +67,8 @@ pub fn record(
     };
     let v: Value = serde_json::from_slice(&json).map_err(|_| "not JSON")?;
     complete(&v, dialect, allow_length)?;
-    let usage = translate::response_to_chat(dialect, &json)
-        .map(|c| translate::chat_usage(&c))
+    let usage = dialect::response_to_chat(dialect, &json)
+        .map(|c| dialect::chat_usage(&c))
         .unwrap_or_default();
     Ok(Stored { body: json, usage })
 }
@@ -123,7 +123,7 @@ fn stream_to_json(body: &[u8], dialect: Dialect, model: &str) -> Result<Vec<u8>,
     if dialect == Dialect::Chat {
         serde_json::to_vec(&hub).map_err(|_| "unencodable")
     } else {
-        translate::chat_to_response(dialect, &hub, model).map_err(|_| "untranslatable")
+        dialect::chat_to_response(dialect, &hub, model).map_err(|_| "untranslatable")
     }
 }
 
@@ -176,13 +176,13 @@ pub fn replay(
     if !stream {
         return Ok((stored.to_vec(), b"application/json"));
     }
-    let hub = translate::response_to_chat(dialect, stored).map_err(|_| "untranslatable")?;
+    let hub = dialect::response_to_chat(dialect, stored).map_err(|_| "untranslatable")?;
     let mut out = Vec::with_capacity(stored.len() * 2 + 256);
     if dialect == Dialect::Chat {
         for c in hub_stream::chunks(&hub, model, chat_usage)? {
-            translate::encode_event(None, &c, &mut out);
+            dialect::encode_event(None, &c, &mut out);
         }
-        translate::encode_event(None, "[DONE]", &mut out);
+        dialect::encode_event(None, "[DONE]", &mut out);
     } else {
         let mut tr = StreamTranslator::new(Dialect::Chat, dialect, model);
         for c in hub_stream::chunks(&hub, model, true)? {

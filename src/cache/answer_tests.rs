@@ -103,7 +103,7 @@ fn every_dialect_round_trips_between_stream_and_json() {
         (
             Dialect::Responses,
             String::from_utf8(
-                translate::chat_to_response(
+                dialect::chat_to_response(
                     Dialect::Responses,
                     &serde_json::from_str(CHAT).unwrap(),
                     "m",
@@ -124,8 +124,8 @@ fn every_dialect_round_trips_between_stream_and_json() {
         );
         // and that stream, recorded as a miss would be, is stored as the same answer
         let again = record(&chunked("text/event-stream", &sse), dialect, "m", false).unwrap();
-        let a = translate::response_to_chat(dialect, &again.body).unwrap();
-        let b = translate::response_to_chat(dialect, &stored.body).unwrap();
+        let a = dialect::response_to_chat(dialect, &again.body).unwrap();
+        let b = dialect::response_to_chat(dialect, &stored.body).unwrap();
         assert_eq!(
             a["choices"][0]["message"]["content"],
             b["choices"][0]["message"]["content"]

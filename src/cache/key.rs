@@ -7,8 +7,8 @@
 
 use serde_json::Value;
 
+use crate::dialect::Dialect;
 use crate::error::push_json_str;
-use crate::translate::Dialect;
 
 /// Top-level fields that do not change the answer (who asks, how it is delivered).
 pub const VOLATILE: [&str; 4] = ["user", "metadata", "stream", "stream_options"];

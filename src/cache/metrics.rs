@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::metrics::help;
+use crate::observe::metrics::help;
 
 /// Upper bounds (seconds) of the lookup latency histogram's buckets.
 const BOUNDS: [f64; 10] = [
@@ -64,7 +64,7 @@ impl Skip {
 }
 
 fn add(c: &AtomicU64, n: u64) {
-    crate::metrics::add_atomic(c, n);
+    crate::observe::metrics::add_atomic(c, n);
 }
 
 impl Stats {

@@ -14,9 +14,9 @@
 use std::time::Duration;
 
 use super::key::{hex, Key};
+use crate::dialect::Usage;
 use crate::governance::store::resp::{Arg, Reply};
 use crate::governance::store::{Settings, Store};
-use crate::translate::Usage;
 
 /// One shard's connection to the cache's Redis.
 pub struct Remote {

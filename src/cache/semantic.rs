@@ -16,12 +16,12 @@ use serde_json::Value;
 use super::key::{self, Key};
 use super::{Cache, Policy};
 use crate::admit::Permit;
-use crate::extract::routing_fields;
+use crate::dialect::extract::routing_fields;
+use crate::dialect::{self, Dialect};
 use crate::forward::open::{open, Tried};
 use crate::http::conn::ClientConn;
-use crate::provider::Op;
-use crate::shard::Shard;
-use crate::translate::{self, Dialect};
+use crate::route::provider::Op;
+use crate::server::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
 
 /// A request's semantic lookup: the text to embed and the group its entries live in.
@@ -60,7 +60,7 @@ pub fn query(
     max_turns: usize,
     allow_temperature: bool,
 ) -> Option<Query> {
-    let mut hub = translate::request_to_chat(dialect, body).ok()?;
+    let mut hub = dialect::request_to_chat(dialect, body).ok()?;
     let o = hub.as_object_mut()?;
     if o.get("tools")
         .and_then(Value::as_array)

@@ -18,15 +18,15 @@ use super::metrics::Skip;
 use super::store::Entry;
 use super::{semantic, Cache, Mode};
 use crate::admit::Permit;
-use crate::extract::{RoutingFields, UsageOption};
+use crate::answer::outcome::Outcome;
+use crate::dialect::extract::{RoutingFields, UsageOption};
+use crate::dialect::Dialect;
 use crate::governance::credential::{with_presented, Presented};
 use crate::http::conn::{ClientConn, Tee};
 use crate::http::RequestHead;
-use crate::outcome::Outcome;
-use crate::provider::Op;
+use crate::route::provider::Op;
 use crate::route::Route;
-use crate::shard::Shard;
-use crate::translate::Dialect;
+use crate::server::shard::Shard;
 
 /// What the request head says to the cache, read while it is in the buffer (the tenant's name
 /// is made only for a cached model's request, `Ask::tenant`).
@@ -182,7 +182,7 @@ pub async fn lookup(
             if let Some(o) =
                 answer_with(conn, shard, route, &e, dialect, fields, "hit", keep_alive).await
             {
-                crate::metrics::add_atomic(&cache.stats.hits, 1);
+                crate::observe::metrics::add_atomic(&cache.stats.hits, 1);
                 return Lookup::Hit(o);
             }
         }
@@ -207,7 +207,7 @@ pub async fn lookup(
                             )
                             .await
                             {
-                                crate::metrics::add_atomic(&cache.stats.semantic_hits, 1);
+                                crate::observe::metrics::add_atomic(&cache.stats.semantic_hits, 1);
                                 return Lookup::Hit(o);
                             }
                         }
@@ -215,12 +215,12 @@ pub async fn lookup(
                     vector = Some((q.group, std::sync::Arc::from(v)));
                 }
                 None => {
-                    crate::metrics::add_atomic(&cache.stats.embedding_failures, 1);
+                    crate::observe::metrics::add_atomic(&cache.stats.embedding_failures, 1);
                 }
             }
         }
     }
-    crate::metrics::add_atomic(&cache.stats.misses, 1);
+    crate::observe::metrics::add_atomic(&cache.stats.misses, 1);
     header(conn, "miss");
     // The recording of the answer is request memory: charged to the permit, or not kept.
     let cap = (cache.settings.max_entry_bytes as usize).saturating_mul(4);
@@ -291,7 +291,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         return;
     }
     let refused = || {
-        crate::metrics::add_atomic(&cache.stats.refused, 1);
+        crate::observe::metrics::add_atomic(&cache.stats.refused, 1);
     };
     let Some(tee) = tee.filter(|t| status == 200 && !t.over) else {
         return refused();
@@ -309,7 +309,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
     if let Some(r) = &shard.cache_remote {
         // the exact layer lives in Redis; only semantic entries (vectors) stay here too
         if r.set(&miss.key, &stored.body, stored.usage, miss.ttl) {
-            crate::metrics::add_atomic(&cache.stats.stores, 1);
+            crate::observe::metrics::add_atomic(&cache.stats.stores, 1);
         } else {
             refused();
         }
@@ -338,7 +338,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         .with_store(|s, freed| s.insert(key, entry, max, freed))
         .unwrap_or(false);
     if inserted {
-        crate::metrics::add_atomic(&cache.stats.stores, 1);
+        crate::observe::metrics::add_atomic(&cache.stats.stores, 1);
     } else {
         budget.release_hold(size);
         refused();

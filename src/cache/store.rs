@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::key::Key;
-use crate::translate::Usage;
+use crate::dialect::Usage;
 
 /// Bytes an entry costs beyond its body, tenant and vector: its map slot, LRU node, `Arc`
 /// headers and fields (measured layout, rounded up; see README "Response cache").

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use signal::{EngineCell, EngineKind};
 
-use crate::config::{Config, ProviderConfig};
+use crate::control::config::{Config, ProviderConfig};
 
 /// Default `poll_ms`.
 pub const POLL_MS: u64 = 100;
@@ -103,7 +103,7 @@ impl Engines {
                             timeout: Duration::from_millis(stale.min(2_000)),
                         };
                         if let Err(e) = poller::spawn(target, &cell) {
-                            crate::log::info(format_args!(
+                            crate::observe::log::info(format_args!(
                                 "engine {name}: cannot start its poller: {e}"
                             ));
                             cell.fail();

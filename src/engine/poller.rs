@@ -74,7 +74,7 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
             Ok(s) => {
                 c.publish(s, now_ms());
                 if failing {
-                    crate::log::info(format_args!(
+                    crate::observe::log::info(format_args!(
                         "engine {}: load signal back ({})",
                         target.provider, target.url
                     ));
@@ -85,7 +85,7 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
             Err(e) => {
                 c.fail();
                 if !failing {
-                    crate::log::info(format_args!(
+                    crate::observe::log::info(format_args!(
                         "engine {}: load signal failed ({}): {e}; out of lb=load until it answers",
                         target.provider, target.url
                     ));
@@ -97,7 +97,7 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
         }
         let blind = c.blind_routes.load(std::sync::atomic::Ordering::Relaxed);
         if blind > blind_seen && !blind_logged {
-            crate::log::info(format_args!(
+            crate::observe::log::info(format_args!(
                 "engine {}: no usable load signal; lb=load routes to it by the gateway's own \
                  in-flight count until its metrics answer (ringgate_engine_blind_routes_total)",
                 target.provider

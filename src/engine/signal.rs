@@ -125,7 +125,7 @@ pub fn normalise(kind: EngineKind, page: &[u8], slots: bool) -> Result<Sample, &
 /// queue: deferred requests are not listed there, so waiting is 0).
 fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
     let page = &page[..page.len().min(super::prom::MAX_PAGE)];
-    crate::nesting::check(page).map_err(|_| "slots page is not valid JSON")?;
+    crate::util::nesting::check(page).map_err(|_| "slots page is not valid JSON")?;
     let mut total = 0u32;
     let mut busy = 0u32;
     let iter = sonic_rs::to_array_iter(page);

@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::Config;
+use crate::control::config::Config;
 use crate::forward::breaker::BreakerState;
 use crate::forward::rng::Rng;
 

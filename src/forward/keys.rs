@@ -292,7 +292,7 @@ fn parse_imf_fixdate(s: &str) -> Option<SystemTime> {
     if !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 || year < 1970 {
         return None;
     }
-    let days = u64::try_from(crate::date::days_from_civil(year, month, day as i64)).ok()?;
+    let days = u64::try_from(crate::util::date::days_from_civil(year, month, day as i64)).ok()?;
     Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3_600 + m * 60 + sec))
 }
 
@@ -375,6 +375,6 @@ mod tests {
             assert_eq!(parse_retry_after(v.as_bytes(), now), want, "{v:?}");
         }
         assert_eq!(parse_retry_after(b"", now), None);
-        assert_eq!(crate::date::days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(crate::util::date::days_from_civil(2000, 3, 1), 11_017);
     }
 }

@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use super::breaker::BreakerState;
 use super::policy::Reason;
-use crate::metrics::{bump, escape};
+use crate::observe::metrics::{bump, escape};
 use crate::route::RouteTable;
 
 const REASONS: usize = Reason::ALL.len();
@@ -146,7 +146,7 @@ impl ForwardMetrics {
         out: &mut String,
     ) {
         for (name, kind, text) in FAMILIES {
-            crate::metrics::help(out, name, kind, text);
+            crate::observe::metrics::help(out, name, kind, text);
         }
         for (r, route) in table.routes().iter().enumerate() {
             if route.retired {
@@ -259,7 +259,7 @@ const FAMILIES: [(&str, &str, &str); 7] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::control::config::Config;
 
     #[test]
     fn renders_counters_with_labels() {

@@ -30,6 +30,8 @@
 //! Must not: write to the client. Everything but `open` is IO-free: no clocks (every call
 //! takes `now: Instant`), no sleeping, no HTTP framing.
 
+pub mod plan;
+
 pub mod attempts;
 pub mod balance;
 pub mod breaker;

@@ -9,9 +9,9 @@
 //! revoked one stops there — well within the 1 s the issue allows, with no timer and no lock on
 //! the request path, at a cost that does not grow with the number of keys.
 //!
-//! The mechanism is `crate::versioned::Versioned`, shared with config hot reload (the route
+//! The mechanism is `crate::util::versioned::Versioned`, shared with config hot reload (the route
 //! table swapped between requests the same way, `shard::routing`).
 //!
 //! Owns: the `Directory` type. Must not: be published to from a shard.
 
-pub type Directory = crate::versioned::Versioned<super::Keyring>;
+pub type Directory = crate::util::versioned::Versioned<super::Keyring>;

@@ -7,7 +7,7 @@
 //!
 //! Owns: `estimate`, `split`. Must not: parse the body again.
 
-use crate::extract::RoutingFields;
+use crate::dialect::extract::RoutingFields;
 
 /// Tokens to reserve for a body of `body_len` bytes with routing fields `fields` (saturating).
 pub fn estimate(fields: &RoutingFields, body_len: usize) -> u64 {
@@ -23,7 +23,7 @@ pub fn split(fields: &RoutingFields, body_len: usize) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::routing_fields;
+    use crate::dialect::extract::routing_fields;
 
     #[test]
     fn prompt_bytes_and_caps() {

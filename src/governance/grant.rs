@@ -15,9 +15,9 @@ use super::spend::{unix_now, Price};
 use super::usage::UsageScan;
 use super::window::Tick;
 use super::Governance;
+use crate::dialect::extract::RoutingFields;
 use crate::error::{Error, Kind};
-use crate::extract::RoutingFields;
-use crate::provider::Op;
+use crate::route::provider::Op;
 use crate::route::{Deployment, Route};
 use crate::upstream::ResponseHead;
 
@@ -226,7 +226,7 @@ impl<'g> Grant<'g> {
         &mut self,
         head: &mut ResponseHead,
         by: Option<(&Route, &Deployment)>,
-        dialect: crate::translate::Dialect,
+        dialect: crate::dialect::Dialect,
     ) {
         self.answered = Some(head.status);
         self.answered_by = by.map(|(r, d)| (r.index, d.price));

@@ -9,7 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt::Write;
 
-use crate::metrics::bump;
+use crate::observe::metrics::bump;
 use crate::route::RouteTable;
 
 /// Why a keyed request was refused (the `reason` label).
@@ -177,13 +177,13 @@ impl KeyMetrics {
         shard: usize,
         out: &mut String,
     ) {
-        crate::metrics::help(
+        crate::observe::metrics::help(
             out,
             "ringgate_key_requests_total",
             "counter",
             "Requests that passed every check, by virtual key name and model.",
         );
-        crate::metrics::help(
+        crate::observe::metrics::help(
             out,
             "ringgate_key_rejections_total",
             "counter",
@@ -200,7 +200,7 @@ impl KeyMetrics {
                 "Spend in USD at the configured prices",
             ),
         ] {
-            crate::metrics::help(
+            crate::observe::metrics::help(
                 out,
                 name,
                 "counter",

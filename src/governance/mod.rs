@@ -92,10 +92,10 @@ pub use keyring::{Key, Keyring};
 pub use metrics::Reason;
 pub use spend::{Price, SpendBook};
 
-use crate::decimal::push_u64;
 use crate::error::{Error, Kind};
 use crate::http::RequestHead;
 use crate::route::RouteTable;
+use crate::util::decimal::push_u64;
 use credential::Presented;
 use metrics::KeyMetrics;
 use shared::Outage;

@@ -32,10 +32,10 @@ use super::keyring::{Digest, Keyring};
 use super::spec::KeySpec;
 use super::Directory;
 use super::SpendBook;
-use crate::config::keys::{key_name_ok, parse_sha256, KEY_NAME_RULE};
-use crate::config::Config;
+use crate::control::config::keys::{key_name_ok, parse_sha256, KEY_NAME_RULE};
+use crate::control::config::Config;
+use crate::control::state::{KeyRow, KeyWrite, Store};
 use crate::error::{Error, Kind};
-use crate::state::{KeyRow, KeyWrite, Store};
 
 /// Where a key comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,12 +402,12 @@ impl Registry {
         self.put(slot, rec);
         if !self.checked {
             self.checked = true;
-            crate::log::info(format_args!(
+            crate::observe::log::info(format_args!(
                 "admin: first key created: API requests need a key from now on"
             ));
         }
         self.commit(ring, &[slot]);
-        crate::log::info(format_args!("admin: key {name:?} created"));
+        crate::observe::log::info(format_args!("admin: key {name:?} created"));
         Ok((self.get(&name)?, secret))
     }
 
@@ -441,7 +441,7 @@ impl Registry {
         }
         self.put(i, rec);
         self.commit(ring, &[i]);
-        crate::log::info(format_args!("admin: key {name:?} updated"));
+        crate::observe::log::info(format_args!("admin: key {name:?} updated"));
         self.get(name)
     }
 
@@ -473,16 +473,19 @@ impl Registry {
         let mut v = view(&rec);
         self.put(i, rec);
         self.commit(ring, &[i]);
-        crate::log::info(format_args!("admin: key {name:?} revoked"));
+        crate::observe::log::info(format_args!("admin: key {name:?} revoked"));
         if let Value::Object(m) = &mut v {
-            m.insert("revoked".into(), Value::from(crate::date::rfc3339(now)));
+            m.insert(
+                "revoked".into(),
+                Value::from(crate::util::date::rfc3339(now)),
+            );
         }
         Ok(v)
     }
 }
 
 /// A config key's secret digest (its `key_env` read now, or its `key_sha256`).
-fn config_digest(k: &crate::config::KeyConfig) -> Option<Digest> {
+fn config_digest(k: &crate::control::config::KeyConfig) -> Option<Digest> {
     match (&k.key_env, &k.key_sha256) {
         (Some(env), _) => std::env::var_os(env.get_ref())
             .filter(|v| !v.is_empty())
@@ -502,11 +505,11 @@ impl Registry {
     pub fn reload_config_keys(
         &mut self,
         cfg: &Config,
-    ) -> Result<(), Vec<crate::config::ConfigError>> {
+    ) -> Result<(), Vec<crate::control::config::ConfigError>> {
         if !self.can_check() {
             return Ok(());
         }
-        let problems: Vec<crate::config::ConfigError> = cfg
+        let problems: Vec<crate::control::config::ConfigError> = cfg
             .keys
             .iter()
             .filter(|k| {
@@ -515,7 +518,7 @@ impl Registry {
                     .and_then(|i| self.records.get(*i))
                     .is_some_and(|r| r.source == Source::Api && r.revoked.is_none())
             })
-            .map(|k| crate::config::ConfigError {
+            .map(|k| crate::control::config::ConfigError {
                 line: None,
                 message: format!(
                     "key {:?} is also a key made through the admin API; rename the [[key]] or revoke the runtime key first",
@@ -586,7 +589,7 @@ impl Registry {
             changes.push((i, rec));
         }
         let config_error = |e: Error| {
-            vec![crate::config::ConfigError {
+            vec![crate::control::config::ConfigError {
                 line: None,
                 message: e.message,
             }]
@@ -625,7 +628,8 @@ fn view(r: &Record) -> Value {
     m.insert("name".into(), Value::from(r.name.clone()));
     m.insert("source".into(), Value::from(r.source.as_str()));
     r.spec.write(&mut m);
-    let time = |t: Option<i64>| t.map_or(Value::Null, |t| Value::from(crate::date::rfc3339(t)));
+    let time =
+        |t: Option<i64>| t.map_or(Value::Null, |t| Value::from(crate::util::date::rfc3339(t)));
     m.insert("created".into(), time(r.created));
     m.insert("updated".into(), time(r.updated));
     m.insert("usable".into(), Value::from(r.digest.is_some()));

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::keyring::{Key, ModelRule};
 use super::spend::{usd_to_nanos, Period};
-use crate::config::keys::{parse_rfc3339, KeyConfig};
+use crate::control::config::keys::{parse_rfc3339, KeyConfig};
 use crate::upstream::target;
 
 /// The settings of one key (not its name or secret).
@@ -157,7 +157,7 @@ impl KeySpec {
         out.insert(
             "expires".into(),
             self.expires
-                .map_or(Value::Null, |t| Value::from(crate::date::rfc3339(t))),
+                .map_or(Value::Null, |t| Value::from(crate::util::date::rfc3339(t))),
         );
         out.insert("enabled".into(), Value::from(self.enabled));
     }

@@ -81,8 +81,8 @@ impl Period {
             Period::Total => 0,
             Period::Day => now - now.rem_euclid(DAY),
             Period::Month => {
-                let (y, m, _) = crate::date::civil_from_days(now.div_euclid(DAY));
-                crate::date::days_from_civil(y, m, 1) * DAY
+                let (y, m, _) = crate::util::date::civil_from_days(now.div_euclid(DAY));
+                crate::util::date::days_from_civil(y, m, 1) * DAY
             }
         }
     }
@@ -94,9 +94,9 @@ impl Period {
             Period::Total => None,
             Period::Day => Some(self.start(now) + DAY),
             Period::Month => {
-                let (y, m, _) = crate::date::civil_from_days(now.div_euclid(DAY));
+                let (y, m, _) = crate::util::date::civil_from_days(now.div_euclid(DAY));
                 let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                Some(crate::date::days_from_civil(y, m, 1) * DAY)
+                Some(crate::util::date::days_from_civil(y, m, 1) * DAY)
             }
         }
     }
@@ -462,7 +462,7 @@ impl KeyLedger {
             cells: Arc::new(cells),
         });
         if self.current.load(Relaxed) == row.period_start {
-            crate::metrics::add_atomic(&self.spend, row.spend_nanos);
+            crate::observe::metrics::add_atomic(&self.spend, row.spend_nanos);
         }
     }
 
@@ -529,7 +529,7 @@ impl Tally {
         Cells::bump(&c.output, output);
         if nanos > 0 {
             Cells::bump(&c.spend, nanos);
-            crate::metrics::add_atomic(&self.ledger.spend, nanos);
+            crate::observe::metrics::add_atomic(&self.ledger.spend, nanos);
         }
     }
 

@@ -1,9 +1,9 @@
 //! Governance decisions without sockets: identify → admit → check_model → drop.
 
 use super::*;
-use crate::config::Config;
+use crate::control::config::Config;
 use crate::http::head::parse;
-use crate::provider::Op;
+use crate::route::provider::Op;
 
 const HEX_TEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
@@ -22,8 +22,8 @@ fn routes() -> crate::route::RouteTable {
     crate::route::RouteTable::build(&cfg)
 }
 
-fn fields(body: &[u8]) -> crate::extract::RoutingFields {
-    crate::extract::routing_fields(body).unwrap()
+fn fields(body: &[u8]) -> crate::dialect::extract::RoutingFields {
+    crate::dialect::extract::routing_fields(body).unwrap()
 }
 
 fn caller(g: &Governance, header: &str) -> Caller {
@@ -170,7 +170,7 @@ fn model_allow_list_and_tokens_after_the_body() {
         content_type: Vec::new(),
         forward: b"x-ratelimit-remaining-tokens: 7\r\n".to_vec(),
     };
-    grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
+    grant.on_answer(&mut head, None, crate::dialect::Dialect::Chat);
     assert!(
         head.forward.is_empty(),
         "the provider's rate headers are dropped"
@@ -220,7 +220,7 @@ fn model_allow_list_and_tokens_after_the_body() {
         .check_model(&fields(small), r3, Op::Generate, small.len(), &mut h)
         .unwrap();
     head.status = 502;
-    grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
+    grant.on_answer(&mut head, None, crate::dialect::Dialect::Chat);
     drop(grant);
     assert_eq!(tpm.used(g.counters.now()), 20);
     assert_eq!(
@@ -332,7 +332,7 @@ fn a_budget_is_reserved_while_requests_are_in_flight() {
             content_type: Vec::new(),
             forward: Vec::new(),
         };
-        grant.on_answer(&mut head, None, crate::translate::Dialect::Chat);
+        grant.on_answer(&mut head, None, crate::dialect::Dialect::Chat);
         grant
             .usage()
             .feed(br#"{"usage":{"prompt_tokens":0,"completion_tokens":50,"total_tokens":50}}"#);

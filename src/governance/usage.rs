@@ -23,7 +23,7 @@
 //!
 //! Owns: `UsageScan`. Must not: allocate, copy more than the seam, or change the bytes.
 
-use crate::translate::Dialect;
+use crate::dialect::Dialect;
 
 /// Key names before `_tokens"` (OpenAI, Anthropic).
 const NAMES: [&[u8]; 7] = [

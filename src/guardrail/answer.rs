@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::request::Walk;
 use super::{Blocked, Phase, Session};
+use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
-use crate::translate::Dialect;
 
 /// Check (and mask) a whole answer `body` in `dialect`. `Ok(None)`: relay it as it is.
 pub fn guard_answer(

@@ -10,7 +10,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::Config;
+use crate::control::config::Config;
 
 /// Default most bytes of one text a stream holds back (and the bound every detector's longest
 /// match must fit): the built-in secrets' longest match (a PEM private-key block) fits.

@@ -96,7 +96,7 @@ impl Counters {
         if m.is_empty() {
             return;
         }
-        crate::metrics::help(
+        crate::observe::metrics::help(
             out,
             "ringgate_guardrail_hits_total",
             "counter",
@@ -106,7 +106,7 @@ impl Counters {
             let _ = writeln!(
                 out,
                 "ringgate_guardrail_hits_total{{guardrail=\"{}\",type=\"{}\",action=\"{}\",phase=\"{}\"}} {n}",
-                crate::metrics::escape(g),
+                crate::observe::metrics::escape(g),
                 k.name(),
                 a.name(),
                 p.name()
@@ -117,7 +117,11 @@ impl Counters {
 
 /// A request ended: its hits go to the shard's counters and, as `type:count` pairs, to its
 /// access-log line.
-pub fn ended(sess: &super::Session, shard: &crate::shard::Shard, trace: &mut crate::trace::Trace) {
+pub fn ended(
+    sess: &super::Session,
+    shard: &crate::server::shard::Shard,
+    trace: &mut crate::observe::trace::Trace,
+) {
     if sess.hits.is_empty() {
         return;
     }

@@ -36,7 +36,7 @@ pub use detect::Kind;
 pub use hits::Phase;
 pub use scan::Action;
 
-use crate::config::Config;
+use crate::control::config::Config;
 use crate::error::{Error, Kind as ErrorKind};
 
 /// One compiled `[[guardrail]]`.
@@ -137,7 +137,7 @@ impl Guards {
                     index.insert(c.name.get_ref().clone(), g.all.len());
                     g.all.push(Rc::new(guard));
                 }
-                Err(e) => crate::log::info(format_args!(
+                Err(e) => crate::observe::log::info(format_args!(
                     "guardrail {:?} left out: {e}",
                     c.name.get_ref()
                 )),

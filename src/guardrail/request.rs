@@ -14,8 +14,8 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use super::{chain::mask_text, json_str::mask_json_text, Blocked, Guard, Phase, Session};
+use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
-use crate::translate::Dialect;
 
 /// A walk over one JSON document's text values under a phase's guardrails.
 pub(super) struct Walk<'a> {

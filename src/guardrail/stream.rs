@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::json_str::JsonText;
 use super::request::Walk;
 use super::{Blocked, Chain, Phase, Session};
-use crate::translate::Dialect;
+use crate::dialect::Dialect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Field {

@@ -126,7 +126,7 @@ pub struct ClientConn {
     /// when serving began; `None` after it, or when not set).
     pub first_head_by: Option<Instant>,
     /// The client's address as the per-address tables key it (`None`: not known, e.g. mocks).
-    pub peer: Option<crate::peer::Peer>,
+    pub peer: Option<crate::server::peer::Peer>,
     /// The current request's guardrails (`None`: none applies; set after routing).
     pub guard: Option<std::rc::Rc<crate::guardrail::Session>>,
     bufs: ReadBufs,

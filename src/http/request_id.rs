@@ -101,7 +101,7 @@ impl IdGen {
         let mut id = RequestId::default();
         let p = self.prefix_len;
         id.buf[..p].copy_from_slice(&self.prefix[..p]);
-        let digits = crate::decimal::Digits::new(n);
+        let digits = crate::util::decimal::Digits::new(n);
         let d = digits.as_bytes();
         id.buf[p..p + d.len()].copy_from_slice(d);
         id.len = (p + d.len()) as u8;

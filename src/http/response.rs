@@ -3,7 +3,7 @@
 //! Owns: status lines, framing headers (Content-Length / chunked), the terminating chunk.
 //! Must not: do IO or decide statuses (callers pass them in).
 
-use crate::decimal::push_u64;
+use crate::util::decimal::push_u64;
 
 /// How the body that follows the head is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -63,7 +63,7 @@ impl ClientStream {
     /// closes with a close_notify record first (data, to a peek) is not noticed here — only
     /// when a write to it fails; clients that just close or reset (most SDKs' cancels) are.
     pub async fn wait_closed(&self) {
-        use crate::sock::{peek, Peeked};
+        use crate::util::sock::{peek, Peeked};
         match self {
             ClientStream::Plain(s) => loop {
                 if s.readable(false).await.is_err() {

@@ -36,7 +36,7 @@ use std::time::Duration;
 use monoio::io::AsyncWriteRent;
 use sonic_rs::JsonValueTrait;
 
-pub use crate::translate::Dialect;
+pub use crate::dialect::Dialect;
 pub use tools::TOOL_ARGS;
 
 /// Latency profile (see docs/bench-protocol.md "Mock profiles").
@@ -129,7 +129,7 @@ impl MockRequest {
         model: &str,
         body: &[u8],
     ) -> Result<MockRequest, String> {
-        crate::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+        crate::util::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
         // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
         // would fail the whole lookup, so nested knobs are read from their object below.
         const KEYS: [&str; 17] = [

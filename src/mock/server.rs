@@ -33,8 +33,8 @@ use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
-use crate::shard::{self, DriverChoice};
-use crate::shutdown::{LocalSignal, Shutdown};
+use crate::server::shard::{self, DriverChoice};
+use crate::server::shutdown::{LocalSignal, Shutdown};
 
 pub struct MockServer {
     pub addr: SocketAddr,

@@ -109,7 +109,7 @@ fn last_is_user_turn(dialect: super::Dialect, turns: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::Dialect;
+    use crate::dialect::Dialect;
 
     #[test]
     fn fragments_reassemble() {

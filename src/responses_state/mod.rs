@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::admit::{Budget, Held};
-use crate::config::responses::ResponsesConfig;
+use crate::control::config::responses::ResponsesConfig;
+use crate::dialect::references::{self, Expanded, PastTurn, Recall};
 use crate::error::{Error, Kind};
-use crate::translate::references::{self, Expanded, PastTurn, Recall};
 use store::{Store, Stored};
 
 /// The process-wide half, shared by every shard.
@@ -239,7 +239,7 @@ impl Recall for Recaller<'_> {
 /// identified one, else the credential it presents, else the shared namespace (0). Call while
 /// the head is in `buf`.
 pub fn tenant_of(
-    shard: &crate::shard::Shard,
+    shard: &crate::server::shard::Shard,
     caller: crate::governance::Caller,
     head: &crate::http::RequestHead,
     buf: &[u8],

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::admit::Held;
-use crate::translate::references::PastTurn;
+use crate::dialect::references::PastTurn;
 
 /// Bytes counted per entry on top of its payload: map slot, queue ticket, the id twice.
 const ENTRY_OVERHEAD: u64 = 160;

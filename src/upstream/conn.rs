@@ -64,7 +64,7 @@ impl Conn {
             Conn::Tls(_, fd) => *fd,
             Conn::Pipe(_) => return false,
         };
-        crate::sock::peek(fd) == crate::sock::Peeked::Quiet
+        crate::util::sock::peek(fd) == crate::util::sock::Peeked::Quiet
     }
 }
 

@@ -25,7 +25,7 @@ impl Endpoint {
         Endpoint::parse_raw(url).map_err(|why| {
             format!(
                 "base_url {:?}{why}",
-                crate::config::redact_url(url).as_ref()
+                crate::control::config::redact_url(url).as_ref()
             )
         })
     }

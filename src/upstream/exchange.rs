@@ -15,7 +15,7 @@ use super::endpoint::Endpoint;
 use super::pipe::PipeReader;
 use super::pool::{Pool, PoolKey};
 use super::resolve::ResolveError;
-use crate::config::UpstreamConfig;
+use crate::control::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
@@ -36,7 +36,7 @@ pub struct Client {
     /// Requests retried on a fresh connection after a reused one failed before any byte.
     pub retries: std::cell::Cell<u64>,
     /// Limits upstream-failure log lines (per shard).
-    pub failure_log: crate::log::RateLimited,
+    pub failure_log: crate::observe::log::RateLimited,
     tls: Option<TlsConnector>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
@@ -117,7 +117,7 @@ impl Client {
     pub fn new(cfg: &UpstreamConfig, tls: Option<TlsConnector>) -> Client {
         Client {
             retries: std::cell::Cell::new(0),
-            failure_log: crate::log::RateLimited::new(FAILURE_LOG_LINES),
+            failure_log: crate::observe::log::RateLimited::new(FAILURE_LOG_LINES),
             pool: Pool::new(
                 cfg.max_idle_per_host,
                 Duration::from_millis(cfg.idle_ttl_ms),
@@ -142,7 +142,7 @@ impl Client {
         head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         head.extend_from_slice(ep.host_header.as_bytes());
         head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
-        crate::decimal::push_u64(&mut head, req.body.len() as u64);
+        crate::util::decimal::push_u64(&mut head, req.body.len() as u64);
         head.extend_from_slice(b"\r\n");
         head.extend_from_slice(req.headers);
         head.extend_from_slice(b"\r\n");

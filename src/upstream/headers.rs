@@ -50,12 +50,12 @@
 
 use std::borrow::Cow;
 
+use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 use crate::http::head::Passed;
 use crate::http::request_id::RequestId;
 use crate::http::RequestHead;
-use crate::provider::ProviderKind;
-use crate::translate::Dialect;
+use crate::route::provider::ProviderKind;
 use crate::upstream::target;
 
 /// The `anthropic-version` sent to Anthropic providers when the client chose none (first line

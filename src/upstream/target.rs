@@ -7,7 +7,7 @@
 //!   name): 1 to [`MAX_MODEL_LEN`] bytes from `A-Z a-z 0-9 . _ : / @ + -`, in `/`-separated
 //!   segments of which none is empty, `.` or `..` (so no leading, trailing or double `/`).
 //!   Spaces, controls, `?`, `#`, `%`, quotes, backslashes and non-ASCII are refused: a client
-//!   gets a 400 in its dialect before routing ([`crate::extract`]), a config a line-numbered
+//!   gets a 400 in its dialect before routing ([`crate::dialect::extract`]), a config a line-numbered
 //!   error. A `prefix*` pattern's prefix must be the start of some valid identifier. A model
 //!   named in a client's request path (Gemini's `/v1beta/models/{model}:generateContent`, a
 //!   model lookup) is percent-decoded once and then held to the same rule ([`model_from_path`]).

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::{fault::Plan, server::MockServer, Profile};
-use ringgate::shard::DriverChoice;
+use ringgate::server::shard::DriverChoice;
+use ringgate::server::{self, Running};
 
 pub mod capture;
 
@@ -99,7 +99,7 @@ fn announce(vs: impl Iterator<Item = Variant>) -> impl Iterator<Item = Variant> 
 /// output has its gateway's log. Called by every builder here; call it in a test that starts a
 /// gateway itself.
 pub fn quiet_logs() {
-    ringgate::log::set_sink(|line| eprintln!("{line}"));
+    ringgate::observe::log::set_sink(|line| eprintln!("{line}"));
 }
 
 /// Whether `id` is a request id the gateway made (`rg-{shard}-{tag}-{n}`) on one of `v`'s
@@ -193,7 +193,7 @@ upstream_model = "real-model"
 "#
     );
     let cfg = Config::parse(&text).unwrap();
-    gateway::start(cfg).unwrap()
+    server::start(cfg).unwrap()
 }
 
 #[derive(Debug)]
@@ -463,7 +463,7 @@ impl Stack {
         quiet_logs();
         let text = config.replace("{mock}", &mock.addr.to_string());
         let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-        let gw = gateway::start(cfg).unwrap();
+        let gw = server::start(cfg).unwrap();
         Stack {
             addr: gw.addr,
             gw: Some(gw),

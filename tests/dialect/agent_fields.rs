@@ -12,8 +12,8 @@ mod common;
 
 use common::capture::Capture;
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
+use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 
 fn gateway(up: std::net::SocketAddr, v: Variant) -> Running {
@@ -32,7 +32,7 @@ fn gateway(up: std::net::SocketAddr, v: Variant) -> Running {
              [[model]]\nname = \"{model}\"\nprovider = \"{kind}\"\nupstream_model = \"up\"\n"
         ));
     }
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn post(path: &str, body: &Value) -> Vec<u8> {

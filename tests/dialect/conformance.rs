@@ -1,4 +1,4 @@
-//! Conformance matrix for `ringgate::translate`: for every client dialect ×
+//! Conformance matrix for `ringgate::dialect`: for every client dialect ×
 //! upstream dialect × feature, run the real conversion on a fixture written
 //! from the providers' documented wire formats and record pass/fail.
 //!
@@ -7,7 +7,7 @@
 
 #![allow(clippy::collapsible_match)]
 
-use ringgate::translate::{self, encode_event, Dialect, SseDecoder, StreamTranslator};
+use ringgate::dialect::{self, encode_event, Dialect, SseDecoder, StreamTranslator};
 
 #[path = "conformance/agent.rs"]
 mod agent;
@@ -568,8 +568,8 @@ fn read_stream(d: Dialect, bytes: &[u8]) -> Summary {
 
 fn non_stream(client: Dialect, up: Dialect, tool: bool) -> Option<Summary> {
     let body = serde_json::to_vec(&upstream_response(up, tool)).ok()?;
-    let hub = translate::response_to_chat(up, &body).ok()?;
-    let out = translate::chat_to_response(client, &hub, "client-model").ok()?;
+    let hub = dialect::response_to_chat(up, &body).ok()?;
+    let out = dialect::chat_to_response(client, &hub, "client-model").ok()?;
     Some(read_body(client, &serde_json::from_slice(&out).ok()?))
 }
 
@@ -590,8 +590,8 @@ fn stream(client: Dialect, up: Dialect, tool: bool) -> Option<Summary> {
 
 fn upstream_request(client: Dialect, up: Dialect) -> Option<Value> {
     let body = serde_json::to_vec(&client_request(client)).ok()?;
-    let hub = translate::request_to_chat(client, &body).ok()?;
-    serde_json::from_slice(&translate::chat_to_request(up, &hub, "up").ok()?).ok()
+    let hub = dialect::request_to_chat(client, &body).ok()?;
+    serde_json::from_slice(&dialect::chat_to_request(up, &hub, "up").ok()?).ok()
 }
 
 fn has_system(up: Dialect, r: &Value) -> bool {
@@ -749,9 +749,9 @@ fn gemini_in(up: Dialect, feature: &str) -> bool {
     let Ok(body) = serde_json::to_vec(&gemini_turn()) else {
         return false;
     };
-    let Some(r) = translate::request_to_chat(Dialect::Gemini, &body)
+    let Some(r) = dialect::request_to_chat(Dialect::Gemini, &body)
         .ok()
-        .and_then(|hub| translate::chat_to_request(up, &hub, "up").ok())
+        .and_then(|hub| dialect::chat_to_request(up, &hub, "up").ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
     else {
         return false;

@@ -8,8 +8,8 @@ mod common;
 
 use common::capture::Capture;
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
+use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 
 const KEY_ENV: &str = "RINGGATE_GEMINI_IN_PROVIDER_KEY";
@@ -53,7 +53,7 @@ fn gateway(up: std::net::SocketAddr, v: Variant, keys: &str) -> Running {
              upstream_model = \"{upstream}\"\n"
         ));
     }
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn post_with(path: &str, body: &str, headers: &str) -> Vec<u8> {

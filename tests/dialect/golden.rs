@@ -1,4 +1,4 @@
-//! Golden tests for `ringgate::translate`.
+//! Golden tests for `ringgate::dialect`.
 //!
 //! Layout: `tests/golden/<converter>/<case>.in.json` → `<case>.out.json`
 //! (compared as parsed JSON) and `<case>.in.sse` → `<case>.out.sse`
@@ -13,7 +13,7 @@
 //!
 //! With `RINGGATE_BLESS=1` the `.out` files are rewritten instead.
 
-use ringgate::translate::{self, Dialect, SseDecoder, StreamTranslator};
+use ringgate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
 use std::path::{Path, PathBuf};
 
 fn dialect(name: &str) -> Dialect {
@@ -32,13 +32,13 @@ fn run_json(converter: &str, input: &[u8]) -> serde_json::Value {
     let hub = || serde_json::from_slice::<serde_json::Value>(input).expect("hub json");
     let bytes = match kind {
         "request_in" => {
-            serde_json::to_vec(&translate::request_to_chat(d, input).expect("convert")).unwrap()
+            serde_json::to_vec(&dialect::request_to_chat(d, input).expect("convert")).unwrap()
         }
-        "request_out" => translate::chat_to_request(d, &hub(), "upstream-model").expect("convert"),
+        "request_out" => dialect::chat_to_request(d, &hub(), "upstream-model").expect("convert"),
         "response_in" => {
-            serde_json::to_vec(&translate::response_to_chat(d, input).expect("convert")).unwrap()
+            serde_json::to_vec(&dialect::response_to_chat(d, input).expect("convert")).unwrap()
         }
-        "response_out" => translate::chat_to_response(d, &hub(), "client-model").expect("convert"),
+        "response_out" => dialect::chat_to_response(d, &hub(), "client-model").expect("convert"),
         other => panic!("unknown converter kind {other}"),
     };
     serde_json::from_slice(&bytes).expect("output json")

@@ -91,7 +91,7 @@ fn clients(stream: bool) -> [(&'static str, &'static str, String, bool); 3] {
     ]
 }
 
-fn gateway(up: SocketAddr, d: Variant) -> ringgate::gateway::Running {
+fn gateway(up: SocketAddr, d: Variant) -> ringgate::server::Running {
     start_gateway(up, d, &ANTHROPIC.replace("UP", &up.to_string()))
 }
 

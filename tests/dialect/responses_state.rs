@@ -11,9 +11,9 @@ mod common;
 
 use common::capture::Capture;
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::Profile;
+use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 
 fn gateway(up: std::net::SocketAddr, extra: &str) -> Running {
@@ -29,7 +29,7 @@ fn gateway(up: std::net::SocketAddr, extra: &str) -> Running {
         ));
     }
     text.push_str(extra);
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn call(addr: std::net::SocketAddr, key: &str, body: &Value) -> Response {

@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 
 use common::*;
-use ringgate::config::Config;
+use ringgate::control::config::Config;
 
 /// A Chat stream whose second event carries `extra` as an unknown member.
 fn stream_with(extra: &str) -> Vec<u8> {
@@ -32,7 +32,7 @@ fn stream_with(extra: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-fn gateway(up: std::net::SocketAddr, d: &str, shards: usize) -> ringgate::gateway::Running {
+fn gateway(up: std::net::SocketAddr, d: &str, shards: usize) -> ringgate::server::Running {
     let text = format!(
         r#"
 [server]
@@ -55,7 +55,7 @@ max_attempts = 1
 breaker = {{ failures = 0 }}
 "#
     );
-    ringgate::gateway::start(Config::parse(&text).unwrap()).unwrap()
+    ringgate::server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 /// Deep: one level over the bound with the event's own object; at the bound: just under.
@@ -65,7 +65,7 @@ fn nest(n: usize) -> String {
 
 #[test]
 fn a_deep_upstream_event_ends_every_stream_with_the_dialects_error_event() {
-    let deep = nest(ringgate::nesting::MAX_DEPTH);
+    let deep = nest(ringgate::util::nesting::MAX_DEPTH);
     let shallow = nest(20);
     for d in DRIVERS {
         for shards in [1, 2] {

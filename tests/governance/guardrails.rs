@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{fake_upstream, post, request, DRIVERS};
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
+use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 
 /// What the scripted upstream answers: the text pieces (one SSE event each) and, optionally,
@@ -251,7 +251,7 @@ struct Gw(Option<Running>);
 impl Gw {
     fn start(up: SocketAddr, driver: &str, shards: usize) -> Gw {
         let cfg = Config::parse(&config(up, driver, shards, true)).unwrap();
-        Gw(Some(gateway::start(cfg).unwrap()))
+        Gw(Some(server::start(cfg).unwrap()))
     }
     fn addr(&self) -> SocketAddr {
         self.0.as_ref().unwrap().addr
@@ -647,7 +647,7 @@ fn reload_changes_guardrails() {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ringgate.toml");
         std::fs::write(&path, config(addr, driver, 2, false)).unwrap();
-        let gw = gateway::start(Config::load(path.to_str().unwrap()).unwrap()).unwrap();
+        let gw = server::start(Config::load(path.to_str().unwrap()).unwrap()).unwrap();
         up.set(&["to x@example.com"], &[]);
         let r = request(gw.addr, &chat("gpt-4o-mini", "hi", false));
         assert_eq!(
@@ -682,7 +682,7 @@ fn access_log_records_hit_counts_never_text() {
             "[upstream]",
             &format!("[log]\naccess = \"{}\"\n\n[upstream]", log.display()),
         );
-        let gw = gateway::start(Config::parse(&text).unwrap()).unwrap();
+        let gw = server::start(Config::parse(&text).unwrap()).unwrap();
         up.set(&["a@example.com, ", "card 4111 1111 1111 1111"], &[]);
         let r = request(gw.addr, &chat("gpt-4o-mini", "mail b@example.org", true));
         assert_eq!(r.status, 200);

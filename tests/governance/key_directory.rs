@@ -10,14 +10,14 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 
 use common::*;
-use ringgate::config::Config;
+use ringgate::control::config::Config;
 use serde_json::Value;
 
 const TOKEN_ENV: &str = "RG_KEY_DIRECTORY_TEST_TOKEN";
 const TOKEN: &str = "key-directory-test-token-0123456789abcdef";
 const KEYS: usize = 2_500;
 
-fn gateway(shards: usize, driver: &str) -> ringgate::gateway::Running {
+fn gateway(shards: usize, driver: &str) -> ringgate::server::Running {
     common::quiet_logs();
     std::env::set_var(TOKEN_ENV, TOKEN);
     let text = format!(
@@ -45,7 +45,7 @@ name = "other-model"
 provider = "mock"
 "#
     );
-    ringgate::gateway::start(Config::parse(&text).unwrap()).unwrap()
+    ringgate::server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn admin_raw(method: &str, target: &str, body: &str) -> String {
@@ -126,7 +126,7 @@ fn chat_status(main: SocketAddr, secret: &str, model: &str) -> u16 {
 }
 
 /// Every answer for `secret` on `2 × shards` fresh connections (either shard).
-fn statuses(gw: &ringgate::gateway::Running, secret: &str, model: &str) -> Vec<u16> {
+fn statuses(gw: &ringgate::server::Running, secret: &str, model: &str) -> Vec<u16> {
     (0..2 * gw.shards)
         .map(|_| chat_status(gw.addr, secret, model))
         .collect()

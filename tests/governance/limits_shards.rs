@@ -14,9 +14,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::Profile;
+use ringgate::server::{self, Running};
 
 const SECRET: &str = "rg-test-shards-7d6c5b4a39281706f5e4d3c2";
 const SHARDS: [usize; 2] = [2, 4];
@@ -62,7 +62,7 @@ key_sha256 = "{}"
 
 fn start(text: &str) -> Running {
     let cfg = Config::parse(text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-    gateway::start(cfg).unwrap()
+    server::start(cfg).unwrap()
 }
 
 fn chat(body: &str) -> Vec<u8> {

@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway;
+use ringgate::control::config::Config;
 use ringgate::governance::keyring::Digest;
 use ringgate::mock::Profile;
+use ringgate::server;
 
 const SECRET: &str = "rg-test-accesslog-7d1e5c9b3a2f4e6d8c0b1a29";
 /// Sent in request bodies: must never reach the log.
@@ -44,7 +44,7 @@ fn key_entry() -> String {
     format!("\n[[key]]\nname = \"team-a\"\nkey_sha256 = \"{hex}\"\n")
 }
 
-fn gateway_logging_to(upstream: SocketAddr, v: Variant, access: &str) -> gateway::Running {
+fn gateway_logging_to(upstream: SocketAddr, v: Variant, access: &str) -> server::Running {
     let Variant { driver, shards } = v;
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n\
@@ -53,7 +53,7 @@ fn gateway_logging_to(upstream: SocketAddr, v: Variant, access: &str) -> gateway
          [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\n{}",
         key_entry()
     );
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn lines_of(text: &str) -> Vec<serde_json::Value> {

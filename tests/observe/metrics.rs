@@ -83,7 +83,7 @@ fn parse(text: &str) -> (Vec<Sample>, Meta) {
 
 /// A gateway with two shards in front of `upstream` (models as in `start_gateway`), the response
 /// cache on for `gpt-4o-mini` (its families in every scrape; requests without a key skip it).
-fn two_shards(upstream: SocketAddr) -> ringgate::gateway::Running {
+fn two_shards(upstream: SocketAddr) -> ringgate::server::Running {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshards = 2\npin = false\ndriver = \"epoll\"\n\
          [cache]\nenabled = true\n\
@@ -91,7 +91,7 @@ fn two_shards(upstream: SocketAddr) -> ringgate::gateway::Running {
          [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\ncache = \"exact\"\n\
          [[model]]\nname = \"alias\"\nprovider = \"local\"\nupstream_model = \"real-model\"\n"
     );
-    ringgate::gateway::start(ringgate::config::Config::parse(&text).unwrap()).unwrap()
+    ringgate::server::start(ringgate::control::config::Config::parse(&text).unwrap()).unwrap()
 }
 
 fn scrape(addr: SocketAddr) -> String {

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{post, read_request, request, Response};
-use ringgate::config::Config;
+use ringgate::control::config::Config;
 use ringgate::engine::signal::{normalise, EngineKind, Sample};
-use ringgate::gateway;
 use ringgate::mock::engine::{EngineKind as SimKind, EngineSpec};
+use ringgate::server;
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!(
@@ -139,7 +139,7 @@ fn gateway_for(
     shards: usize,
     engines: &[(SocketAddr, &str)],
     model_extra: &str,
-) -> gateway::Running {
+) -> server::Running {
     gateway_with(shards, engines, model_extra, "")
 }
 
@@ -148,7 +148,7 @@ fn gateway_with(
     engines: &[(SocketAddr, &str)],
     model_extra: &str,
     top: &str,
-) -> gateway::Running {
+) -> server::Running {
     gateway_on(engines, model_extra, top, shards, "auto")
 }
 
@@ -159,7 +159,7 @@ fn gateway_on(
     top: &str,
     shards: usize,
     driver: &str,
-) -> gateway::Running {
+) -> server::Running {
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\ndriver = \"{driver}\"\n\n[routing]\nmax_attempts = 1\n{top}\n",
     );
@@ -175,7 +175,7 @@ fn gateway_on(
         deps.join(", ")
     ));
     let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-    gateway::start(cfg).unwrap()
+    server::start(cfg).unwrap()
 }
 
 /// Wait until the gateway has a good poll of every engine (its own metrics say so).

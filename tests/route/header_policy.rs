@@ -9,8 +9,8 @@ mod common;
 
 use common::capture::{Capture, Seen};
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
+use ringgate::server::{self, Running};
 
 const KEY_ENV: &str = "RINGGATE_HEADER_POLICY_KEY";
 const PROVIDER_KEY: &str = "sk-provider-hp";
@@ -57,7 +57,7 @@ fn gateway(oa: &Capture, an: &Capture, v: Variant) -> Running {
              api_key_env = \"{KEY_ENV}\"\n[[model]]\nname = \"m-{kind}\"\nprovider = \"{kind}\"\n"
         ));
     }
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 fn post_with(path: &str, body: &str, headers: &str) -> Vec<u8> {

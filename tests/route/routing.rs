@@ -20,11 +20,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{connect, get, read_response, request, variants, Response, Variant, SHARDS};
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::fault::{Fault, Plan, Rule};
 use ringgate::mock::server::MockServer;
 use ringgate::mock::{text, Profile};
+use ringgate::server::{self, Running};
 
 /// Tokens each request asks for.
 const N: u32 = 5;
@@ -279,7 +279,7 @@ total_timeout_ms = 10000
         }
         text.push_str(models);
         let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-        let gw = gateway::start(cfg).unwrap();
+        let gw = server::start(cfg).unwrap();
         Net {
             addr: gw.addr,
             gw: Some(gw),

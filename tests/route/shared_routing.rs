@@ -22,10 +22,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{post, request, Response, DRIVERS};
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::fault::{Fault, Plan, Rule};
 use ringgate::mock::Profile;
+use ringgate::server::{self, Running};
 
 fn gateway(driver: &str, shards: usize, rest: &str) -> Running {
     let text = format!(
@@ -33,7 +33,7 @@ fn gateway(driver: &str, shards: usize, rest: &str) -> Running {
          \n[upstream]\nfirst_byte_timeout_ms = 5000\ntotal_timeout_ms = 60000\n{rest}"
     );
     let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-    gateway::start(cfg).unwrap()
+    server::start(cfg).unwrap()
 }
 
 fn chat(model: &str) -> Vec<u8> {

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use common::*;
-use ringgate::config::Config;
+use ringgate::control::config::Config;
 
 /// A tiny blocking HTTPS upstream answering every request with a fixed chat completion.
 fn tls_upstream() -> (std::net::SocketAddr, String) {
@@ -90,7 +90,7 @@ fn gateway(
     upstream: std::net::SocketAddr,
     ca: Option<&str>,
     v: Variant,
-) -> ringgate::gateway::Running {
+) -> ringgate::server::Running {
     let Variant { driver, shards } = v;
     let ca_line = ca
         .map(|c| format!("ca_file = \"{c}\"\n"))
@@ -100,7 +100,7 @@ fn gateway(
          [[provider]]\nname = \"tls\"\nkind = \"openai\"\nbase_url = \"https://{upstream}/v1\"\n{ca_line}\n\
          [[model]]\nname = \"m\"\nprovider = \"tls\"\n"
     );
-    ringgate::gateway::start(Config::parse(&text).unwrap()).unwrap()
+    ringgate::server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 #[test]

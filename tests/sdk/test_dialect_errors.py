@@ -3,7 +3,7 @@ every provider kind (openai, anthropic, gemini; the mock answers `mock-fault-<ST
 with that status in its dialect's error shape, HTML for 502) reaches the openai SDK (Chat and
 Responses) and the anthropic SDK as the exception class each SDK documents for the status the
 gateway gives it: the same status, except Anthropic's overloaded 529 ⇄ OpenAI's and Gemini's
-503 (src/translate/error.rs `client_status`). 429 keeps `Retry-After`; an HTML error page
+503 (src/dialect/error.rs `client_status`). 429 keeps `Retry-After`; an HTML error page
 becomes a dialect-shaped error with a request id. Streams end with `response.failed` (Responses)
 or the `error` event (Messages) when the upstream fails mid-stream (`error-after=2`,
 `cut-after=2`)."""

@@ -12,8 +12,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
+use ringgate::server::{self, Running};
 
 const TOKEN: &str = "admin-guard-token-9c8b7a6f5e4d3c2b";
 const KEY: &str = "rg-admin-guard-key-0a1b2c3d4e5f6a7b8c9d";
@@ -68,7 +68,7 @@ fn start(
     std::env::set_var(env, token);
     let mock = start_mock(ringgate::mock::Profile::Instant, driver);
     let cfg = Config::parse(&config(env, "127.0.0.1:0", shards, driver, mock.addr)).unwrap();
-    (gateway::start(cfg).unwrap(), mock)
+    (server::start(cfg).unwrap(), mock)
 }
 
 fn admin_get(path: &str, token: &str) -> Vec<u8> {
@@ -161,7 +161,7 @@ fn weak_admin_tokens_are_refused_on_a_non_loopback_address() {
         std::env::remove_var(env);
         let cfg = Config::parse(&exposed).unwrap();
         std::env::set_var(env, weak);
-        let err = gateway::start(cfg).err().map(|e| e.to_string());
+        let err = server::start(cfg).err().map(|e| e.to_string());
         let err = err.unwrap_or_else(|| panic!("{weak:?}: started"));
         assert!(
             err.contains("weak token") && err.contains(env) && err.contains("16 bytes"),
@@ -176,10 +176,10 @@ fn weak_admin_tokens_are_refused_on_a_non_loopback_address() {
     // on loopback a short token is the operator's business
     std::env::set_var(env, "x");
     let cfg = Config::parse(&config(env, "127.0.0.1:0", 1, "epoll", mock.addr)).unwrap();
-    gateway::start(cfg).unwrap().stop();
+    server::start(cfg).unwrap().stop();
     std::env::set_var(env, "sixteen-bytes-ok");
     let cfg = Config::parse(&exposed).unwrap();
-    gateway::start(cfg).unwrap().stop();
+    server::start(cfg).unwrap().stop();
     mock.stop();
 }
 
@@ -194,7 +194,7 @@ fn a_reload_to_an_exposed_admin_with_a_weak_token_is_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("ringgate.toml");
     std::fs::write(&path, config(env, "127.0.0.1:0", 1, "epoll", mock.addr)).unwrap();
-    let gw = gateway::start(Config::load(path.to_str().unwrap()).unwrap()).unwrap();
+    let gw = server::start(Config::load(path.to_str().unwrap()).unwrap()).unwrap();
     std::fs::write(&path, config(env, "0.0.0.0:0", 1, "epoll", mock.addr)).unwrap();
     let report = gw.reloader.reload("test");
     let text = report.to_json().to_string();

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::Profile;
+use ringgate::server::{self, Running};
 
 const KEY_ENV: &str = "RINGGATE_HARDENING_KEY";
 const KEY: &str = "sk-test_key-1";
@@ -213,7 +213,7 @@ fn gateway_for(up: SocketAddr, v: Variant) -> Running {
     }
     // A configured upstream name with every allowed punctuation character.
     text.push_str("[[model]]\nname = \"renamed\"\nprovider = \"azure\"\nupstream_model = \"dep.1_x:y@z+w/v-2\"\n");
-    gateway::start(Config::parse(&text).unwrap()).unwrap()
+    server::start(Config::parse(&text).unwrap()).unwrap()
 }
 
 /// Client endpoints: (path, body for `model` and `stream`, error shape is Anthropic).
@@ -499,7 +499,7 @@ fn deeply_nested_bodies_get_400_and_the_process_keeps_serving() {
              [[model]]\nname = \"mock\"\nprovider = \"mock\"\n",
             d.shards, d.driver
         );
-        let gw = gateway::start(Config::parse(&text).unwrap()).unwrap();
+        let gw = server::start(Config::parse(&text).unwrap()).unwrap();
         assert_deep_refused(gw.addr, "mock", &format!("{d} in-process mock"));
         gw.stop();
         // A passthrough route to an upstream (the project's mock server).

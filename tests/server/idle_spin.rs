@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::gateway;
+use ringgate::server;
 
 /// Answers every request with a small chat completion, except one whose body mentions
 /// `"stall-me"`: that one is never answered (the connection stays open and silent).
@@ -28,7 +28,7 @@ fn stalling_upstream() -> SocketAddr {
 
 /// The test config (`common::start_gateway_with`: first-byte timeout 3 s) with a 10 ms spin
 /// budget, longer than a request takes here, so steady traffic never lets the shard park.
-fn start(driver: Variant, upstream: SocketAddr) -> gateway::Running {
+fn start(driver: Variant, upstream: SocketAddr) -> server::Running {
     start_gateway_with(upstream, driver, "idle_spin_us = 10000", "")
 }
 

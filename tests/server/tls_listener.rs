@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::config::Config;
-use ringgate::gateway::{self, Running};
+use ringgate::control::config::Config;
 use ringgate::mock::Profile;
+use ringgate::server::{self, Running};
 
 const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 const STREAM: &str =
@@ -82,7 +82,7 @@ provider = "local"
     let path = dir.join("ringgate.toml");
     std::fs::write(&path, text).unwrap();
     let cfg = Config::load(path.to_str().unwrap()).unwrap();
-    gateway::start(cfg).unwrap()
+    server::start(cfg).unwrap()
 }
 
 fn client_config(dir: &Path) -> Arc<rustls::ClientConfig> {
@@ -170,7 +170,8 @@ fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_theirs_at(
     // what a reload does: build a new configuration from the files, swap it in
     let certs = gw.tls_certs.clone().unwrap();
     let new =
-        ringgate::tls::server_config(&second.join("cert.pem"), &second.join("key.pem")).unwrap();
+        ringgate::server::tls::server_config(&second.join("cert.pem"), &second.join("key.pem"))
+            .unwrap();
     certs.replace(new);
     let mut fresh = tls_connect(&cfg2, tls_addr);
     for s in [&mut open, &mut fresh] {
@@ -332,7 +333,7 @@ fn bad_certificate_files_stop_the_start_with_the_path() {
         let path = dir.join("bad.toml");
         std::fs::write(&path, &text).unwrap();
         let cfg = Config::load(path.to_str().unwrap()).unwrap();
-        let e = gateway::start(cfg).err().expect("refused").to_string();
+        let e = server::start(cfg).err().expect("refused").to_string();
         assert!(e.contains(want), "{cert}/{key}: {e}");
         assert!(e.contains(&dir.display().to_string()), "path named: {e}");
         // the binary: exit 1, the reason on stderr
@@ -360,7 +361,7 @@ fn a_public_tls_listener_needs_keys() {
     let path = dir.join("public.toml");
     std::fs::write(&path, text).unwrap();
     let cfg = Config::load(path.to_str().unwrap()).unwrap();
-    let e = gateway::start(cfg).err().expect("refused").to_string();
+    let e = server::start(cfg).err().expect("refused").to_string();
     assert!(e.contains("0.0.0.0:0") && e.contains("without keys"), "{e}");
 }
 

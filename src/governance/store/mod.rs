@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use monoio::net::TcpStream;
 
-use crate::config::limits::{LimitsConfig, RedisUrl};
-use crate::log::RateLimited;
+use crate::control::config::limits::{LimitsConfig, RedisUrl};
+use crate::observe::log::RateLimited;
 
 pub mod pipeline;
 pub mod resp;
@@ -189,12 +189,12 @@ impl Store {
     /// A request was decided without the store (`closed`: refused).
     pub fn fell_back(&self, closed: bool) {
         let c = &self.fallbacks[usize::from(closed)];
-        crate::metrics::bump(c);
+        crate::observe::metrics::bump(c);
     }
 
     fn count(&self, f: Fault) {
         if let Some(i) = COUNTED.iter().position(|&k| k == f) {
-            crate::metrics::bump(&self.errors[i]);
+            crate::observe::metrics::bump(&self.errors[i]);
         }
     }
 
@@ -236,7 +236,7 @@ impl Store {
     pub fn reply_error(&self, e: &[u8]) {
         self.count(Fault::Reply);
         if let Some(skipped) = self.reply_log.admit(Instant::now()) {
-            crate::log::info(format_args!(
+            crate::observe::log::info(format_args!(
                 "shard {}: limit store {}: error reply: {} ({skipped} more not logged)",
                 self.shard,
                 self.s.url,
@@ -265,7 +265,7 @@ impl Store {
                 {
                     Ok(Ok(stream)) => {
                         let _ = stream.set_nodelay(true);
-                        crate::metrics::bump(&self.connects);
+                        crate::observe::metrics::bump(&self.connects);
                         self.connection(stream, on_up).await
                     }
                     Ok(Err(e)) => {
@@ -431,7 +431,7 @@ impl Store {
         self.logged.set(Some(up));
         let (shard, url) = (self.shard, &self.s.url);
         if up {
-            crate::log::info(format_args!(
+            crate::observe::log::info(format_args!(
                 "shard {shard}: limit store {url} up: limits are shared{detail}"
             ));
         } else {
@@ -440,7 +440,7 @@ impl Store {
             } else {
                 "limits are per process until it is back (on_store_error = \"local\")"
             };
-            crate::log::info(format_args!(
+            crate::observe::log::info(format_args!(
                 "shard {shard}: limit store {url} unavailable ({}); {then}",
                 self.reason.borrow()
             ));
@@ -450,7 +450,7 @@ impl Store {
     /// `ringgate_limit_store_*` for this shard.
     pub fn render(&self, out: &mut String) {
         let shard = self.shard;
-        let help = crate::metrics::help;
+        let help = crate::observe::metrics::help;
         help(
             out,
             "ringgate_limit_store_up",

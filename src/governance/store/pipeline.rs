@@ -252,7 +252,7 @@ impl Pipeline {
             }
             Some(Waiting::Ignore) => {
                 if let Some(e) = reply.error() {
-                    crate::metrics::bump(&self.ignored_errors);
+                    crate::observe::metrics::bump(&self.ignored_errors);
                     // the script cache was flushed under us: the reply is lost, and so would
                     // be the next ones; reconnecting loads it again (and resyncs)
                     if e.starts_with(b"NOSCRIPT") {

@@ -9,7 +9,7 @@
 //!
 //! Owns: `Reply`, `Arg`, `command`, `parse`. Must not: do IO or know what the commands mean.
 
-use crate::decimal::{push_u64, Digits};
+use crate::util::decimal::{push_u64, Digits};
 
 /// Longest line (without CRLF) accepted.
 pub const MAX_LINE: usize = 4096;

@@ -6,8 +6,8 @@
 //! be mapped; such a statement is checked too (the field really is dropped, or really is a
 //! 400), so a cell that stops matching what it says turns into `FAIL (…)`.
 
-use ringgate::translate::extensions::{fit_chat_upstream, ChatUpstream};
-use ringgate::translate::{self, encode_event, Dialect, SseDecoder, StreamTranslator};
+use ringgate::dialect::extensions::{fit_chat_upstream, ChatUpstream};
+use ringgate::dialect::{self, encode_event, Dialect, SseDecoder, StreamTranslator};
 use serde_json::{json, Value};
 
 use super::name;
@@ -29,7 +29,7 @@ const TOOL: &str = "ringgate_structured_output";
 // ------------------------------------------------------------ running
 
 pub(super) fn hub_of(client: Dialect, body: &Value) -> Option<Value> {
-    translate::request_to_chat(client, &serde_json::to_vec(body).ok()?).ok()
+    dialect::request_to_chat(client, &serde_json::to_vec(body).ok()?).ok()
 }
 
 /// Client request → upstream request (`to` picks what a Chat upstream keeps).
@@ -43,12 +43,12 @@ pub(super) fn upstream_req(
     if up == Dialect::Chat {
         fit_chat_upstream(&mut hub, to);
     }
-    serde_json::from_slice(&translate::chat_to_request(up, &hub, "up").ok()?).ok()
+    serde_json::from_slice(&dialect::chat_to_request(up, &hub, "up").ok()?).ok()
 }
 
 pub(super) fn answer(client: Dialect, up: Dialect, body: &Value) -> Option<Value> {
-    let hub = translate::response_to_chat(up, &serde_json::to_vec(body).ok()?).ok()?;
-    serde_json::from_slice(&translate::chat_to_response(client, &hub, "m").ok()?).ok()
+    let hub = dialect::response_to_chat(up, &serde_json::to_vec(body).ok()?).ok()?;
+    serde_json::from_slice(&dialect::chat_to_response(client, &hub, "m").ok()?).ok()
 }
 
 pub(super) fn sse(events: &[(Option<&str>, Value)]) -> Vec<u8> {
@@ -292,11 +292,11 @@ fn cell(client: Dialect, up: Dialect, feature: &str) -> Result<String, String> {
 fn feature_table() -> (String, usize) {
     let mut md = String::from(
         "\n## Agent features: thinking, caching, structured output, tool choice, errors\n\n\
-         Client dialect ← upstream dialect, through the hub (`src/translate/`). Same-dialect routes\n\
+         Client dialect ← upstream dialect, through the hub (`src/dialect/`). Same-dialect routes\n\
          forward the bytes untouched (`passthrough`: thinking blocks with their signatures, cache\n\
          markers, `output_format`, error events as the provider sent them). A cell passes, or says\n\
          why the feature cannot be mapped (that statement is checked as well). Mappings:\n\
-         `src/translate/thinking.rs` (the effort ⇄ budget table), `cache.rs`, `structured.rs`,\n\
+         `src/dialect/thinking.rs` (the effort ⇄ budget table), `cache.rs`, `structured.rs`,\n\
          `extensions.rs`.\n\n\
          * reasoning request: effort `high` (Anthropic / Gemini: 16,384 tokens) reaches the upstream's\n  \
            knob (`reasoning_effort`, `reasoning.effort`, `thinking.budget_tokens`, `thinkingConfig`)\n\

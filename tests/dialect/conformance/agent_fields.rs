@@ -2,8 +2,8 @@
 //! each client dialect gets for an upstream error, and what a translated request carries of
 //! each field per target dialect (mapped, dropped with the reason, or a 400).
 
-use ringgate::translate::extensions::ChatUpstream;
-use ringgate::translate::{self, error, Dialect};
+use ringgate::dialect::extensions::ChatUpstream;
+use ringgate::dialect::{self, error, Dialect};
 use serde_json::{json, Value};
 
 use super::wire::client;
@@ -31,7 +31,7 @@ pub(super) fn error_table() -> (String, usize) {
             let mut cells: Vec<String> = Vec::new();
             for up in Dialect::ALL {
                 let s = error::client_status(up, c, st);
-                let body = translate::error_body(c, s, "m");
+                let body = dialect::error_body(c, s, "m");
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let ty = match c {
                     Dialect::Gemini => v["error"]["status"].as_str(),
@@ -43,9 +43,9 @@ pub(super) fn error_table() -> (String, usize) {
                     cells.push(t);
                 }
             }
-            if !translate::is_error_shape(
+            if !dialect::is_error_shape(
                 c,
-                &serde_json::from_slice(&translate::error_body(c, st, "m")).unwrap_or(Value::Null),
+                &serde_json::from_slice(&dialect::error_body(c, st, "m")).unwrap_or(Value::Null),
             ) {
                 failures += 1;
             }
@@ -306,7 +306,7 @@ pub(super) fn fields_table() -> (String, usize) {
             let got = upstream_req(c, up, &body, ChatUpstream::Compatible);
             let strict = upstream_req(c, up, &body, ChatUpstream::OpenAi);
             let rejected =
-                hub_of(c, &body).is_some_and(|h| translate::chat_to_request(up, &h, "up").is_err());
+                hub_of(c, &body).is_some_and(|h| dialect::chat_to_request(up, &h, "up").is_err());
             let (ok, text) = match want {
                 Want::To(ptr, text, v) => (
                     got.as_ref()

@@ -1,7 +1,7 @@
 //! Readers of the agent sections: what a client answer or stream, or an upstream request, says
 //! about reasoning, cache usage, structured output, tool choice and error endings.
 
-use ringgate::translate::Dialect;
+use ringgate::dialect::Dialect;
 use serde_json::{json, Value};
 
 use super::{datas, TOOL};

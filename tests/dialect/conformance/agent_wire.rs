@@ -2,7 +2,7 @@
 //! in-stream errors, and client requests asking for reasoning, structured output, tool-choice
 //! variants and cache markers, in each dialect's documented wire format.
 
-use ringgate::translate::Dialect;
+use ringgate::dialect::Dialect;
 use serde_json::{json, Value};
 
 use super::{sse, R, SIG};

@@ -1,13 +1,13 @@
 //! The Responses-state section: what a Responses client's references become on each route.
-//! Translated routes expand them from the gateway's store (`translate::references`, with an
+//! Translated routes expand them from the gateway's store (`dialect::references`, with an
 //! in-memory store here; the store itself is tested in `tests/dialect/responses_state.rs`); the
 //! same-dialect route forwards them untouched.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ringgate::translate::references::{self, PastTurn, Recall};
-use ringgate::translate::{self, Dialect};
+use ringgate::dialect::references::{self, PastTurn, Recall};
+use ringgate::dialect::{self, Dialect};
 use serde_json::{json, Value};
 
 use super::name;
@@ -49,8 +49,8 @@ fn store() -> Mem {
 fn upstream(body: &Value, up: Dialect) -> Result<String, String> {
     let raw = body.to_string();
     let e = references::expand(raw.as_bytes(), &mut store()).map_err(|e| e.message)?;
-    let hub = translate::request_to_chat(Dialect::Responses, &e.body).map_err(|e| e.message)?;
-    let out = translate::chat_to_request(up, &hub, "u").map_err(|e| e.message)?;
+    let hub = dialect::request_to_chat(Dialect::Responses, &e.body).map_err(|e| e.message)?;
+    let out = dialect::chat_to_request(up, &hub, "u").map_err(|e| e.message)?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 

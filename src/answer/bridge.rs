@@ -1,0 +1,379 @@
+//! The translated way back: the provider answered in its own dialect (the request went through
+//! the hub, see `plan`), and the answer — JSON or SSE, event by event — comes back into the
+//! client's dialect, errors included. Response guardrails see the client-dialect answer: a whole
+//! answer is masked or refused (400) after translation, a stream's translated events are
+//! rewritten in flight (`guardrail::stream`) and a `block` match ends it with the client
+//! dialect's error event.
+//!
+//! Owns: sequencing `translate` calls around one open upstream exchange. Must not: parse or
+//! emit dialect JSON itself (that is `translate`, pure and golden-tested), send upstream
+//! requests (`forward`) or pool connections.
+
+use crate::admit::Permit;
+use crate::answer::outcome::{gone, Outcome};
+use crate::answer::relay;
+use crate::answer::report::{report, shutting_down};
+use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
+use crate::error::{Error, ErrorShape, Kind};
+use crate::governance::usage::UsageScan;
+use crate::governance::Grant;
+use crate::http::conn::ClientConn;
+use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
+use crate::responses_state::Remember;
+use crate::server::shard::Shard;
+use crate::upstream::{Exchange, RespFraming};
+
+/// Largest upstream body read whole for translation (non-stream answers, error bodies).
+const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
+/// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
+const MAX_TRAILING: usize = 64 * 1024;
+
+pub fn shape(client: Dialect) -> ErrorShape {
+    match client {
+        Dialect::Messages => ErrorShape::Anthropic,
+        Dialect::Gemini => ErrorShape::Gemini,
+        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
+    }
+}
+
+/// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
+/// error bodies, whole answers, or SSE event by event. A keyed request's `grant`, when given,
+/// gets the usage the translator read from the answer and is finished just before the
+/// answer's last bytes go out. A Responses answer to `remember` is recorded in the Responses
+/// state store then too (a client's next request may follow the instant it has the answer).
+#[allow(clippy::too_many_arguments)]
+pub async fn translated(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    ex: &mut Exchange<'_>,
+    pname: &str,
+    up: Dialect,
+    client: Dialect,
+    (client_model, stream_requested, include_usage): (&str, bool, bool),
+    keep_alive: bool,
+    permit: &Permit,
+    mut grant: Option<&mut Grant<'_>>,
+    remember: Option<Remember>,
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let shape = shape(client);
+
+    // translate back: errors, whole answers, or streams
+    if ex.head.status >= 400 {
+        let up = (pname, up);
+        return relay::error_answer(conn, shard, ex, up, client, keep_alive, permit).await;
+    }
+    if !stream_requested {
+        // The whole answer is needed for translation: read it, charging its buffer to the
+        // permit as it grows (bounded by MAX_TRANSLATED_BODY); the permit returns the bytes
+        // when the request ends, on every path.
+        let mut raw = Vec::new();
+        let mut charged = 0u64;
+        loop {
+            match ex.next(&mut raw).await {
+                Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
+                    let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
+                    let e = report(shard, &conn.request_id, pname, &e);
+                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                }
+                Ok(true) => {
+                    if let Err(r) = permit.charge_capacity(&raw, &mut charged) {
+                        let e = Error::overloaded(r.as_str());
+                        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    let e = report(shard, &conn.request_id, pname, &e);
+                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
+                }
+            }
+        }
+        let out = dialect::response_to_chat(up, &raw).and_then(|chat| {
+            if let Some(g) = grant.as_deref_mut() {
+                give(g.usage(), dialect::chat_usage(&chat));
+                g.finish();
+            }
+            match remember {
+                // recorded before the answer goes out (the client's next request may follow
+                // at once), from the value the answer is written from
+                Some(r) if client == Dialect::Responses => {
+                    let (v, out) = dialect::chat_to_responses_answer(&chat, client_model)?;
+                    shard.responses.record(r, &v);
+                    Ok(out)
+                }
+                _ => dialect::chat_to_response(client, &chat, client_model),
+            }
+        });
+        drop(raw);
+        // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
+        let out = match (out, &conn.guard) {
+            (Ok(out), Some(sess)) => {
+                match crate::guardrail::answer::guard_answer(sess, client, &out) {
+                    Ok(masked) => Ok(masked.unwrap_or(out)),
+                    Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+                }
+            }
+            (out, _) => out,
+        };
+        return match out {
+            Ok(out) => {
+                let ok = conn
+                    .respond(
+                        200,
+                        b"application/json",
+                        &ex.head.forward,
+                        &out,
+                        keep_alive,
+                        wt,
+                    )
+                    .await;
+                Outcome {
+                    status: 200,
+                    keep_alive: ok && keep_alive,
+                }
+            }
+            Err(e) => {
+                let e = Error::new(
+                    Kind::UpstreamProtocol,
+                    format!("could not translate the upstream answer: {}", e.message),
+                );
+                let e = report(shard, &conn.request_id, pname, &e);
+                Outcome::error(conn, &e, shape, keep_alive, wt).await
+            }
+        };
+    }
+    let mut rb = match relay::StreamBuf::new(shard, permit) {
+        Ok(b) => b,
+        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
+    };
+    let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
+    let outcome = stream(
+        conn,
+        shard,
+        ex,
+        (pname, up, client),
+        (&mut tr, grant.as_deref_mut(), remember),
+        keep_alive,
+        (&mut rb, permit),
+    )
+    .await;
+    // What the upstream reported, however the stream ended (recorded when the grant drops,
+    // unless the stream completed and finished it).
+    if let Some(g) = grant {
+        give(g.usage(), tr.usage());
+    }
+    outcome
+}
+
+/// Hand a translator's usage to the request's usage record (nothing when none was reported).
+fn give(to: &mut UsageScan, u: dialect::Usage) {
+    if !u.is_empty() {
+        to.set(
+            u.prompt_tokens.unwrap_or(0),
+            u.completion_tokens.unwrap_or(0),
+        );
+    }
+}
+
+/// Relay an upstream SSE stream, translated event by event and flushed per upstream read.
+/// Only whole upstream events are translated. A stream that breaks — upstream cut, a
+/// close-delimited body ending without its dialect's terminal event (its partial last event is
+/// discarded, as the SSE rules say), a malformed or oversized event, the drain's end — ends
+/// with the client dialect's error event (last: no terminal events claim a normal end after it)
+/// and a proper chunked end.
+async fn stream(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    ex: &mut crate::upstream::Exchange<'_>,
+    (provider, up, client): (&str, Dialect, Dialect),
+    (tr, mut grant, mut remember): (
+        &mut StreamTranslator,
+        Option<&mut Grant<'_>>,
+        Option<Remember>,
+    ),
+    keep_alive: bool,
+    (rb, permit): (&mut relay::StreamBuf, &Permit),
+) -> Outcome {
+    let wt = shard.limits.write_timeout;
+    let mut extra = b"cache-control: no-cache\r\n".to_vec();
+    extra.extend_from_slice(&ex.head.forward);
+    let mut out = conn.head(
+        200,
+        b"text/event-stream",
+        Framing::Chunked,
+        keep_alive,
+        &extra,
+    );
+    match conn.write_raw(out, wt).await {
+        Some(back) => out = back,
+        None => return gone(shard, 200),
+    }
+    let mut decoder = SseDecoder::new();
+    let limit = rb.limit;
+    let piece = &mut rb.buf;
+    let mut events = Vec::with_capacity(16 * 1024);
+    let close_delimited = ex.head.framing == RespFraming::Close;
+    // Gemini has no terminal event: a candidate's finishReason ends its stream.
+    let mut finish_seen = false;
+    // the answer's guardrails, on the client-dialect events (`guardrail::stream`)
+    let mut guard = conn
+        .guard
+        .as_ref()
+        .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
+    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
+    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    loop {
+        piece.clear();
+        events.clear();
+        let next = monoio::select! {
+            r = ex.next_upto(piece, limit) => r,
+            _ = &mut drain_over => Err(shutting_down()),
+        };
+        let more = match next {
+            Ok(m) => m,
+            Err(e) => {
+                let e = report(shard, &conn.request_id, provider, &e);
+                // The error event ends the stream: no terminal events claiming a normal end
+                // follow it (Anthropic's own streams end at `event: error` too).
+                tr.error(&e.message, &mut events);
+                write_chunk(&mut out, &events);
+                out.extend_from_slice(LAST_CHUNK);
+                // a whole HTTP message (error event, chunked end): the client's connection
+                // stays usable unless the process drains (closing would race its next request)
+                let written = conn.write_raw(out, wt).await;
+                return Outcome {
+                    status: 502,
+                    keep_alive: keep_alive && written.is_some() && !shard.draining.is_fired(),
+                };
+            }
+        };
+        decoder.feed(piece);
+        if !more && !close_delimited {
+            // A framed end: a last event missing its blank line is still dispatched (lenient;
+            // several upstreams omit it) — and fails below if it was cut mid-JSON.
+            decoder.finish();
+        }
+        let mut failed = None;
+        while let Some(ev) = decoder.next_event() {
+            if up == Dialect::Gemini && ev.data.contains("\"finishReason\"") {
+                finish_seen = true;
+            }
+            if let Err(e) = tr.push(&ev, &mut events) {
+                failed = Some(format!("malformed upstream stream: {}", e.message));
+                break;
+            }
+        }
+        if failed.is_none() && !more && close_delimited && !(tr.is_done() || finish_seen) {
+            failed = Some("the upstream stream ended before its last event".to_string());
+        }
+        if failed.is_none() && decoder.pending_bytes() > relay::MAX_PENDING_EVENT {
+            failed = Some("upstream stream event too large".to_string());
+        }
+        if let Some(msg) = failed.take() {
+            let e = report(
+                shard,
+                &conn.request_id,
+                provider,
+                &Error::new(Kind::UpstreamProtocol, msg),
+            );
+            tr.error(&e.message, &mut events);
+            failed = Some(e.message);
+        }
+        let end = !more || failed.is_some() || tr.is_done();
+        if end && failed.is_none() {
+            tr.finish(&mut events);
+            // complete: its usage counts before the client sees the end
+            if let Some(g) = grant.as_deref_mut() {
+                give(g.usage(), tr.usage());
+                g.finish();
+            }
+            // recorded before the client sees the end (its next request may follow at once)
+            if let Some(r) = remember.take() {
+                if let Some(done) = tr.finished_response() {
+                    shard.responses.record(r, &done);
+                }
+            }
+        }
+        if let Some(g) = guard.as_mut() {
+            rewritten.clear();
+            let r = g.rewrite(&events, &mut rewritten);
+            let r = r.and_then(|()| {
+                if end {
+                    g.finish(&mut rewritten)
+                } else {
+                    Ok(())
+                }
+            });
+            // held-back text is charged to the request's permit (high-water mark)
+            let held = g.held() as u64;
+            let over = held > held_charged && permit.grow(held - held_charged).is_err();
+            held_charged = held_charged.max(held);
+            let stop = match r {
+                Err(b) => Some(b.message()),
+                Ok(()) if over => Some("the gateway is at capacity (memory budget)".to_string()),
+                Ok(()) => None,
+            };
+            if let Some(msg) = stop {
+                // no byte of a blocked match went out: the error event ends the stream
+                crate::dialect::stream_error_event(client, &msg, &mut rewritten);
+                write_chunk(&mut out, &rewritten);
+                out.extend_from_slice(LAST_CHUNK);
+                let _ = conn.write_raw(out, wt).await;
+                return Outcome {
+                    status: 200,
+                    keep_alive: false,
+                };
+            }
+            std::mem::swap(&mut events, &mut rewritten);
+        }
+        write_chunk(&mut out, &events);
+        if end {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            match conn.write_raw(std::mem::take(&mut out), wt).await {
+                Some(back) => out = back,
+                None => return gone(shard, 200),
+            }
+        }
+        if end {
+            conn.out = out;
+            // The client's stream is complete either way. If the translator finished before the
+            // upstream body did (trailing bytes after the terminal event), read the rest,
+            // bounded, so the upstream connection can go back to the pool.
+            if more && failed.is_none() && !ex.is_done() {
+                let mut rest = Vec::new();
+                let _ = ex.read_to_end(&mut rest, MAX_TRAILING).await;
+            }
+            return Outcome {
+                status: 200,
+                keep_alive,
+            };
+        }
+    }
+}
+
+/// Keep only `retry-after` from the upstream's forwarded headers, for error answers rebuilt in
+/// the client's dialect on the passthrough path.
+pub(crate) fn retry_after(forward: &[u8]) -> Vec<u8> {
+    forward
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))
+        .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_kept() {
+        assert_eq!(
+            retry_after(b"x-request-id: 1\r\nRetry-After: 3\r\n"),
+            b"Retry-After: 3\r\n"
+        );
+        assert!(retry_after(b"x-request-id: 1\r\n").is_empty());
+    }
+}

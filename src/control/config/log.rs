@@ -1,0 +1,96 @@
+//! `[log]`: where the access log goes.
+//!
+//! ```toml
+//! [log]
+//! access = "stdout"   # "off" (default) | "stdout" | a file path (appended to, created 0640)
+//! ```
+//!
+//! Owns: `LogConfig`, `AccessLog` and their validation. Must not: open files (see `accesslog`).
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{line_of, ConfigError};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `off` (default), `stdout`, or a file path: one JSON line per request.
+    pub access: Spanned<String>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            access: Spanned::new(0..0, "off".to_string()),
+        }
+    }
+}
+
+/// Where access-log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    Off,
+    Stdout,
+    File(String),
+}
+
+impl LogConfig {
+    pub fn access(&self) -> AccessLog {
+        match self.access.get_ref().as_str() {
+            "off" => AccessLog::Off,
+            "stdout" => AccessLog::Stdout,
+            path => AccessLog::File(path.to_string()),
+        }
+    }
+
+    pub(super) fn validate(&self, text: &str) -> Vec<ConfigError> {
+        let a = self.access.get_ref();
+        let span = self.access.span();
+        if a.is_empty() || a.contains('\0') || a.trim() != a {
+            vec![ConfigError {
+                line: (span.end > 0).then(|| line_of(text, span.start)),
+                message: format!("log.access {a:?}: expected \"off\", \"stdout\" or a file path"),
+            }]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::control::config::{AccessLog, Config};
+
+    #[test]
+    fn access_log_contract() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.log.access(), AccessLog::Off);
+        for (v, want) in [
+            ("off", AccessLog::Off),
+            ("stdout", AccessLog::Stdout),
+            (
+                "/var/log/ringgate/access.log",
+                AccessLog::File("/var/log/ringgate/access.log".into()),
+            ),
+        ] {
+            let c = Config::parse(&format!("[log]\naccess = \"{v}\"\n")).unwrap();
+            assert_eq!(c.log.access(), want);
+        }
+        let e = Config::parse("[server]\nshards = 1\n[log]\naccess = \"\"\n").unwrap_err();
+        assert_eq!(e[0].line, Some(4), "{e:?}");
+        assert!(Config::parse("[log]\nerror = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn hash_follows_the_text() {
+        let a = Config::parse("[server]\nshards = 1\n").unwrap();
+        let b = Config::parse("[server]\nshards = 2\n").unwrap();
+        assert_eq!(a.hash.len(), 16);
+        assert_ne!(a.hash, b.hash);
+        assert_eq!(
+            a.hash,
+            Config::parse("[server]\nshards = 1\n").unwrap().hash
+        );
+    }
+}

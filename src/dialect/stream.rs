@@ -1,0 +1,783 @@
+//! Streaming translation: [`StreamTranslator`] turns upstream SSE events in
+//! one dialect into client SSE bytes in another, through hub events that
+//! carry exactly what a Chat Completions chunk can say (text, tool-call
+//! start with id+name, tool-call argument fragments keyed by index, finish
+//! reason, usage). This file owns the upstream decoders; the client encoders
+//! live in `stream_out.rs`.
+//!
+//! Guarantees: every tool call is started exactly once; argument fragments
+//! are forwarded unmodified, so concatenated `partial_json` / `arguments`
+//! deltas equal the upstream arguments byte for byte; the terminal events of
+//! the client dialect are written exactly once (on the upstream's own end
+//! marker, or by [`StreamTranslator::finish`]); an error — the upstream's own
+//! in-stream error event, or [`StreamTranslator::error`] — ends the client's
+//! stream instead, and nothing claiming a normal end follows it (Responses
+//! clients get `response.failed`, never `response.completed`). An upstream
+//! event nested deeper than `nesting::MAX_DEPTH` is an error in every
+//! dialect (`push` fails before any decoder sees it).
+//!
+//! Reasoning travels as its own hub event (see `thinking`): Chat
+//! `reasoning_content` / `reasoning` deltas, Anthropic `thinking_delta` (+
+//! `signature_delta`, `redacted_thinking` blocks), Responses
+//! `response.reasoning_text.delta` / `response.reasoning_summary_text.delta`,
+//! Gemini `thought` parts; each client gets it in its own form (Chat
+//! `reasoning_content`, Anthropic `thinking` blocks, a Responses `reasoning`
+//! item, Gemini `thought` parts). Signatures and redacted blocks reach
+//! Anthropic clients only. The structured-output tool's input (see
+//! `structured`) streams as text.
+//!
+//! Deliberately dropped in streams: logprobs, citations and annotations,
+//! server-tool blocks, choices other than index 0.
+//!
+//! Same dialect in and out is passthrough: events are re-framed unchanged
+//! (only a missing Chat `[DONE]` is added by `finish`).
+//!
+//! Must not: perform IO, or allocate beyond per-stream state and `out`.
+
+use super::error::{
+    client_status, extract_message, stream_error_event_seq, stream_error_status, TranslateError,
+};
+use super::stream_out::{ClientOut, Hub};
+use super::util::{self, arr, s};
+use super::{anthropic, chat_chunk, gemini, responses, structured, Dialect, SseEvent, Usage};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+
+/// Upstream decoder state (one per stream).
+#[derive(Default)]
+struct Decoder {
+    started: bool,
+    next_tool: usize,
+    chat_tools: HashSet<u64>,
+    block_tools: HashMap<u64, usize>,
+    item_tools: HashMap<String, usize>,
+    args_seen: HashSet<usize>,
+    /// Anthropic blocks of the structured-output tool (their input is answer text).
+    json_blocks: HashSet<u64>,
+}
+
+/// An upstream's in-stream error event (any dialect) as a hub error.
+fn upstream_error(data: &str) -> Hub {
+    Hub::Error(
+        stream_error_status(data.as_bytes()),
+        extract_message(500, data.as_bytes()),
+    )
+}
+
+fn parse(data: &str) -> Result<Value, TranslateError> {
+    serde_json::from_str(data)
+        .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))
+}
+
+impl Decoder {
+    fn start(&mut self, hub: &mut Vec<Hub>, id: Option<&str>, created: Option<u64>) {
+        if !self.started {
+            self.started = true;
+            hub.push(Hub::Start {
+                id: id.map(str::to_string),
+                created,
+            });
+        }
+    }
+
+    fn tool(&mut self, hub: &mut Vec<Hub>, id: &str, name: &str) -> usize {
+        let index = self.next_tool;
+        self.next_tool += 1;
+        hub.push(Hub::ToolStart {
+            index,
+            id: id.to_string(),
+            name: name.to_string(),
+        });
+        index
+    }
+
+    fn args(&mut self, hub: &mut Vec<Hub>, index: usize, args: &str) {
+        if !args.is_empty() {
+            self.args_seen.insert(index);
+            hub.push(Hub::ToolArgs {
+                index,
+                args: args.to_string(),
+            });
+        }
+    }
+
+    fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            hub.push(Hub::Done);
+            return Ok(());
+        }
+        // Typed, borrowing parse: this runs once per streamed token.
+        let v: chat_chunk::Chunk = serde_json::from_str(data)
+            .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))?;
+        if v.error.as_ref().is_some_and(|e| !e.is_null()) {
+            hub.push(upstream_error(data));
+            return Ok(());
+        }
+        self.start(hub, v.id.as_deref(), v.created);
+        for choice in v.choices.iter().flatten() {
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = &choice.delta {
+                if let Some(r) = delta
+                    .reasoning_content
+                    .as_ref()
+                    .or(delta.reasoning.as_ref())
+                {
+                    if !r.is_empty() {
+                        hub.push(Hub::Reasoning(r.to_string()));
+                    }
+                }
+                for t in [&delta.content, &delta.refusal].into_iter().flatten() {
+                    if !t.is_empty() {
+                        hub.push(Hub::Text(t.to_string()));
+                    }
+                }
+                for (pos, tc) in delta.tool_calls.iter().flatten().enumerate() {
+                    let key = tc.index.unwrap_or(pos as u64);
+                    let f = tc.function.as_ref();
+                    if self.chat_tools.insert(key) {
+                        // Chat indices are dense from 0; keep them as hub indices.
+                        let index = usize::try_from(key).unwrap_or(usize::MAX);
+                        let id = tc
+                            .id
+                            .as_deref()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("call_{key}"));
+                        hub.push(Hub::ToolStart {
+                            index,
+                            id,
+                            name: f
+                                .and_then(|f| f.name.as_deref())
+                                .unwrap_or_default()
+                                .to_string(),
+                        });
+                        self.next_tool = self.next_tool.max(index.saturating_add(1));
+                    }
+                    let index = usize::try_from(key).unwrap_or(usize::MAX);
+                    let args = f.and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+                    self.args(hub, index, args);
+                }
+            }
+            if let Some(r) = choice.finish_reason.as_deref() {
+                let r = if r == "stop" && !self.chat_tools.is_empty() {
+                    "tool_calls"
+                } else {
+                    r
+                };
+                hub.push(Hub::Finish(r.to_string()));
+            }
+        }
+        if let Some(u) = v.usage.as_ref().filter(|u| u.is_object()) {
+            hub.push(Hub::Usage(util::read_chat_usage(u)));
+        }
+        Ok(())
+    }
+
+    fn messages(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+        let v = parse(&ev.data)?;
+        let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
+        match kind {
+            "message_start" => {
+                let m = v.get("message").unwrap_or(&Value::Null);
+                let u = anthropic::usage_to_hub(m.get("usage").unwrap_or(&Value::Null));
+                hub.push(Hub::Usage(Usage {
+                    completion_tokens: None,
+                    ..u
+                }));
+                self.start(hub, s(m, "id"), None);
+            }
+            "content_block_start" => {
+                self.start(hub, None, None);
+                let cb = v.get("content_block").unwrap_or(&Value::Null);
+                let block = util::u(&v, "index").unwrap_or(0);
+                match s(cb, "type") {
+                    Some("text") => {
+                        if let Some(t) = s(cb, "text").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Text(t.to_string()));
+                        }
+                    }
+                    Some("thinking") => {
+                        if let Some(t) = s(cb, "thinking").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Reasoning(t.to_string()));
+                        }
+                    }
+                    Some("redacted_thinking") => {
+                        hub.push(Hub::Redacted(s(cb, "data").unwrap_or_default().to_string()));
+                    }
+                    Some("tool_use") if s(cb, "name") == Some(structured::JSON_TOOL) => {
+                        // The structured-output answer: its input is the answer's text.
+                        self.json_blocks.insert(block);
+                        if let Some(input) = cb
+                            .get("input")
+                            .filter(|x| x.as_object().is_some_and(|o| !o.is_empty()))
+                        {
+                            hub.push(Hub::Text(util::compact(input)));
+                        }
+                    }
+                    Some("tool_use") => {
+                        let i = self.tool(
+                            hub,
+                            s(cb, "id").unwrap_or_default(),
+                            s(cb, "name").unwrap_or_default(),
+                        );
+                        self.block_tools.insert(block, i);
+                        if let Some(input) = cb
+                            .get("input")
+                            .filter(|x| x.as_object().is_some_and(|o| !o.is_empty()))
+                        {
+                            self.args(hub, i, &util::compact(input));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let d = v.get("delta").unwrap_or(&Value::Null);
+                let block = util::u(&v, "index").unwrap_or(0);
+                match s(d, "type") {
+                    Some("text_delta") => {
+                        if let Some(t) = s(d, "text").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Text(t.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") if self.json_blocks.contains(&block) => {
+                        if let Some(t) = s(d, "partial_json").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Text(t.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        if let Some(&i) = self.block_tools.get(&block) {
+                            self.args(hub, i, s(d, "partial_json").unwrap_or_default());
+                        }
+                    }
+                    Some("thinking_delta") => {
+                        if let Some(t) = s(d, "thinking").filter(|t| !t.is_empty()) {
+                            hub.push(Hub::Reasoning(t.to_string()));
+                        }
+                    }
+                    Some("signature_delta") => {
+                        hub.push(Hub::Signature(s(d, "signature").unwrap_or_default().into()));
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v.get("delta").and_then(|d| s(d, "stop_reason")) {
+                    let mut f = anthropic::stop_to_finish(r);
+                    if f == "tool_calls" && self.next_tool == 0 {
+                        f = "stop"; // the structured-output tool was the answer
+                    }
+                    hub.push(Hub::Finish(f.to_string()));
+                }
+                if let Some(u) = v.get("usage") {
+                    hub.push(Hub::Usage(anthropic::usage_to_hub(u)));
+                }
+            }
+            "message_stop" => hub.push(Hub::Done),
+            "error" => hub.push(upstream_error(&ev.data)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn responses(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+        let v = parse(&ev.data)?;
+        let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
+        let item_key = |v: &Value| {
+            s(v, "item_id")
+                .map(str::to_string)
+                .or_else(|| util::u(v, "output_index").map(|i| format!("#{i}")))
+                .unwrap_or_default()
+        };
+        match kind {
+            "response.created" | "response.in_progress" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                self.start(hub, s(r, "id"), util::u(r, "created_at"));
+            }
+            "response.output_item.added" => {
+                let item = v.get("item").unwrap_or(&Value::Null);
+                if s(item, "type") == Some("function_call") {
+                    self.start(hub, None, None);
+                    let i = self.tool(
+                        hub,
+                        s(item, "call_id").unwrap_or_default(),
+                        s(item, "name").unwrap_or_default(),
+                    );
+                    if let Some(id) = s(item, "id") {
+                        self.item_tools.insert(id.to_string(), i);
+                    }
+                    if let Some(o) = util::u(&v, "output_index") {
+                        self.item_tools.insert(format!("#{o}"), i);
+                    }
+                    self.args(hub, i, s(item, "arguments").unwrap_or_default());
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
+                    self.args(hub, i, s(&v, "delta").unwrap_or_default());
+                }
+            }
+            "response.function_call_arguments.done" => {
+                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
+                    if !self.args_seen.contains(&i) {
+                        self.args(hub, i, s(&v, "arguments").unwrap_or_default());
+                    }
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                self.start(hub, None, None);
+                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Text(t.to_string()));
+                }
+            }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                self.start(hub, None, None);
+                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Reasoning(t.to_string()));
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                self.start(hub, s(r, "id"), util::u(r, "created_at"));
+                let reason = r.get("incomplete_details").and_then(|d| s(d, "reason"));
+                let finish = responses::finish_of(s(r, "status"), reason, self.next_tool > 0);
+                hub.push(Hub::Finish(finish.to_string()));
+                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                    hub.push(Hub::Usage(responses::usage_to_hub(u)));
+                }
+                hub.push(Hub::Done);
+            }
+            "response.failed" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                let m = r
+                    .get("error")
+                    .and_then(|e| s(e, "message"))
+                    .unwrap_or("response failed");
+                hub.push(Hub::Error(
+                    stream_error_status(ev.data.as_bytes()),
+                    m.into(),
+                ));
+            }
+            "error" => hub.push(Hub::Error(
+                stream_error_status(ev.data.as_bytes()),
+                s(&v, "message")
+                    .map(str::to_string)
+                    .unwrap_or_else(|| extract_message(500, ev.data.as_bytes())),
+            )),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+        let v = parse(&ev.data)?;
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            hub.push(upstream_error(&ev.data));
+            return Ok(());
+        }
+        if !self.started {
+            if let Some(u) = v.get("usageMetadata") {
+                hub.push(Hub::Usage(gemini::usage_to_hub(u)));
+            }
+        }
+        self.start(hub, s(&v, "responseId"), None);
+        let cand = arr(&v, "candidates").first().unwrap_or(&Value::Null);
+        for p in cand.get("content").map(|c| arr(c, "parts")).unwrap_or(&[]) {
+            if p.get("thought").and_then(Value::as_bool) == Some(true) {
+                if let Some(t) = s(p, "text").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Reasoning(t.to_string()));
+                }
+            }
+        }
+        let (text, calls) = gemini::candidate_parts(&v, self.next_tool);
+        if !text.is_empty() {
+            hub.push(Hub::Text(text));
+        }
+        for (id, name, args) in calls {
+            let i = self.tool(hub, &id, &name);
+            self.args(hub, i, &args);
+        }
+        if let Some(u) = v.get("usageMetadata") {
+            hub.push(Hub::Usage(gemini::usage_to_hub(u)));
+        }
+        let cand = arr(&v, "candidates").first().unwrap_or(&Value::Null);
+        let blocked = v
+            .get("promptFeedback")
+            .and_then(|f| s(f, "blockReason"))
+            .is_some();
+        if let Some(r) = s(cand, "finishReason") {
+            let f = if self.next_tool > 0 {
+                "tool_calls"
+            } else {
+                gemini::finish_to_chat(r)
+            };
+            hub.push(Hub::Finish(f.to_string()));
+        } else if blocked {
+            hub.push(Hub::Finish("content_filter".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Stateful stream converter: upstream dialect SSE events → client dialect
+/// SSE bytes.
+pub struct StreamTranslator {
+    upstream: Dialect,
+    client: Dialect,
+    decoder: Decoder,
+    encoder: ClientOut,
+    scratch: Vec<Hub>,
+    usage: Usage,
+    done: bool,
+}
+
+impl StreamTranslator {
+    /// A translator for one stream; `client_model` is the model name the
+    /// client asked for (reported back in every chunk/event).
+    ///
+    /// Chat clients get the final usage chunk (`choices: []`) only after
+    /// [`StreamTranslator::with_chat_usage`]`(true)` — set it from the
+    /// client's `stream_options.include_usage`.
+    pub fn new(upstream: Dialect, client: Dialect, client_model: &str) -> Self {
+        let mut encoder = ClientOut::new(client, client_model);
+        encoder.set_chat_usage(false);
+        StreamTranslator {
+            upstream,
+            client,
+            decoder: Decoder::default(),
+            encoder,
+            scratch: Vec::new(),
+            usage: Usage::default(),
+            done: false,
+        }
+    }
+
+    /// Whether a Chat client gets the final usage chunk.
+    pub fn with_chat_usage(mut self, include: bool) -> Self {
+        self.encoder.set_chat_usage(include);
+        self
+    }
+
+    /// True when same-dialect events are forwarded unchanged.
+    pub fn is_passthrough(&self) -> bool {
+        self.upstream == self.client
+    }
+
+    /// Usage seen so far (for metrics and budgets).
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// True once the client stream's terminal events were written.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// A Responses client's finished `response` object (the terminal event's), once the stream
+    /// ended normally; `None` for other clients, a stream still running, or one that failed.
+    /// Built on demand: for the Responses state store (`responses_state`).
+    pub fn finished_response(&self) -> Option<serde_json::Value> {
+        match &self.encoder {
+            ClientOut::Responses(r) if self.done => r.finished_response(),
+            _ => None,
+        }
+    }
+
+    /// Translate one upstream event, appending client bytes to `out`.
+    /// Events after the end are ignored. A malformed upstream event yields
+    /// an error (the caller ends the stream with [`StreamTranslator::error`]).
+    pub fn push(&mut self, ev: &SseEvent, out: &mut Vec<u8>) -> Result<(), TranslateError> {
+        if self.done {
+            return Ok(());
+        }
+        // The nesting bound holds for every upstream event, whatever decodes it: the typed
+        // Chat decoder skips unknown members without serde_json's depth limit, so a member
+        // nested past the bound would otherwise pass unseen (the same-dialect relay refuses
+        // such an event in `vet::sse_events`).
+        if let Err(e) = crate::util::nesting::check(ev.data.as_bytes()) {
+            return Err(TranslateError::new(format!(
+                "an upstream stream event's data is {e}"
+            )));
+        }
+        if self.is_passthrough() {
+            self.observe_passthrough(ev);
+            super::sse::encode_event(ev.event.as_deref(), &ev.data, out);
+            return Ok(());
+        }
+        let mut hub = std::mem::take(&mut self.scratch);
+        hub.clear();
+        let r = match self.upstream {
+            Dialect::Chat => self.decoder.chat(ev, &mut hub),
+            Dialect::Messages => self.decoder.messages(ev, &mut hub),
+            Dialect::Responses => self.decoder.responses(ev, &mut hub),
+            Dialect::Gemini => self.decoder.gemini(ev, &mut hub),
+        };
+        for h in hub.drain(..) {
+            self.deliver(h, out);
+        }
+        self.scratch = hub;
+        r
+    }
+
+    /// End of upstream: write the client dialect's terminal events if the
+    /// upstream ended without them. Idempotent.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if self.is_passthrough() {
+            self.done = true;
+            if self.client == Dialect::Chat {
+                super::sse::encode_event(None, "[DONE]", out);
+            }
+            return;
+        }
+        self.deliver(Hub::Done, out);
+    }
+
+    /// Write a dialect-correct mid-stream error event; it ends the client's stream (nothing
+    /// follows it, [`StreamTranslator::finish`] included). Ignored once the stream ended.
+    pub fn error(&mut self, message: &str, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if self.is_passthrough() {
+            self.done = true;
+            stream_error_event_seq(self.client, 500, message, None, out);
+        } else {
+            self.deliver(Hub::Error(500, message.to_string()), out);
+        }
+    }
+
+    /// Hand one hub event to the client encoder. An error ends the stream as `Done` does:
+    /// no terminal events claiming a normal end may follow it (Messages: `error` is last;
+    /// Responses: `response.failed` is last; Chat and Gemini: the error chunk is last).
+    fn deliver(&mut self, mut h: Hub, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if let Hub::Error(st, _) = &mut h {
+            *st = client_status(self.upstream, self.client, *st);
+        }
+        match &h {
+            Hub::Usage(u) => self.usage.merge(*u),
+            Hub::Done | Hub::Error(..) => self.done = true,
+            _ => {}
+        }
+        self.encoder.handle(h, out);
+    }
+
+    fn observe_passthrough(&mut self, ev: &SseEvent) {
+        let data = ev.data.trim();
+        if self.client == Dialect::Chat && data == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        if memchr::memmem::find(data.as_bytes(), b"sage").is_none() {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return;
+        };
+        let u = match self.client {
+            Dialect::Chat => v
+                .get("usage")
+                .filter(|u| u.is_object())
+                .map(util::read_chat_usage),
+            Dialect::Messages => v
+                .get("usage")
+                .or_else(|| v.get("message").and_then(|m| m.get("usage")))
+                .map(anthropic::usage_to_hub),
+            Dialect::Responses => v
+                .get("response")
+                .and_then(|r| r.get("usage"))
+                .filter(|u| u.is_object())
+                .map(responses::usage_to_hub),
+            Dialect::Gemini => v.get("usageMetadata").map(gemini::usage_to_hub),
+        };
+        if let Some(u) = u {
+            self.usage.merge(u);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::SseDecoder;
+
+    fn run(t: &mut StreamTranslator, events: &[&str]) -> String {
+        let mut out = Vec::new();
+        for e in events {
+            t.push(&SseEvent::new(None, e), &mut out).unwrap();
+        }
+        t.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn events(s: &str) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new();
+        d.feed(s.as_bytes());
+        std::iter::from_fn(|| d.next_event()).collect()
+    }
+
+    #[test]
+    fn chat_tool_call_once_even_if_id_repeats_and_stop_fixed() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Messages, "m");
+        let out = run(
+            &mut t,
+            &[
+                r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"arguments":":1}"}}]}}]}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                "[DONE]",
+            ],
+        );
+        let evs = events(&out);
+        let starts = evs
+            .iter()
+            .filter(|e| e.event.as_deref() == Some("content_block_start"))
+            .count();
+        assert_eq!(starts, 1);
+        let args: String = evs
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
+            .filter_map(|v| v["delta"]["partial_json"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(args, "{\"a\":1}");
+        assert!(out.contains("\"stop_reason\":\"tool_use\""));
+        assert_eq!(out.matches("message_stop").count(), 2); // event name + type
+    }
+
+    #[test]
+    fn finish_is_idempotent_and_events_after_end_ignored() {
+        let mut t = StreamTranslator::new(Dialect::Messages, Dialect::Chat, "m");
+        let mut out = Vec::new();
+        t.push(
+            &SseEvent::new(Some("message_stop"), r#"{"type":"message_stop"}"#),
+            &mut out,
+        )
+        .unwrap();
+        t.finish(&mut out);
+        t.push(&SseEvent::new(None, r#"{"type":"ping"}"#), &mut out)
+            .unwrap();
+        t.finish(&mut out);
+        let s = String::from_utf8(out).unwrap();
+        assert_eq!(s.matches("[DONE]").count(), 1);
+        assert!(t.is_done());
+    }
+
+    #[test]
+    fn passthrough_adds_missing_done_and_tracks_usage() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Chat, "m");
+        assert!(t.is_passthrough());
+        let out = run(
+            &mut t,
+            &[r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#],
+        );
+        assert!(out.ends_with("data: [DONE]\n\n"));
+        assert_eq!(t.usage().prompt_tokens, Some(3));
+        assert_eq!(t.usage().completion_tokens, Some(4));
+    }
+
+    #[test]
+    fn malformed_upstream_event_is_an_error() {
+        let mut t = StreamTranslator::new(Dialect::Gemini, Dialect::Messages, "m");
+        let mut out = Vec::new();
+        assert!(t.push(&SseEvent::new(None, "{nope"), &mut out).is_err());
+        // nested past the bound, in a member the decoder would skip: an error in every dialect
+        let n = crate::util::nesting::MAX_DEPTH; // with the event's own object: one over the bound
+        let deep = "[".repeat(n) + &"]".repeat(n);
+        let ok = format!(r#"{{"choices":[],"x":{}}}"#, &deep[n - 90..n + 90]);
+        for up in [
+            Dialect::Chat,
+            Dialect::Messages,
+            Dialect::Responses,
+            Dialect::Gemini,
+        ] {
+            let mut t = StreamTranslator::new(up, Dialect::Messages, "m");
+            assert!(
+                t.push(&SseEvent::new(None, &ok), &mut out).is_ok(),
+                "{up:?}"
+            );
+            let bad = format!(r#"{{"choices":[],"x":{deep}}}"#);
+            let e = t.push(&SseEvent::new(None, &bad), &mut out).unwrap_err();
+            assert!(e.message.contains("nested deeper than 128"), "{up:?} {e:?}");
+        }
+    }
+
+    #[test]
+    fn responses_stream_ends_with_response_failed_after_an_error() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Responses, "m");
+        let mut out = Vec::new();
+        t.push(
+            &SseEvent::new(
+                None,
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}]}"#,
+            ),
+            &mut out,
+        )
+        .unwrap();
+        t.error("boom", &mut out);
+        assert!(t.is_done());
+        t.finish(&mut out);
+        t.error("again", &mut out);
+        let evs = events(&String::from_utf8(out).unwrap());
+        let last = evs.last().unwrap();
+        assert_eq!(last.event.as_deref(), Some("response.failed"));
+        let v: Value = serde_json::from_str(&last.data).unwrap();
+        assert_eq!(v["response"]["status"], "failed");
+        assert_eq!(v["response"]["error"]["message"], "boom");
+        assert_eq!(v["response"]["output"][0]["content"][0]["text"], "x");
+        assert_eq!(v["sequence_number"], evs.len() as u64 - 1);
+        assert!(!evs
+            .iter()
+            .any(|e| e.event.as_deref() == Some("response.completed")));
+    }
+
+    #[test]
+    fn upstream_error_chunk_ends_a_messages_stream() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Messages, "m");
+        let out = run(
+            &mut t,
+            &[
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+                r#"{"error":{"message":"upstream overloaded","type":"server_error"}}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                "[DONE]",
+            ],
+        );
+        let evs = events(&out);
+        let last = evs.last().unwrap();
+        assert_eq!(last.event.as_deref(), Some("error"));
+        assert!(!out.contains("message_stop") && !out.contains("message_delta"));
+    }
+
+    #[test]
+    fn upstream_error_event_reaches_client_in_its_dialect() {
+        let mut t = StreamTranslator::new(Dialect::Messages, Dialect::Gemini, "m");
+        let out = run(
+            &mut t,
+            &[r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#],
+        );
+        let first = events(&out).into_iter().next().unwrap();
+        let v: Value = serde_json::from_str(&first.data).unwrap();
+        assert_eq!(v["error"]["message"], "Overloaded");
+    }
+
+    #[test]
+    fn single_chunk_tool_call_is_split_into_start_and_args() {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Responses, "m");
+        let out = run(
+            &mut t,
+            &[
+                r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"k","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+            ],
+        );
+        assert_eq!(out.matches("event: response.output_item.added").count(), 1);
+        assert!(out.contains(r#""delta":"{}""#));
+        assert!(out.contains("event: response.completed"));
+    }
+}

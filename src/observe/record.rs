@@ -1,0 +1,53 @@
+//! The end of a request: its `Trace` counted into the shard's request metrics and, when the
+//! access log is on, written as one line (see `accesslog`).
+//!
+//! Owns: `request_ended`. Must not: do IO or block (the access log only buffers a line).
+
+use std::time::Instant;
+
+use crate::observe::accesslog::Entry;
+use crate::observe::trace::Trace;
+use crate::route::RouteTable;
+use crate::server::shard::Shard;
+
+/// Count the request `t` that ended now with `status`, after `bytes_out` bytes to its client.
+/// `routes` is the table the request ran on.
+pub fn request_ended(
+    shard: &Shard,
+    routes: &RouteTable,
+    t: &Trace,
+    status: u16,
+    request_id: &str,
+    bytes_out: u64,
+) {
+    let now = Instant::now();
+    let dep = t
+        .served
+        .and_then(|(r, d)| routes.route(r as usize)?.deployments.get(d as usize));
+    let provider = dep.map(|d| d.provider.index as u32);
+    shard.metrics.requests.observe(t, status, provider, now);
+    if !shard.access_log.on() {
+        return;
+    }
+    let latency = now.saturating_duration_since(t.start);
+    let key = t.key.and_then(|k| shard.governance.key_name(k));
+    shard.access_log.write(&Entry {
+        request_id,
+        key: key.as_deref(),
+        endpoint: t.endpoint.as_str(),
+        model: t.model.as_deref(),
+        deployment: dep.map(|d| d.label.as_str()),
+        provider: dep.map(|d| d.provider.name.as_str()),
+        status,
+        stream: t.stream,
+        tokens: t.tokens,
+        latency,
+        overhead: t.overhead(latency),
+        upstream: t.upstream,
+        first_token: t.first_token(),
+        bytes_in: t.bytes_in,
+        bytes_out,
+        attempts: t.attempts,
+        guardrail_hits: t.guardrail_hits.as_deref(),
+    });
+}

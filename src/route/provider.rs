@@ -1,0 +1,209 @@
+//! Provider kinds: the closed set of upstream families ringgate speaks to.
+//!
+//! Owns: `ProviderKind` (the one enum every provider-specific decision matches on) and the
+//! per-kind facts that do not need IO: which wire dialect it speaks, which auth header it takes,
+//! and the upstream path for an endpoint.
+//! Must not: build bodies or open connections (translation lives in `translate`, IO in `upstream`).
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderKind {
+    #[serde(rename = "openai")]
+    OpenAi,
+    #[serde(rename = "openai-compatible")]
+    OpenAiCompatible,
+    Anthropic,
+    Gemini,
+    Azure,
+    /// The in-process mock (no network): what the embedded default config serves.
+    Mock,
+}
+
+use crate::dialect::Dialect;
+use crate::upstream::target;
+
+/// Operations a client can ask for (besides generation in its dialect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Generate a reply (Chat, Responses, Messages, Gemini generateContent).
+    Generate,
+    /// Anthropic `count_tokens`, Gemini `countTokens`.
+    CountTokens,
+    /// OpenAI `embeddings`.
+    Embeddings,
+}
+
+/// Azure OpenAI `api-version` when the config does not give one.
+pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
+
+impl ProviderKind {
+    /// Whether this provider can take `client`'s dialect as is (same-dialect passthrough).
+    pub fn speaks(self, client: Dialect) -> bool {
+        match self {
+            ProviderKind::OpenAi => matches!(client, Dialect::Chat | Dialect::Responses),
+            ProviderKind::OpenAiCompatible | ProviderKind::Azure => client == Dialect::Chat,
+            ProviderKind::Anthropic => client == Dialect::Messages,
+            ProviderKind::Gemini => client == Dialect::Gemini,
+            ProviderKind::Mock => true,
+        }
+    }
+
+    /// The dialect a translated request is sent in.
+    pub fn native(self) -> Dialect {
+        match self {
+            ProviderKind::Anthropic => Dialect::Messages,
+            ProviderKind::Gemini => Dialect::Gemini,
+            _ => Dialect::Chat,
+        }
+    }
+
+    /// Upstream request target for `op` in `dialect`, below the provider's base path.
+    /// `model` is the upstream model (Azure deployment, Gemini URL model): it and `api_version`
+    /// go in percent-encoded (`upstream::target`), so whatever they hold stays one path segment /
+    /// one query value of one request line.
+    pub fn path(
+        self,
+        base: &str,
+        op: Op,
+        dialect: Dialect,
+        model: &str,
+        stream: bool,
+        api_version: Option<&str>,
+    ) -> String {
+        let mut p = String::with_capacity(base.len() + model.len() + 64);
+        p.push_str(base);
+        match (self, op, dialect) {
+            (ProviderKind::Anthropic, Op::CountTokens, _) => {
+                p.push_str("/v1/messages/count_tokens")
+            }
+            (ProviderKind::Anthropic, _, _) => p.push_str("/v1/messages"),
+            (ProviderKind::Gemini, _, _) => {
+                p.push_str("/v1beta/models/");
+                target::push_segment(&mut p, model);
+                p.push_str(match (op, stream) {
+                    (Op::CountTokens, _) => ":countTokens",
+                    (_, true) => ":streamGenerateContent?alt=sse",
+                    (_, false) => ":generateContent",
+                });
+            }
+            (ProviderKind::Azure, op, _) => {
+                p.push_str("/openai/deployments/");
+                target::push_segment(&mut p, model);
+                p.push_str(if op == Op::Embeddings {
+                    "/embeddings"
+                } else {
+                    "/chat/completions"
+                });
+                p.push_str("?api-version=");
+                target::push_query_value(&mut p, api_version.unwrap_or(DEFAULT_AZURE_API_VERSION));
+            }
+            (_, Op::Embeddings, _) => p.push_str("/embeddings"),
+            (_, _, Dialect::Responses) => p.push_str("/responses"),
+            _ => p.push_str("/chat/completions"),
+        }
+        p
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::OpenAiCompatible => "openai-compatible",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Azure => "azure",
+            ProviderKind::Mock => "mock",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_each_sdks_base_url_convention() {
+        let p = |k: ProviderKind, op, d, stream| k.path("/b", op, d, "m", stream, None);
+        assert_eq!(
+            p(ProviderKind::OpenAi, Op::Generate, Dialect::Chat, false),
+            "/b/chat/completions"
+        );
+        assert_eq!(
+            p(ProviderKind::OpenAi, Op::Generate, Dialect::Responses, true),
+            "/b/responses"
+        );
+        assert_eq!(
+            p(ProviderKind::OpenAi, Op::Embeddings, Dialect::Chat, false),
+            "/b/embeddings"
+        );
+        assert_eq!(
+            p(
+                ProviderKind::Anthropic,
+                Op::Generate,
+                Dialect::Messages,
+                true
+            ),
+            "/b/v1/messages"
+        );
+        assert_eq!(
+            p(
+                ProviderKind::Anthropic,
+                Op::CountTokens,
+                Dialect::Messages,
+                false
+            ),
+            "/b/v1/messages/count_tokens"
+        );
+        assert_eq!(
+            p(ProviderKind::Gemini, Op::Generate, Dialect::Gemini, true),
+            "/b/v1beta/models/m:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(
+            p(ProviderKind::Gemini, Op::Generate, Dialect::Gemini, false),
+            "/b/v1beta/models/m:generateContent"
+        );
+        assert_eq!(
+            p(
+                ProviderKind::Gemini,
+                Op::CountTokens,
+                Dialect::Gemini,
+                false
+            ),
+            "/b/v1beta/models/m:countTokens"
+        );
+        assert_eq!(
+            p(ProviderKind::Azure, Op::Generate, Dialect::Chat, false),
+            "/b/openai/deployments/m/chat/completions?api-version=2024-10-21"
+        );
+    }
+
+    #[test]
+    fn model_and_api_version_cannot_leave_their_segment() {
+        let evil =
+            "x/chat/completions?api-version=1 HTTP/1.1\r\nHost: u\r\n\r\nPOST /o HTTP/1.1\r\nX: ";
+        let az = ProviderKind::Azure.path(
+            "/b",
+            Op::Generate,
+            Dialect::Chat,
+            evil,
+            false,
+            Some("1 &x\r\n"),
+        );
+        assert_eq!(
+            az,
+            "/b/openai/deployments/x%2Fchat%2Fcompletions%3Fapi-version%3D1%20HTTP%2F1.1%0D%0AHost%3A%20u%0D%0A%0D%0APOST%20%2Fo%20HTTP%2F1.1%0D%0AX%3A%20/chat/completions?api-version=1%20%26x%0D%0A"
+        );
+        let ge =
+            ProviderKind::Gemini.path("", Op::Generate, Dialect::Gemini, "../../v1/x", true, None);
+        assert_eq!(
+            ge,
+            "/v1beta/models/..%2F..%2Fv1%2Fx:streamGenerateContent?alt=sse"
+        );
+        let ge = ProviderKind::Gemini.path("", Op::Generate, Dialect::Gemini, "..", false, None);
+        assert_eq!(ge, "/v1beta/models/%2E%2E:generateContent");
+        for p in [az, ge] {
+            assert!(target::check_head(&p, "h", b"").is_ok(), "{p}");
+        }
+    }
+}

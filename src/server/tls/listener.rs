@@ -1,0 +1,286 @@
+//! The TLS client listener of one shard: accept on its SO_REUSEPORT socket, charge the
+//! connection like a plain one, complete the handshake within a deadline, then hand the
+//! connection to the same per-connection loop as plain ones (`pipeline::serve_connection`).
+//!
+//! Owns: the TLS accept loop, the handshake deadline, refusing plain HTTP sent to the TLS port
+//! (a 400 that says to use https, then close), and the TLS counters. Must not: parse requests
+//! (beyond recognising a plain-HTTP first byte) or hold anything shared across shards except
+//! the certificate (`certs::TlsCerts`).
+//!
+//! Caps: a connection counts in `ringgate_connections_open`, `max_connections` and
+//! `max_connections_per_address` from accept, handshake included, and holds `connection_reserve` + [`TLS_CONNECTION_EXTRA`] of the
+//! budget until it closes (the TLS layer keeps two 16 KiB record buffers per connection). Over
+//! the cap a few connections per shard still get a (shorter) handshake so `/healthz` and
+//! `/readyz` answer; the rest are closed at once — a refusal cannot be written before a
+//! handshake.
+
+use std::cell::Cell;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::time::Duration;
+
+use monoio::net::{TcpListener, TcpStream};
+
+use super::certs::Acceptors;
+use crate::error::{Error, ErrorShape, Kind};
+use crate::http::conn::ClientConn;
+use crate::http::stream::ClientStream;
+use crate::observe::metrics::{bump, dec};
+use crate::pipeline;
+use crate::server::shard::Shard;
+use crate::server::shutdown::Shutdown;
+
+/// Budget charged per TLS connection on top of `connection_reserve`: monoio-rustls's two
+/// 16 KiB record buffers and rustls's connection state (measured: see README "TLS").
+pub const TLS_CONNECTION_EXTRA: u64 = 40 << 10;
+/// Over-the-cap connections per shard given a handshake (to answer health probes).
+const OVER_CAP_PROBES: u32 = 8;
+/// Handshake deadline for those.
+const OVER_CAP_HANDSHAKE: Duration = Duration::from_millis(1000);
+
+/// A shard's TLS counters (`/metrics`).
+#[derive(Default)]
+pub struct TlsStats {
+    pub handshakes: Cell<u64>,
+    pub timeouts: Cell<u64>,
+    pub errors: Cell<u64>,
+    pub plain_http: Cell<u64>,
+}
+
+impl TlsStats {
+    /// Counters without a `shard` label: the scrape sums them over shards.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        crate::observe::metrics::help(
+            out,
+            "ringgate_tls_handshakes_total",
+            "counter",
+            "TLS handshakes completed on the TLS client listener.",
+        );
+        let _ = writeln!(
+            out,
+            "ringgate_tls_handshakes_total {}",
+            self.handshakes.get()
+        );
+        crate::observe::metrics::help(
+            out,
+            "ringgate_tls_handshake_failures_total",
+            "counter",
+            "Connections to the TLS listener closed before a completed handshake, by reason (timeout: the handshake deadline; error: a failed handshake or a first byte that is neither TLS nor HTTP; plain_http: answered 400).",
+        );
+        for (reason, v) in [
+            ("timeout", &self.timeouts),
+            ("error", &self.errors),
+            ("plain_http", &self.plain_http),
+        ] {
+            let _ = writeln!(
+                out,
+                "ringgate_tls_handshake_failures_total{{reason=\"{reason}\"}} {}",
+                v.get()
+            );
+        }
+    }
+}
+
+/// Accept TLS connections on `std_listener` until `shutdown` fires, then close it. Connections
+/// already accepted finish like plain ones (the shard's drain covers them: they are counted in
+/// `connections`).
+pub async fn accept_loop(
+    std_listener: std::net::TcpListener,
+    shard: Rc<Shard>,
+    acceptors: Acceptors,
+    handshake_timeout: Duration,
+    shutdown: Shutdown,
+) {
+    let name = format!("shard {} (tls)", shard.id);
+    let listener = match TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::observe::log::info(format_args!("{name}: cannot adopt listener: {e}"));
+            return;
+        }
+    };
+    let acceptors = Rc::new(acceptors);
+    let mut stop = std::pin::pin!(shutdown.wait());
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => on_accept(stream, peer, &shard, &acceptors, handshake_timeout),
+                Err(e) => {
+                    crate::observe::log::info(format_args!("{name}: accept: {e}"));
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+fn on_accept(
+    stream: TcpStream,
+    addr: std::net::SocketAddr,
+    shard: &Rc<Shard>,
+    acceptors: &Rc<Acceptors>,
+    handshake_timeout: Duration,
+) {
+    if shard.draining.is_fired() {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let peer = crate::server::peer::Peer::of(addr.ip());
+    let charge = shard.peers.enter(peer).and_then(|slot| {
+        let c = shard.admission.connection().ok()?;
+        let extra = shard
+            .admission
+            .budget()
+            .charge_connection(TLS_CONNECTION_EXTRA)
+            .ok()?;
+        Some((slot, c, extra))
+    });
+    let shard = shard.clone();
+    let acceptors = acceptors.clone();
+    if let Some(charge) = charge {
+        monoio::spawn(async move {
+            // Counted as open from accept: the handshake is under the cap and the drain.
+            // A drain ends handshakes in progress at once.
+            bump(&shard.metrics.connections);
+            let conn = monoio::select! {
+                _ = shard.draining.wait() => None,
+                c = handshake(stream, &shard, &acceptors, handshake_timeout) => c,
+            };
+            dec(&shard.metrics.connections);
+            if let Some(mut conn) = conn {
+                conn.peer = Some(peer);
+                pipeline::serve_connection(conn, shard).await;
+            }
+            drop(charge);
+        });
+    } else if shard.over_cap.get() < OVER_CAP_PROBES {
+        shard.over_cap.set(shard.over_cap.get() + 1);
+        monoio::spawn(async move {
+            let wait = handshake_timeout.min(OVER_CAP_HANDSHAKE);
+            let conn = handshake(stream, &shard, &acceptors, wait).await;
+            shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
+            if let Some(mut conn) = conn {
+                conn.peer = Some(peer);
+                pipeline::serve_over_cap(conn, shard).await;
+            }
+        });
+    } else {
+        bump(&shard.metrics.connections_refused);
+    }
+}
+
+/// What the first byte a client sent says.
+enum First {
+    /// A TLS record (a handshake starts with 0x16).
+    Tls,
+    /// An ASCII letter: a plain HTTP request line.
+    PlainHttp,
+    /// Closed, reset, or a first byte that starts neither TLS nor HTTP.
+    Gone,
+}
+
+/// The handshake, within `deadline`. `None`: failed, timed out or plain HTTP (answered);
+/// counted either way.
+async fn handshake(
+    stream: TcpStream,
+    shard: &Shard,
+    acceptors: &Acceptors,
+    deadline: Duration,
+) -> Option<ClientConn> {
+    let stats = &shard.tls;
+    let fd = stream.as_raw_fd();
+    let first = monoio::time::timeout(deadline, first_byte(&stream)).await;
+    match first {
+        Ok(First::Tls) => {}
+        Ok(First::PlainHttp) => {
+            bump(&stats.plain_http);
+            refuse_plain_http(stream, shard).await;
+            return None;
+        }
+        Ok(First::Gone) => {
+            bump(&stats.errors);
+            return None;
+        }
+        Err(_) => {
+            bump(&stats.timeouts);
+            return None;
+        }
+    }
+    let acceptor = acceptors.get();
+    match monoio::time::timeout(deadline, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            bump(&stats.handshakes);
+            Some(ClientConn::pooled(
+                ClientStream::tls(tls, fd),
+                &shard.read_bufs,
+            ))
+        }
+        Ok(Err(_)) => {
+            bump(&stats.errors);
+            None
+        }
+        Err(_) => {
+            bump(&stats.timeouts);
+            None
+        }
+    }
+}
+
+/// Wait for the client's first byte and look at it without consuming it.
+async fn first_byte(stream: &TcpStream) -> First {
+    loop {
+        if stream.readable(false).await.is_err() {
+            return First::Gone;
+        }
+        match peek_byte(stream.as_raw_fd()) {
+            Peek::Byte(0x16) => return First::Tls,
+            Peek::Byte(b) if b.is_ascii_uppercase() => return First::PlainHttp,
+            // Neither: not a client we can talk to.
+            Peek::Byte(_) => return First::Gone,
+            Peek::Nothing => continue,
+            Peek::Closed => return First::Gone,
+        }
+    }
+}
+
+enum Peek {
+    Byte(u8),
+    Nothing,
+    Closed,
+}
+
+fn peek_byte(fd: RawFd) -> Peek {
+    use nix::errno::Errno;
+    use nix::sys::socket::{recv, MsgFlags};
+    let mut b = [0u8; 1];
+    loop {
+        return match recv(fd, &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => Peek::Closed,
+            Ok(_) => Peek::Byte(b[0]),
+            Err(Errno::EAGAIN) => Peek::Nothing,
+            Err(Errno::EINTR) => continue,
+            Err(_) => Peek::Closed,
+        };
+    }
+}
+
+/// Plain HTTP on the TLS port: read the request head (briefly), answer 400 in plain HTTP
+/// saying to use https, close.
+async fn refuse_plain_http(stream: TcpStream, shard: &Shard) {
+    let mut conn = ClientConn::pooled(ClientStream::Plain(stream), &shard.read_bufs);
+    let wait = shard.limits.header_timeout.min(OVER_CAP_HANDSHAKE);
+    let limits = crate::http::conn::Limits {
+        idle_timeout: wait,
+        header_timeout: wait,
+        ..shard.limits
+    };
+    let _ = conn.read_head(&limits).await;
+    let e = Error::new(
+        Kind::BadRequest,
+        "this port speaks TLS: send the request with https://",
+    );
+    conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+        .await;
+}

@@ -1,0 +1,12 @@
+//! Small leaf utilities every stage may use: calendar dates (`date`), decimal digits without
+//! `fmt` (`decimal`), the JSON nesting bound (`nesting`), process-wide versioned snapshots
+//! (`versioned`) and non-consuming socket peeks (`sock`).
+//!
+//! Owns: pure helpers with no knowledge of requests. Must not: import any other module of the
+//! crate.
+
+pub mod date;
+pub mod decimal;
+pub mod nesting;
+pub mod sock;
+pub mod versioned;
