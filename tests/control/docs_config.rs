@@ -5,8 +5,9 @@
 //! written down in `docs/README.md` ("TOML blocks are tested"); this file implements it.
 //!
 //! `docs_blocks_are_accepted` runs it over the repository (new pages are found by walking
-//! `docs/`); `broken_blocks_are_caught` runs the same checker over pages made up here, each
-//! with one kind of mistake, and requires each to be reported.
+//! `docs/`), `examples_are_accepted` over `examples/*.toml`; `broken_blocks_are_caught` runs the
+//! same checker over pages made up here, each with one kind of mistake, and requires each to be
+//! reported.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -313,6 +314,32 @@ fn docs_blocks_are_accepted() {
         "only {n} toml blocks found under {}",
         root.display()
     );
+}
+
+/// The files in `examples/` the pages point at are whole configs `ringgate check` accepts, under
+/// the same sandbox (env vars they name set, `cert.pem`/`key.pem` beside them).
+#[test]
+fn examples_are_accepted() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "examples/*.toml: {files:?}");
+    let tls = self_signed();
+    let errors: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            check(&text, &tls)
+                .err()
+                .map(|e| format!("{}: {e}", f.display()))
+        })
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n\n"));
 }
 
 /// One made-up page per mistake, each run through the checker on its own (as
