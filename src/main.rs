@@ -85,7 +85,7 @@ fn main() -> ExitCode {
 /// advises THP on its arenas, and then a few live objects keep whole 2 MiB pages resident, so
 /// RSS follows the allocator's address space instead of live memory (S3 large in a 256 MiB
 /// cgroup: idle RSS 10 → 4 MiB, peak 229 → 200 MiB, cgroup peak at the limit → 209 MiB). The
-/// memory invariant in the README assumes this. Setting `MIMALLOC_ALLOW_THP` (to anything)
+/// memory invariant in docs/memory.md assumes this. Setting `MIMALLOC_ALLOW_THP` (to anything)
 /// leaves the choice to mimalloc.
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]

@@ -15,7 +15,7 @@
 //! keep-alive connections and connections whose request waits in the block-mode queue hold it
 //! too. Charging it makes `used` cover it, so the budget bounds connections and requests
 //! together and RSS stays within budget + a fixed overhead however many connections are open
-//! (see README "Bounded memory"). Request memory is charged separately, by `Permit`s.
+//! (see docs/memory.md). Request memory is charged separately, by `Permit`s.
 
 use std::fmt;
 

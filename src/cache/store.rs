@@ -17,7 +17,7 @@ use super::key::Key;
 use crate::dialect::Usage;
 
 /// Bytes an entry costs beyond its body, tenant and vector: its map slot, LRU node, `Arc`
-/// headers and fields (measured layout, rounded up; see README "Response cache").
+/// headers and fields (measured layout, rounded up; see docs/cache.md).
 pub const ENTRY_OVERHEAD: u64 = 224;
 
 /// One cached answer.

@@ -39,7 +39,7 @@ pub fn check_with(cfg: &Config, addr: SocketAddr, keys: bool) -> Result<(), Stri
 fn refusal(addr: SocketAddr) -> String {
     format!(
         "refusing to listen on {addr} without keys: anyone who can reach it could spend the provider keys. \
-         Add [[key]] entries (see README \"Keys and limits\"), listen on a loopback address, \
+         Add [[key]] entries (see docs/keys-and-limits.md), listen on a loopback address, \
          or set auth = \"none\" in [server] to serve without keys on purpose"
     )
 }

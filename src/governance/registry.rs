@@ -6,7 +6,7 @@
 //! indexed (`by_name`, `live`), the next snapshot is derived from the last (`Keyring::set`),
 //! only the changed key's budget is set; listings are pages (`page`, O(log n + page)).
 //!
-//! Rules (README "Admin API"):
+//! Rules (docs/admin-api.md):
 //! - Names are unique among live keys (409), follow the `[[key]]` name rule, and keep their slot
 //!   for the life of the process: a name revoked and made again gets the same slot (its
 //!   counters and metrics series carry on).

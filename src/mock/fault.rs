@@ -3,7 +3,7 @@
 //! plan (rules limited to a model or a path prefix, firing for a fraction of requests drawn from
 //! a seeded PRNG), and the choice for one request (a valid header always wins over the plan).
 //!
-//! Fault syntax (the list `ringgate mock --help` and the README give):
+//! Fault syntax (the list `ringgate mock --help` and docs/commands.md give):
 //! `429[:retry-after=N]` (JSON error + `Retry-After`, default 1 s), `500` / `502` (HTML body),
 //! `503` and any other 4xx/5xx (JSON error in the dialect's shape; `:retry-after=N` adds the
 //! header), `reset`, `close`, `garbage`, `stall`, `stall-mid-head`, `stall-mid-body`,

@@ -1,7 +1,7 @@
 //! Responses API state on translated routes: `previous_response_id` and
 //! `{"type":"item_reference","id":…}` input items resolve when a Responses client is served by a
 //! Chat, Anthropic or Gemini upstream, from a bounded store of the gateway's own recent Responses
-//! answers (see README "Responses state").
+//! answers (see docs/dialects.md, "Responses state").
 //!
 //! The flow: the pipeline names the request's tenant (virtual key when governance is on, else a
 //! keyed hash of the client's credential, else one shared namespace); a translated attempt

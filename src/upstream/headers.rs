@@ -1,6 +1,6 @@
 //! The header policy: the one place that decides which client request headers reach an upstream
 //! (per provider kind), and which upstream response headers come back to the client (renamed to
-//! the client dialect's names when the dialects differ). README "Headers" shows the same table.
+//! the client dialect's names when the dialects differ). docs/dialects.md ("Headers") shows the same table.
 //!
 //! Request headers (client → upstream); every other client header is dropped — hop-by-hop
 //! headers, `Cookie`, `Host`, framing, and the client's own credentials (`Authorization`,

@@ -33,7 +33,7 @@ pub use limits::LimitsConfig;
 pub use log::{AccessLog, LogConfig};
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
 
-/// The whole file. Every field has a default; see README "Configuration".
+/// The whole file. Every field has a default; see docs/configuration.md.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -44,14 +44,14 @@ pub struct Config {
     /// Byte budget, admission mode and limits (see `admit::AdmissionConfig` for defaults).
     #[serde(default)]
     pub admission: AdmissionConfig,
-    /// Defaults for every model's routing policy (see README "Routing").
+    /// Defaults for every model's routing policy (see docs/routing.md).
     #[serde(default)]
     pub routing: RoutingConfig,
     #[serde(default, rename = "provider")]
     pub providers: Vec<ProviderConfig>,
     #[serde(default, rename = "model")]
     pub models: Vec<ModelConfig>,
-    /// Virtual keys (see README "Keys and limits" and `config::keys`).
+    /// Virtual keys (see docs/keys-and-limits.md and `config::keys`).
     #[serde(default, rename = "key")]
     pub keys: Vec<KeyConfig>,
     /// Where per-key counters live: each process, or a shared Redis (`config::limits`).
@@ -74,10 +74,10 @@ pub struct Config {
     #[serde(skip)]
     pub origin: origin::Origin,
     /// The admin listener (`/admin/*`, `/metrics`); off unless the section is present (see
-    /// README "Admin API").
+    /// docs/admin-api.md).
     #[serde(default)]
     pub admin: Option<AdminConfig>,
-    /// `[cache]`: the response cache (see `config::cache`, README "Response cache").
+    /// `[cache]`: the response cache (see `config::cache`, docs/cache.md).
     #[serde(default)]
     pub cache: CacheConfig,
     /// The engine load-signal cells (started by the gateway, `engine::Engines::start`;

@@ -1,5 +1,5 @@
 //! `[reload]`: what a config reload may do that it refuses by default (see `reload::guard` and
-//! README "Config reload").
+//! docs/reload.md).
 //!
 //! Owns: `ReloadConfig` and its defaults. Must not: decide a refusal (that is `reload::guard`).
 

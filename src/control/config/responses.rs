@@ -1,5 +1,5 @@
 //! `[responses]`: the Responses API state store of translated routes — how many bytes it may
-//! hold and how long an entry lives (see `responses_state` and README "Responses state").
+//! hold and how long an entry lives (see `responses_state` and docs/dialects.md "Responses state").
 //!
 //! Owns: `ResponsesConfig` and its defaults. Must not: build the store or be consulted on the
 //! hot path (the store copies what it needs at start).

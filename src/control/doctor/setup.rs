@@ -75,7 +75,7 @@ pub fn check(r: &mut Report, cfg: &Config) {
         let fix = if w.contains("env var") {
             "set it in the gateway's environment (systemd: EnvironmentFile=/etc/ringgate/env)"
         } else {
-            "see README \"Configuration\" for the field named"
+            "see docs/configuration.md for the field named"
         };
         r.warn(w, fix);
     }

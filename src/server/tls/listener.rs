@@ -31,7 +31,7 @@ use crate::server::shard::Shard;
 use crate::server::shutdown::Shutdown;
 
 /// Budget charged per TLS connection on top of `connection_reserve`: monoio-rustls's two
-/// 16 KiB record buffers and rustls's connection state (measured: see README "TLS").
+/// 16 KiB record buffers and rustls's connection state (measured: see docs/tls.md).
 pub const TLS_CONNECTION_EXTRA: u64 = 40 << 10;
 /// Over-the-cap connections per shard given a handshake (to answer health probes).
 const OVER_CAP_PROBES: u32 = 8;

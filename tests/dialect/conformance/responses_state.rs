@@ -121,7 +121,7 @@ pub fn section() -> (String, usize) {
          A Responses client's references — `{\"type\":\"item_reference\",\"id\":…}` input items (the\n\
          Vercel AI SDK's second step of a tool loop) and `previous_response_id` — on each route.\n\
          Translated routes expand them before translation from the gateway's store of its own\n\
-         recent Responses answers (per tenant, TTL, byte-bounded: README \"Responses state\");\n\
+         recent Responses answers (per tenant, TTL, byte-bounded: dialects.md, \"Responses state\");\n\
          the same-dialect route forwards them untouched. Other client dialects carry their\n\
          history in every request and need no state.\n\n\
          * item_reference: a stored assistant message and function call, referenced, reach the\n  \
