@@ -164,7 +164,7 @@ impl Governance {
         };
         let period = budget.period.as_str();
         let start = budget.period.start(spend::unix_now());
-        let sk = script::spend_key(store.prefix(), &k.name, period, start);
+        let sk = script::spend_key(store.ns(), &k.name, period, start);
         let sent = store.send(Op::Add {
             key: &sk,
             amount: nanos.min(i64::MAX as u64) as i64,
@@ -187,7 +187,7 @@ impl Governance {
     /// outage to the current window. Returns a note for the log.
     fn resync(&self, store: &Store) -> String {
         let (w, _) = script::window(unix_ms());
-        let prefix = store.prefix();
+        let prefix = store.ns();
         let (mut requests, mut tokens, mut nanos) = (0, 0, 0);
         let (Ok(ring), Ok(state)) = (self.ring.try_borrow(), self.state.try_borrow()) else {
             return String::new();
@@ -266,15 +266,20 @@ impl Grant<'_> {
             return Ok(());
         };
         let (w, left_ms) = script::window(unix_ms());
-        let prefix = store.prefix();
+        let prefix = store.ns();
         let rpm_key = script::window_key(prefix, "rpm", &key.name, w);
         let tpm_key = script::window_key(prefix, "tpm", &key.name, w);
         let hash = script::in_flight_key(prefix, &key.name);
         let now_s = spend::unix_now();
         let budget = key.budget;
-        let spend_key = budget.map_or_else(Vec::new, |b| {
-            script::spend_key(prefix, &key.name, b.period.as_str(), b.period.start(now_s))
-        });
+        // (without a budget the script never reads it; named anyway so that on a Cluster every
+        // key of the call is in one slot)
+        let spend_key = match budget {
+            Some(b) => {
+                script::spend_key(prefix, &key.name, b.period.as_str(), b.period.start(now_s))
+            }
+            None => script::spend_key(prefix, &key.name, "none", 0),
+        };
         let op = Op::Admit {
             rpm_key: &rpm_key,
             tpm_key: &tpm_key,
@@ -377,7 +382,7 @@ impl Grant<'_> {
             return Ok(());
         };
         let (w, left_ms) = script::window(unix_ms());
-        let tpm_key = script::window_key(store.prefix(), "tpm", &key.name, w);
+        let tpm_key = script::window_key(store.ns(), "tpm", &key.name, w);
         let op = Op::Tokens {
             key: &tpm_key,
             limit,
@@ -429,7 +434,7 @@ impl Grant<'_> {
             return;
         };
         if key.max_in_flight.is_some() {
-            let hash = script::in_flight_key(store.prefix(), &key.name);
+            let hash = script::in_flight_key(store.ns(), &key.name);
             // not connected: the next connection's resync sets the count
             store.send(Op::Release { hash: &hash });
         }
@@ -458,7 +463,7 @@ impl Grant<'_> {
         if amount == 0 {
             return;
         }
-        let k = script::window_key(store.prefix(), "tpm", &key.name, cur);
+        let k = script::window_key(store.ns(), "tpm", &key.name, cur);
         let op = Op::Add {
             key: &k,
             amount,

@@ -2,10 +2,10 @@
 //! process (`store = "local"`, one count per key for all its shards) or in a Redis/Valkey shared by a fleet
 //! (`store = "redis"`) — and what happens when that store cannot be reached.
 //!
-//! Owns: `LimitsConfig`, its validation, and `RedisUrl` (parsing `redis://[user][:pass]@host
-//! [:port][/db]`; its `Display` never shows the password). Must not: connect anywhere, read
-//! the password env var's value (only `governance::store` does, once at start), or be consulted
-//! on the hot path.
+//! Owns: `LimitsConfig`, `FleetConfig` (`[fleet] share`), their validation, and `RedisUrl`
+//! (parsing `redis[s]://[user][:pass]@host[:port][/db]`; its `Display` never shows the
+//! password). Must not: connect anywhere, read the password env var's value or the CA file
+//! (only `governance::store` does, once at start), or be consulted on the hot path.
 
 use std::fmt;
 use std::ops::Range;
@@ -36,6 +36,23 @@ pub struct LimitsConfig {
     pub redis_lease_ms: Spanned<u64>,
     /// An env var holding the Redis password (instead of, or overriding, one in `redis_url`).
     pub redis_password_env: Option<Spanned<String>>,
+    /// The ACL user (`AUTH user pass`; instead of, or overriding, one in `redis_url`).
+    pub redis_username: Option<Spanned<String>>,
+    /// For `rediss://`: a PEM file of the CA(s) that signed the server's certificate (default:
+    /// the system roots).
+    pub redis_ca_file: Option<Spanned<String>>,
+    /// `redis_url` is one seed node of a Redis/Valkey Cluster.
+    pub redis_cluster: Spanned<bool>,
+    /// `exact` (every decision asks the store) | `leased` (not built yet: refused).
+    pub mode: Spanned<String>,
+}
+
+/// `[fleet]`: what a fleet keeps in the shared store besides limits and spend.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetConfig {
+    /// `"keys"`, `"responses"` (neither is built yet: refused with a clear error).
+    pub share: Vec<Spanned<String>>,
 }
 
 impl Default for LimitsConfig {
@@ -48,6 +65,10 @@ impl Default for LimitsConfig {
             redis_prefix: Spanned::new(0..0, "ringgate:".into()),
             redis_lease_ms: Spanned::new(0..0, 30_000),
             redis_password_env: None,
+            redis_username: None,
+            redis_ca_file: None,
+            redis_cluster: Spanned::new(0..0, false),
+            mode: Spanned::new(0..0, "exact".into()),
         }
     }
 }
@@ -66,13 +87,22 @@ impl LimitsConfig {
         self.on_store_error.get_ref() == "closed"
     }
 
-    /// The parsed `redis_url` (the default when absent).
+    /// The parsed `redis_url` (the default when absent), with `redis_username` applied.
     pub fn url(&self) -> Result<RedisUrl, String> {
-        RedisUrl::parse(
+        let mut u = RedisUrl::parse(
             self.redis_url
                 .as_ref()
                 .map_or(DEFAULT_REDIS_URL, |u| u.get_ref()),
-        )
+        )?;
+        if let Some(user) = &self.redis_username {
+            u.username = Some(user.get_ref().clone());
+        }
+        Ok(u)
+    }
+
+    /// `redis_cluster = true`.
+    pub fn cluster(&self) -> bool {
+        *self.redis_cluster.get_ref()
     }
 
     /// One phrase for the start-up log (no password).
@@ -82,7 +112,8 @@ impl LimitsConfig {
         }
         match self.url() {
             Ok(u) => format!(
-                "limits redis {u} (on_store_error {})",
+                "limits redis {u}{} (on_store_error {})",
+                if self.cluster() { " cluster" } else { "" },
                 self.on_store_error.get_ref()
             ),
             Err(_) => "limits redis (bad url)".into(),
@@ -90,9 +121,11 @@ impl LimitsConfig {
     }
 }
 
-/// A parsed `redis://` URL.
+/// A parsed `redis://` or `rediss://` URL.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
+    /// `rediss://`: TLS (rustls; the server's certificate is checked against `host`).
+    pub tls: bool,
     /// Host name or IP address (IPv6 without brackets).
     pub host: String,
     pub port: u16,
@@ -108,10 +141,10 @@ impl fmt::Debug for RedisUrl {
     }
 }
 
-/// `redis://host:port/db`, with `user:***@` / `:***@` when credentials are set: fit to log.
+/// `redis[s]://host:port/db`, with `user:***@` / `:***@` when credentials are set: fit to log.
 impl fmt::Display for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("redis://")?;
+        f.write_str(if self.tls { "rediss://" } else { "redis://" })?;
         match (&self.username, &self.password) {
             (Some(u), Some(_)) => write!(f, "{u}:***@")?,
             (Some(u), None) => write!(f, "{u}@")?,
@@ -127,17 +160,21 @@ impl fmt::Display for RedisUrl {
 }
 
 impl RedisUrl {
-    /// Parse `redis://[user][:password]@host[:port][/db]` (`valkey://` too). Userinfo may be
-    /// percent-encoded. Error messages never repeat the URL (it may hold a password).
+    /// Parse `redis[s]://[user][:password]@host[:port][/db]` (`valkey[s]://` too). Userinfo
+    /// may be percent-encoded. Error messages never repeat the URL (it may hold a password).
     pub fn parse(url: &str) -> Result<RedisUrl, String> {
-        let rest = if let Some(r) = url.strip_prefix("redis://") {
-            r
+        let (tls, rest) = if let Some(r) = url.strip_prefix("redis://") {
+            (false, r)
         } else if let Some(r) = url.strip_prefix("valkey://") {
-            r
-        } else if url.starts_with("rediss://") || url.starts_with("valkeys://") {
-            return Err("TLS to Redis (rediss://) is not supported; use redis:// on a trusted network or a local TLS tunnel".into());
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("rediss://") {
+            (true, r)
+        } else if let Some(r) = url.strip_prefix("valkeys://") {
+            (true, r)
         } else {
-            return Err("must start with redis:// (e.g. redis://127.0.0.1:6379/0)".into());
+            return Err(
+                "must start with redis:// or rediss:// (e.g. redis://127.0.0.1:6379/0)".into(),
+            );
         };
         if rest.contains(['?', '#']) {
             return Err("query strings and fragments are not supported".into());
@@ -208,6 +245,7 @@ impl RedisUrl {
                 .map_err(|_| "the path must be a database number (e.g. /0)")?,
         };
         Ok(RedisUrl {
+            tls,
             host: host.to_string(),
             port,
             db,
@@ -293,6 +331,58 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
             );
         }
     }
+    if let Some(u) = &l.redis_username {
+        let v = u.get_ref();
+        if v.is_empty() || v.len() > 128 || v.bytes().any(|b| !b.is_ascii_graphic()) {
+            err(
+                u.span(),
+                "limits.redis_username: 1 to 128 printable characters, no spaces".into(),
+            );
+        }
+    }
+    if let Some(ca) = &l.redis_ca_file {
+        let tls = l.url().is_ok_and(|u| u.tls);
+        if !tls {
+            err(
+                ca.span(),
+                "limits.redis_ca_file is for a rediss:// redis_url (TLS)".into(),
+            );
+        } else if ca.get_ref().is_empty() {
+            err(ca.span(), "limits.redis_ca_file is empty".into());
+        }
+    }
+    if l.cluster() && l.url().is_ok_and(|u| u.db != 0) {
+        err(
+            l.redis_cluster.span(),
+            "limits.redis_cluster: a Cluster has database 0 only (redis_url must end in /0 or no path)".into(),
+        );
+    }
+    match l.mode.get_ref().as_str() {
+        "exact" => {}
+        "leased" => err(
+            l.mode.span(),
+            "limits.mode = \"leased\" is not built yet (issue 24); use \"exact\"".into(),
+        ),
+        other => err(
+            l.mode.span(),
+            format!("limits.mode {other:?}: expected \"exact\" or \"leased\""),
+        ),
+    }
+    for s in &cfg.fleet.share {
+        match s.get_ref().as_str() {
+            "keys" | "responses" => err(
+                s.span(),
+                format!(
+                    "fleet.share {:?} is not built yet (issue 24): keys and Responses state stay per node",
+                    s.get_ref()
+                ),
+            ),
+            other => err(
+                s.span(),
+                format!("fleet.share {other:?}: expected \"keys\" or \"responses\""),
+            ),
+        }
+    }
 }
 
 /// Non-fatal findings: a Redis store configured with no limits to share, a password env var
@@ -310,6 +400,9 @@ pub(super) fn warnings(cfg: &Config) -> Vec<String> {
                 e.get_ref()
             ));
         }
+    }
+    if l.cluster() && cfg.keys.iter().any(|k| k.max_in_flight.is_some()) {
+        w.push("limits.redis_cluster: max_in_flight is not shared on a Cluster yet (the lease check reads keys of other slots): those keys' requests are decided by on_store_error".into());
     }
     let limited = cfg
         .keys
@@ -349,9 +442,14 @@ mod tests {
             RedisUrl::parse("valkey://h").unwrap().to_string(),
             "redis://h:6379/0"
         );
+        let u = RedisUrl::parse("rediss://ringgate:pw@cache.example:6380/1").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.to_string(), "rediss://ringgate:***@cache.example:6380/1");
+        assert!(RedisUrl::parse("valkeys://h").unwrap().tls);
+        assert!(!RedisUrl::parse("redis://h").unwrap().tls);
         for bad in [
             "http://h",
-            "rediss://:pw@h",
+            "redis+tls://:pw@h",
             "redis://:pw@",
             "redis://:pw@h:0",
             "redis://:pw@h:99999",
@@ -389,5 +487,24 @@ mod tests {
             "{errs:?}"
         );
         assert!(errs.iter().all(|e| !e.message.contains("hunter2@")));
+    }
+
+    #[test]
+    fn the_issue_24_contract_parses() {
+        let c = Config::parse(
+            "[limits]\nstore = \"redis\"\nredis_url = \"rediss://127.0.0.1:6380/0\"\nredis_ca_file = \"/etc/ringgate/redis-ca.pem\"\nredis_username = \"ringgate\"\nredis_password_env = \"REDIS_PASSWORD\"\nredis_cluster = false\nmode = \"exact\"\n\n[fleet]\nshare = []\n",
+        )
+        .unwrap();
+        let u = c.limits.url().unwrap();
+        assert!(u.tls && !c.limits.cluster());
+        assert_eq!(u.username.as_deref(), Some("ringgate"));
+        assert_eq!(u.to_string(), "rediss://ringgate@127.0.0.1:6380/0");
+        // a CA file without TLS, an unknown mode, an unknown share: each on its line
+        let errs = Config::parse(
+            "[limits]\nstore = \"redis\"\nredis_url = \"redis://h\"\nredis_ca_file = \"ca.pem\"\nmode = \"approx\"\n[fleet]\nshare = [\"everything\"]\n",
+        )
+        .unwrap_err();
+        let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [Some(4), Some(5), Some(7)], "{errs:?}");
     }
 }

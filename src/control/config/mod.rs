@@ -57,6 +57,9 @@ pub struct Config {
     /// Where per-key counters live: each process, or a shared Redis (`config::limits`).
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `[fleet]`: what else a fleet shares through the limits store (`config::limits`).
+    #[serde(default)]
+    pub fleet: limits::FleetConfig,
     /// `[log]`: the access log (see `config::log`).
     #[serde(default)]
     pub log: LogConfig,
@@ -542,6 +545,7 @@ impl Config {
             routing_cells: Default::default(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
+            fleet: Default::default(),
             log: LogConfig::default(),
             responses: Default::default(),
             reload: Default::default(),

@@ -25,6 +25,11 @@
 //! adds the requests and tokens it admitted locally during the outage to the current window
 //! (`Governance::resync`). The lease is renewed every `redis_lease_ms / 3`.
 //!
+//! **TLS** (`rediss://`): rustls, trusting `redis_ca_file` or the system roots, the server's
+//! certificate checked against the URL's host (`tls`); the handshake is part of the connect
+//! deadline. **ACL users**: `AUTH <redis_username> <password>` (the password from
+//! `redis_password_env` or the URL).
+//!
 //! **Logging**: one line per state change per shard (down with the reason, up with what was
 //! caught up); script error replies at most one line a second. The password is never logged
 //! (`RedisUrl`'s `Display`). **Metrics**: `ringgate_limit_store_up`, errors by kind, requests
@@ -36,16 +41,20 @@
 use std::cell::{Cell, RefCell};
 use std::fmt::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use monoio::io::{AsyncReadRent, AsyncWriteRent, Split};
 use monoio::net::TcpStream;
 
 use crate::control::config::limits::{LimitsConfig, RedisUrl};
 use crate::observe::log::RateLimited;
 
+pub mod cluster;
 pub mod pipeline;
 pub mod resp;
 pub mod script;
+pub mod tls;
 
 use pipeline::{Fault, Pipeline};
 use resp::{Arg, Reply};
@@ -55,6 +64,33 @@ use script::{By, Ident, Op};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// TCP connect to `addr` and, for `rediss://`, the TLS handshake (the certificate checked
+/// against `name`, default the URL's host), within `CONNECT_TIMEOUT`.
+async fn open(s: &Settings, addr: SocketAddr, name: Option<&str>) -> Result<Conn, String> {
+    let fut = async {
+        let stream = TcpStream::connect_addr(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let Some(tls) = &s.tls else {
+            return Ok(Conn::Plain(stream));
+        };
+        let server = match name {
+            Some(n) => rustls::pki_types::ServerName::try_from(n.to_string())
+                .map_err(|e| format!("TLS: {n:?} is not a server name: {e}"))?,
+            None => tls.name.clone(),
+        };
+        match tls.connector.connect(server, stream).await {
+            Ok(s) => Ok(Conn::Tls(Box::new(s))),
+            Err(e) => Err(format!("TLS handshake: {}", std::io::Error::from(e))),
+        }
+    };
+    match monoio::time::timeout(CONNECT_TIMEOUT, fut).await {
+        Ok(r) => r,
+        Err(_) => Err("connect timed out".into()),
+    }
+}
 
 /// The process-wide store settings, read once at start.
 #[derive(Clone)]
@@ -68,6 +104,10 @@ pub struct Settings {
     pub closed: bool,
     /// This process's part of each shard's instance name (random).
     pub process: Box<str>,
+    /// `rediss://`: the connector and the name the certificate must carry.
+    pub tls: Option<tls::Tls>,
+    /// `redis_cluster = true`: `addr` is a seed node of a Cluster.
+    pub cluster: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -89,6 +129,13 @@ impl Settings {
                 url.password = Some(p);
             }
         }
+        let tls = match url.tls {
+            true => Some(tls::Tls::new(
+                &url.host,
+                l.redis_ca_file.as_ref().map(|c| c.get_ref().as_str()),
+            )?),
+            false => None,
+        };
         let addr = (url.host.as_str(), url.port)
             .to_socket_addrs()
             .map_err(|e| format!("limits.redis_url {url}: cannot resolve the host: {e}"))?
@@ -113,8 +160,25 @@ impl Settings {
             prefix: l.redis_prefix.get_ref().as_str().into(),
             closed: l.closed(),
             process: format!("{process:016x}").into(),
+            tls,
+            cluster: l.cluster(),
         }))
     }
+}
+
+/// The key of a plain command (its second word, as in `GET k` / `SET k v`).
+fn key_of<'a>(args: &[Arg<'a>]) -> &'a [u8] {
+    match args.get(1) {
+        Some(Arg::B(b)) => b,
+        Some(Arg::S(s)) => s.as_bytes(),
+        _ => b"",
+    }
+}
+
+/// A connection to the store: plain TCP or TLS over it.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<monoio_rustls::ClientTlsStream<TcpStream>>),
 }
 
 /// Fault kinds counted in `ringgate_limit_store_errors_total`.
@@ -138,6 +202,8 @@ pub struct Store {
     fallbacks: [Cell<u64>; 2],
     connects: Cell<u64>,
     reply_log: RateLimited,
+    /// `redis_cluster = true`: the slot map and a connection per master (`pipe` is unused).
+    cluster: Option<cluster::Cluster>,
 }
 
 impl std::fmt::Debug for Store {
@@ -152,6 +218,7 @@ impl Store {
             instance: format!("{}-{shard}", s.process).into(),
             live_prefix: script::live_prefix(&s.prefix).into(),
             sha: script::sha1(),
+            cluster: s.cluster.then(cluster::Cluster::default),
             s,
             shard,
             pipe: Pipeline::default(),
@@ -179,6 +246,89 @@ impl Store {
         &self.s.prefix
     }
 
+    /// How the limits' keys are named (hash-tagged on a Cluster).
+    pub fn ns(&self) -> script::Ns<'_> {
+        script::Ns {
+            prefix: &self.s.prefix,
+            tag: self.cluster.is_some(),
+        }
+    }
+
+    /// The node serving `key` on a Cluster (`Ok(None)`: not a Cluster, use `pipe`); a slot
+    /// without a connected node is a store error (and asks for a fresh map).
+    fn target(&self, key: &[u8]) -> Result<Option<Rc<cluster::Node>>, Fault> {
+        let Some(c) = &self.cluster else {
+            return Ok(None);
+        };
+        match c.route(key) {
+            Some(n) => Ok(Some(n)),
+            None => {
+                c.refresh.set(true);
+                c.changed.notify();
+                Err(Fault::Down)
+            }
+        }
+    }
+
+    fn pipe_of<'p>(&'p self, node: &'p Option<Rc<cluster::Node>>) -> &'p Pipeline {
+        node.as_ref().map_or(&self.pipe, |n| &n.pipe)
+    }
+
+    /// Send what `encode` writes to `key`'s node and wait for the reply until `deadline`,
+    /// following Cluster redirections (at most 3) and `NOSCRIPT` (once).
+    async fn exchange(
+        &self,
+        key: &[u8],
+        encode: &dyn Fn(&mut Vec<u8>, By<'_>),
+        deadline: Instant,
+    ) -> Result<Reply, Fault> {
+        let mut node = self.target(key)?;
+        let mut by = By::Sha(&self.sha);
+        let (mut asking, mut hops) = (false, 0);
+        loop {
+            let pipe = self.pipe_of(&node);
+            if asking {
+                pipe.send(|out| resp::command(out, &[Arg::S("ASKING")]));
+            }
+            let slot = pipe.call(|out| encode(out, by))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = match monoio::time::timeout(left, slot.wait()).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    self.count(Fault::Timeout);
+                    *self.reason.borrow_mut() =
+                        format!("no reply within {} ms", self.s.timeout.as_millis());
+                    pipe.fail(Fault::Timeout);
+                    return Err(Fault::Timeout);
+                }
+            };
+            let Some(e) = reply.error() else {
+                return Ok(reply);
+            };
+            if e.starts_with(b"NOSCRIPT") && matches!(by, By::Sha(_)) {
+                by = By::Source;
+                continue;
+            }
+            if let (Some(c), Some(r), true) = (&self.cluster, cluster::redirect(e), hops < 3) {
+                hops += 1;
+                crate::observe::metrics::bump(&c.redirects);
+                (node, asking) = match r {
+                    cluster::Redirect::Moved(slot, addr) => (
+                        Some(c.moved(&self.s, slot, addr).ok_or(Fault::Down)?),
+                        false,
+                    ),
+                    cluster::Redirect::Ask(_, addr) => {
+                        let n = c.node(&self.s, addr).filter(|n| n.up());
+                        (Some(n.ok_or(Fault::Down)?), true)
+                    }
+                };
+                continue;
+            }
+            self.reply_error(e);
+            return Err(Fault::Reply);
+        }
+    }
+
     fn ident(&self) -> Ident<'_> {
         Ident {
             instance: &self.instance,
@@ -204,31 +354,9 @@ impl Store {
             return Err(Fault::Down);
         }
         let deadline = Instant::now() + self.s.timeout;
-        let mut by = By::Sha(&self.sha);
-        loop {
-            let id = self.ident();
-            let slot = self.pipe.call(|out| op.encode(out, by, &id))?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            let reply = match monoio::time::timeout(left, slot.wait()).await {
-                Ok(r) => r?,
-                Err(_) => {
-                    self.count(Fault::Timeout);
-                    *self.reason.borrow_mut() =
-                        format!("no reply within {} ms", self.s.timeout.as_millis());
-                    self.pipe.fail(Fault::Timeout);
-                    return Err(Fault::Timeout);
-                }
-            };
-            if let Some(e) = reply.error() {
-                if e.starts_with(b"NOSCRIPT") && matches!(by, By::Sha(_)) {
-                    by = By::Source;
-                    continue;
-                }
-                self.reply_error(e);
-                return Err(Fault::Reply);
-            }
-            return Ok(reply);
-        }
+        let id = self.ident();
+        self.exchange(op.key(), &|out, by| op.encode(out, by, &id), deadline)
+            .await
     }
 
     /// An error reply to a request's call, or one that made no sense: counted, logged at most
@@ -247,8 +375,11 @@ impl Store {
 
     /// Queue `op` without waiting for its reply (false: not connected, nothing sent).
     pub fn send(&self, op: Op<'_>) -> bool {
+        let Ok(node) = self.target(op.key()) else {
+            return false;
+        };
         let id = self.ident();
-        self.pipe
+        self.pipe_of(&node)
             .send(|out| op.encode(out, By::Sha(&self.sha), &id))
     }
 
@@ -256,27 +387,20 @@ impl Store {
     /// `on_up` runs in the step that marks the store up (resync and catch-up: it queues
     /// commands and returns what it caught up, for the log).
     pub async fn maintain(&self, on_up: &dyn Fn() -> String) {
+        if let Some(c) = &self.cluster {
+            return self.maintain_cluster(c, on_up).await;
+        }
         let mut backoff = MIN_BACKOFF;
         loop {
             let started = Instant::now();
-            let fault =
-                match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect_addr(self.s.addr))
-                    .await
-                {
-                    Ok(Ok(stream)) => {
-                        let _ = stream.set_nodelay(true);
-                        crate::observe::metrics::bump(&self.connects);
-                        self.connection(stream, on_up).await
-                    }
-                    Ok(Err(e)) => {
-                        *self.reason.borrow_mut() = format!("connect: {e}");
-                        Fault::Connect
-                    }
-                    Err(_) => {
-                        *self.reason.borrow_mut() = "connect timed out".into();
-                        Fault::Connect
-                    }
-                };
+            let fault = match self.connect().await {
+                Ok(Conn::Plain(stream)) => self.connection(stream, on_up).await,
+                Ok(Conn::Tls(stream)) => self.connection(*stream, on_up).await,
+                Err(why) => {
+                    *self.reason.borrow_mut() = why;
+                    Fault::Connect
+                }
+            };
             self.up.set(false);
             if fault != Fault::Timeout {
                 // (a missed deadline was counted where it happened)
@@ -291,8 +415,95 @@ impl Store {
         }
     }
 
+    /// Connect to the store's address (counted).
+    async fn connect(&self) -> Result<Conn, String> {
+        let c = open(&self.s, self.s.addr, None).await?;
+        crate::observe::metrics::bump(&self.connects);
+        Ok(c)
+    }
+
+    /// A Cluster's life: the slot map (fetched at start, every `cluster::REFRESH`, and when a
+    /// redirect or a node's failure asks), the nodes' connections (their own tasks), the lease.
+    /// The store is up while every slot's master is connected; a node going down takes it down
+    /// (requests are decided as `on_store_error` says) until the map is whole again, and coming
+    /// back up resyncs like a reconnect.
+    async fn maintain_cluster(&self, c: &cluster::Cluster, on_up: &dyn Fn() -> String) {
+        let started = Instant::now();
+        let seed = self.s.addr;
+        let mut mapped: Option<Instant> = None;
+        let mut leased = started;
+        loop {
+            let now = Instant::now();
+            if c.nodes.borrow().is_empty() {
+                c.node(&self.s, seed);
+            }
+            let stale = mapped.is_none_or(|t| now.duration_since(t) >= cluster::REFRESH);
+            if c.refresh.get() || stale {
+                if let Some(n) = c.any_up(seed) {
+                    c.refresh.set(false);
+                    let asked = &[Arg::S("CLUSTER"), Arg::S("SLOTS")];
+                    let got = cluster::ask(&n.pipe, asked, now + CONNECT_TIMEOUT).await;
+                    match got.map(|r| cluster::parse_slots(&r, n.addr)) {
+                        Ok(Ok(ranges)) => {
+                            if !c.apply(&self.s, &ranges) {
+                                *self.reason.borrow_mut() =
+                                    "the slot map does not cover every slot".into();
+                            }
+                            mapped = Some(now);
+                        }
+                        Ok(Err(why)) => {
+                            self.count(Fault::Reply);
+                            *self.reason.borrow_mut() = why;
+                        }
+                        Err(f) => {
+                            *self.reason.borrow_mut() = format!("CLUSTER SLOTS: {}", f.as_str())
+                        }
+                    }
+                }
+            }
+            let ready = mapped.is_some() && c.all_up();
+            if ready && !self.up.get() {
+                // like a fresh connection: the lease, then (in the step that marks it up) resync
+                if self.renew_lease(now + CONNECT_TIMEOUT).await.is_ok() {
+                    leased = Instant::now();
+                    let caught_up = on_up();
+                    self.up.set(true);
+                    self.note(true, &caught_up);
+                }
+            } else if !ready {
+                if self.up.replace(false) {
+                    self.count(Fault::Connect);
+                    // a master went away: a failover may have moved its slots
+                    c.refresh.set(true);
+                }
+                if self.up.get() || started.elapsed() > 2 * CONNECT_TIMEOUT || c.failed() {
+                    if self.reason.borrow().is_empty() || mapped.is_some() {
+                        *self.reason.borrow_mut() = c.reason();
+                    }
+                    self.note(false, "");
+                }
+            } else if now.duration_since(leased) >= self.s.lease / 3 {
+                leased = now;
+                let _ = self.renew_lease(now + CONNECT_TIMEOUT).await;
+            }
+            let tick = if ready {
+                (self.s.lease / 3).min(cluster::REFRESH)
+            } else {
+                MIN_BACKOFF
+            };
+            monoio::select! {
+                _ = c.changed.wait() => {}
+                _ = monoio::time::sleep(tick) => {}
+            }
+        }
+    }
+
     /// One connection's life: handshake, up, lease renewals until something fails.
-    async fn connection(&self, stream: TcpStream, on_up: &dyn Fn() -> String) -> Fault {
+    async fn connection<S: Split + AsyncReadRent + AsyncWriteRent>(
+        &self,
+        stream: S,
+        on_up: &dyn Fn() -> String,
+    ) -> Fault {
         let life = async {
             if let Err(f) = self.handshake().await {
                 return f;
@@ -327,12 +538,17 @@ impl Store {
         if !self.up.get() {
             return Err(Fault::Down);
         }
-        self.command(args, Instant::now() + self.s.timeout).await
+        let deadline = Instant::now() + self.s.timeout;
+        self.exchange(key_of(args), &|out, _| resp::command(out, args), deadline)
+            .await
     }
 
     /// Queue one plain command without waiting for its reply (false: not connected).
     pub fn send_command(&self, args: &[Arg<'_>]) -> bool {
-        self.up.get() && self.pipe.send(|out| resp::command(out, args))
+        let Ok(node) = self.target(key_of(args)) else {
+            return false;
+        };
+        self.up.get() && self.pipe_of(&node).send(|out| resp::command(out, args))
     }
 
     /// Send one plain command and wait for its reply until `deadline`.
@@ -398,23 +614,29 @@ impl Store {
         self.renew_lease(deadline).await
     }
 
-    /// `SET <prefix>live:<instance> 1 PX <lease>`.
+    /// `SET <prefix>live:<instance> 1 PX <lease>` (on a Cluster, to the key's master).
     async fn renew_lease(&self, deadline: Instant) -> Result<(), Fault> {
         let key = format!("{}{}", self.live_prefix, self.instance);
         let ms = self.s.lease.as_millis() as u64;
-        match self
-            .command(
-                &[
-                    Arg::S("SET"),
-                    Arg::S(&key),
-                    Arg::S("1"),
-                    Arg::S("PX"),
-                    Arg::U(ms),
-                ],
-                deadline,
-            )
-            .await?
-        {
+        let args = [
+            Arg::S("SET"),
+            Arg::S(&key),
+            Arg::S("1"),
+            Arg::S("PX"),
+            Arg::U(ms),
+        ];
+        let reply = match self.cluster {
+            Some(_) => {
+                self.exchange(
+                    key.as_bytes(),
+                    &|out, _| resp::command(out, &args),
+                    deadline,
+                )
+                .await?
+            }
+            None => self.command(&args, deadline).await?,
+        };
+        match reply {
             Reply::Simple(_) => Ok(()),
             other => {
                 self.reply_error(other.error().unwrap_or(b"unexpected reply to SET"));
@@ -431,8 +653,12 @@ impl Store {
         self.logged.set(Some(up));
         let (shard, url) = (self.shard, &self.s.url);
         if up {
+            let kind = match &self.cluster {
+                Some(c) => format!(" (Cluster of {} masters)", c.nodes.borrow().len()),
+                None => String::new(),
+            };
             crate::observe::log::info(format_args!(
-                "shard {shard}: limit store {url} up: limits are shared{detail}"
+                "shard {shard}: limit store {url}{kind} up: limits are shared{detail}"
             ));
         } else {
             let then = if self.s.closed {
@@ -474,10 +700,10 @@ impl Store {
                 "ringgate_limit_store_errors_total{{shard=\"{shard}\",kind=\"{}\"}} {}",
                 f.as_str(),
                 self.errors[i].get()
-                    + if *f == Fault::Reply {
-                        self.pipe.ignored_errors.get()
-                    } else {
-                        0
+                    + match *f {
+                        Fault::Reply => self.pipe.ignored_errors.get(),
+                        Fault::Connect => self.cluster.as_ref().map_or(0, |c| c.failures()),
+                        _ => 0,
                     }
             );
         }
@@ -503,7 +729,31 @@ impl Store {
         let _ = writeln!(
             out,
             "ringgate_limit_store_connects_total{{shard=\"{shard}\"}} {}",
-            self.connects.get()
+            self.connects.get() + self.cluster.as_ref().map_or(0, cluster::Cluster::connects)
         );
+        if let Some(c) = &self.cluster {
+            help(
+                out,
+                "ringgate_limit_store_redirects_total",
+                "counter",
+                "Cluster MOVED and ASK replies followed.",
+            );
+            let _ = writeln!(
+                out,
+                "ringgate_limit_store_redirects_total{{shard=\"{shard}\"}} {}",
+                c.redirects.get()
+            );
+            help(
+                out,
+                "ringgate_limit_store_nodes_up",
+                "gauge",
+                "Cluster masters this shard is connected to.",
+            );
+            let up = c.nodes.borrow().iter().filter(|n| n.up()).count();
+            let _ = writeln!(
+                out,
+                "ringgate_limit_store_nodes_up{{shard=\"{shard}\"}} {up}"
+            );
+        }
     }
 }

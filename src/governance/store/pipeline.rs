@@ -21,8 +21,7 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, Splitable};
-use monoio::net::TcpStream;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, Split, Splitable};
 
 use super::resp::{self, Reply};
 
@@ -83,20 +82,20 @@ impl Slot {
 
 /// A wake-up for one waiting task (set → the next `wait` returns at once).
 #[derive(Default)]
-struct Notify {
+pub struct Notify {
     set: Cell<bool>,
     waker: Cell<Option<Waker>>,
 }
 
 impl Notify {
-    fn notify(&self) {
+    pub fn notify(&self) {
         self.set.set(true);
         if let Some(w) = self.waker.take() {
             w.wake();
         }
     }
 
-    fn wait(&self) -> impl Future<Output = ()> + '_ {
+    pub fn wait(&self) -> impl Future<Output = ()> + '_ {
         poll_fn(move |cx| {
             if self.set.replace(false) {
                 Poll::Ready(())
@@ -186,8 +185,8 @@ impl Pipeline {
         self.open.set(true);
     }
 
-    /// Serve `stream` (after `start`) until it fails; returns why.
-    pub async fn serve(&self, stream: TcpStream) -> Fault {
+    /// Serve `stream` (plain TCP or TLS, after `start`) until it fails; returns why.
+    pub async fn serve<S: Split + AsyncReadRent + AsyncWriteRent>(&self, stream: S) -> Fault {
         let (mut rd, mut wr) = stream.into_split();
         let writing = async {
             let mut spare = Vec::new();

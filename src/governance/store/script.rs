@@ -41,14 +41,33 @@ pub fn window(unix_ms: u64) -> (u64, u64) {
     (unix_ms / WINDOW_MS, WINDOW_MS - unix_ms % WINDOW_MS)
 }
 
-/// `<prefix>rpm:<name>:<w>` / `<prefix>tpm:<name>:<w>`.
-pub fn window_key(prefix: &str, what: &str, name: &str, w: u64) -> Vec<u8> {
-    format!("{prefix}{what}:{name}:{w}").into_bytes()
+/// Where key names start (`redis_prefix`) and whether a key's name goes in a hash tag
+/// (`{<name>}`, on a Cluster: every key of one virtual key then hashes to one slot, so each
+/// script call touches one slot).
+#[derive(Debug, Clone, Copy)]
+pub struct Ns<'a> {
+    pub prefix: &'a str,
+    pub tag: bool,
+}
+
+impl Ns<'_> {
+    fn key(&self, what: &str, name: &str, rest: std::fmt::Arguments<'_>) -> Vec<u8> {
+        let p = self.prefix;
+        match self.tag {
+            true => format!("{p}{what}:{{{name}}}{rest}").into_bytes(),
+            false => format!("{p}{what}:{name}{rest}").into_bytes(),
+        }
+    }
+}
+
+/// `<prefix>rpm:<name>:<w>` / `<prefix>tpm:<name>:<w>` (`{<name>}` on a Cluster).
+pub fn window_key(ns: Ns<'_>, what: &str, name: &str, w: u64) -> Vec<u8> {
+    ns.key(what, name, format_args!(":{w}"))
 }
 
 /// `<prefix>spend:<name>:<period>:<period start>` (nano-USD spent in a budget period).
-pub fn spend_key(prefix: &str, name: &str, period: &str, start: i64) -> Vec<u8> {
-    format!("{prefix}spend:{name}:{period}:{start}").into_bytes()
+pub fn spend_key(ns: Ns<'_>, name: &str, period: &str, start: i64) -> Vec<u8> {
+    ns.key("spend", name, format_args!(":{period}:{start}"))
 }
 
 /// Lifetime of a spend counter of `period` after its last write (0: forever).
@@ -62,8 +81,8 @@ pub fn spend_ttl_ms(period: &str) -> u64 {
 }
 
 /// `<prefix>inflight:<name>`.
-pub fn in_flight_key(prefix: &str, name: &str) -> Vec<u8> {
-    format!("{prefix}inflight:{name}").into_bytes()
+pub fn in_flight_key(ns: Ns<'_>, name: &str) -> Vec<u8> {
+    ns.key("inflight", name, format_args!(""))
 }
 
 /// `<prefix>live:` (+ instance: the lease key).
@@ -102,6 +121,17 @@ pub enum Op<'a> {
     Release { hash: &'a [u8] },
     /// This instance has `n` requests in flight (after a reconnect).
     Sync { hash: &'a [u8], n: u64 },
+}
+
+impl<'a> Op<'a> {
+    /// The first key the call touches (they all share its slot on a Cluster).
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            Op::Admit { rpm_key, .. } => rpm_key,
+            Op::Tokens { key, .. } | Op::Add { key, .. } => key,
+            Op::Release { hash } | Op::Sync { hash, .. } => hash,
+        }
+    }
 }
 
 /// How the script is named in a call.
@@ -268,9 +298,26 @@ mod tests {
         assert_eq!(window(0), (0, 60_000));
         assert_eq!(window(1_700_000_039_999), (28_333_333, 1));
         assert_eq!(window(1_700_000_040_000), (28_333_334, 60_000));
+        let ns = Ns {
+            prefix: "rg:",
+            tag: false,
+        };
         assert_eq!(
-            window_key("rg:", "rpm", "team-a", 7),
+            window_key(ns, "rpm", "team-a", 7),
             b"rg:rpm:team-a:7".to_vec()
+        );
+        let tagged = Ns { tag: true, ..ns };
+        assert_eq!(
+            window_key(tagged, "rpm", "team-a", 7),
+            b"rg:rpm:{team-a}:7".to_vec()
+        );
+        assert_eq!(
+            spend_key(tagged, "team-a", "day", 86_400),
+            b"rg:spend:{team-a}:day:86400".to_vec()
+        );
+        assert_eq!(
+            in_flight_key(tagged, "team-a"),
+            b"rg:inflight:{team-a}".to_vec()
         );
         assert_eq!(sha1().len(), 40);
         assert!(sha1().iter().all(u8::is_ascii_hexdigit));

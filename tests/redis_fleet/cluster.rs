@@ -1,0 +1,117 @@
+//! A 3-master Redis Cluster (`redis_cluster = true`): the limits' keys of one virtual key
+//! share a slot (hash tags), each call goes to its slot's master, and a slot moved after the
+//! gateways fetched the map is followed through `MOVED`.
+
+use crate::harness::{Gateway, RedisCluster};
+use crate::{spread_key, window_with};
+
+const KEYS: [(&str, &str); 3] = [
+    (
+        "team-a",
+        "rg-fleet-cluster-a-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+    ),
+    (
+        "team-b",
+        "rg-fleet-cluster-b-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+    ),
+    (
+        "team-c",
+        "rg-fleet-cluster-c-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+    ),
+];
+
+fn config(shards: usize, driver: &str, seed: u16) -> String {
+    let mut keys = String::new();
+    for (name, secret) in KEYS {
+        keys.push_str(&format!(
+            "[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\nrpm = 20\n\n",
+            crate::common::key_digest_hex(secret)
+        ));
+    }
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+shards = {shards}
+pin = false
+driver = "{driver}"
+
+[limits]
+store = "redis"
+redis_url = "redis://127.0.0.1:{seed}"
+redis_cluster = true
+redis_timeout_ms = 2000
+
+[[provider]]
+name = "mock"
+kind = "mock"
+profile = "instant"
+
+[[model]]
+name = "gpt-4o-mini"
+provider = "mock"
+
+{keys}"#
+    )
+}
+
+#[test]
+fn two_gateways_share_rpm_on_a_cluster_and_follow_a_moved_slot() {
+    let cluster = RedisCluster::start();
+    let seed = cluster.nodes[0].port;
+    let a = Gateway::start(&config(1, "epoll", seed));
+    let b = Gateway::start(&config(2, "io_uring", seed));
+    a.wait_metric("ringgate_limit_store_up", 1);
+    b.wait_metric("ringgate_limit_store_up", 2);
+    assert!(a.log().contains("(Cluster of 3 masters)"), "{}", a.log());
+    a.wait_metric("ringgate_limit_store_nodes_up", 3);
+    b.wait_metric("ringgate_limit_store_nodes_up", 6);
+    // team-c's slot moves to another master after both gateways have the map
+    let slot: u16 = cluster.nodes[0]
+        .cmd(&["CLUSTER", "KEYSLOT", "team-c"])
+        .parse()
+        .unwrap();
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    cluster.move_slot(slot, to);
+    assert_eq!(cluster.owner(slot), to);
+    window_with(25);
+    let mut owners = Vec::new();
+    for (name, secret) in KEYS {
+        let (ok, limited, mut remaining) = spread_key(&[&a, &b], secret, 30);
+        assert_eq!(
+            (ok, limited),
+            (20, 10),
+            "{name}: remaining seen {remaining:?}"
+        );
+        remaining.sort_unstable();
+        assert_eq!(remaining, (0..20).collect::<Vec<u64>>(), "{name}");
+        // the window's counter is on its slot's master, with the name as its hash tag
+        let slot: u16 = cluster.nodes[0]
+            .cmd(&["CLUSTER", "KEYSLOT", name])
+            .parse()
+            .unwrap();
+        let owner = cluster.owner(slot);
+        let w = crate::unix_ms() / 60_000;
+        let key = format!("ringgate:rpm:{{{name}}}:{w}");
+        assert_eq!(cluster.nodes[owner].cmd(&["GET", &key]), "20", "{key}");
+        owners.push(owner);
+    }
+    assert_eq!(owners[2], to, "team-c is counted where its slot went");
+    owners.sort_unstable();
+    owners.dedup();
+    assert!(
+        owners.len() >= 2,
+        "the keys' slots are on one master only: {owners:?}"
+    );
+    let redirects = |g: &Gateway| g.metric("ringgate_limit_store_redirects_total");
+    assert!(redirects(&a) + redirects(&b) >= 1, "no MOVED was followed");
+    for g in [&a, &b] {
+        assert_eq!(
+            g.metric("ringgate_limit_store_fallbacks_total"),
+            0,
+            "{}",
+            g.log()
+        );
+    }
+}
