@@ -8,9 +8,11 @@
 //! Windows are wall-clock minutes: a test that counts within one window first waits until
 //! enough of the current minute is left (`window_with`), so it may wait up to ~25 s.
 
+#[path = "redis_fleet/cluster.rs"]
 mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "redis_fleet/harness.rs"]
 mod harness;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,10 +51,6 @@ key_sha256 = "{}"
 "#,
         common::key_digest_hex(SECRET)
     )
-}
-
-fn chat() -> Vec<u8> {
-    chat_as(SECRET)
 }
 
 fn chat_as(secret: &str) -> Vec<u8> {

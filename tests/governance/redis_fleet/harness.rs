@@ -2,7 +2,7 @@
 //! rcgen, an ACL user) on free ports in temp dirs, and real gateway processes (the binary)
 //! with their stderr kept for assertions. Everything started here is killed on drop.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,10 +80,6 @@ impl Redis {
         };
         r.restart();
         r
-    }
-
-    pub fn plain() -> Redis {
-        Redis::start(RedisOpts::default())
     }
 
     /// Start (again) on the same port.
