@@ -85,6 +85,8 @@ pub struct Tried<'s> {
     /// The deployment of the last attempt: (route index, deployment index).
     pub served: Option<(u32, u32)>,
     pub attempts: u32,
+    /// The request's span state while it is traced: each attempt adds its CLIENT span.
+    pub otel: Option<Box<crate::observe::telemetry::Request>>,
 }
 
 impl Tried<'_> {
@@ -223,8 +225,27 @@ pub async fn open<'s>(
         tried.served = Some((cand.route.index as u32, cand.deployment_index as u32));
         tried.attempts = attempts.attempts();
         let timeout = attempts.attempt_timeout(Instant::now());
-        let call = (client, op, client_headers);
+        // traced: this attempt's CLIENT span and the `traceparent` naming it
+        let mut trace_lines = Vec::new();
+        if let (Some(o), Some(tel)) = (tried.otel.as_deref_mut(), &shard.telemetry) {
+            let a =
+                crate::observe::telemetry::Attempt::new(cand.deployment, &planned.upstream_model);
+            tel.attempt(o, a, &mut trace_lines);
+        }
+        let call = (client, op, client_headers, &trace_lines[..]);
         let sent = attempt(conn, shard, &cand, &planned, fields, call, timeout).await;
+        if let Some(o) = tried.otel.as_deref_mut() {
+            match &sent {
+                Ok(ex) => {
+                    let s = ex.head.status;
+                    o.attempt_ended(Some(s), None, Reason::from_status(s).map(Reason::as_str));
+                }
+                Err(NoHead::ClientGone) => o.attempt_ended(None, Some("client_gone"), None),
+                Err(NoHead::Failed(e)) => {
+                    o.attempt_ended(None, Some(e.code()), reason_of(e).map(Reason::as_str))
+                }
+            }
+        }
         drop(planned.body);
         permit.shrink(charged);
         let now = Instant::now();
@@ -413,7 +434,7 @@ async fn attempt<'s>(
     cand: &Candidate<'_>,
     planned: &plan::Plan<'_>,
     fields: &RoutingFields,
-    (client, op, client_headers): (Dialect, Op, &ClientHeaders),
+    (client, op, client_headers, trace_lines): (Dialect, Op, &ClientHeaders, &[u8]),
     first_byte_timeout: Duration,
 ) -> Result<Exchange<'s>, NoHead> {
     let provider = &cand.deployment.provider;
@@ -445,7 +466,10 @@ async fn attempt<'s>(
         )
     })?;
     // the provider's own lines, plus what the header policy forwards from the client
-    let headers = client_headers.upstream_lines(provider.kind, cand.auth_headers());
+    let mut headers = client_headers.upstream_lines(provider.kind, cand.auth_headers());
+    if !trace_lines.is_empty() {
+        headers.to_mut().extend_from_slice(trace_lines);
+    }
     let req = UpstreamRequest {
         endpoint,
         path,

@@ -159,6 +159,12 @@ impl UsageScan {
         }
     }
 
+    /// (cache-read, cache-creation) input tokens the answer reported (Anthropic's
+    /// `cache_read_input_tokens` / `cache_creation_input_tokens`), each `None` when absent.
+    pub fn cached(&self) -> (Option<u64>, Option<u64>) {
+        (self.values[CACHE_READ], self.values[CACHE_CREATE])
+    }
+
     /// (input, output) tokens the answer reported, `None` when it reported none. Input counts
     /// every prompt token (Anthropic's cache reads and writes included); output counts every
     /// generated token (Gemini's thoughts included). An answer with only a total (e.g.

@@ -100,8 +100,25 @@ pub struct RequestHead {
     pub cache_control: Option<Range<usize>>,
     /// `x-ringgate-cache` value (`refresh`: answer from upstream, store the new answer).
     pub x_ringgate_cache: Option<Range<usize>>,
+    /// W3C trace context (read only while `[telemetry]` is on).
+    pub traceparent: Option<Range<usize>>,
+    pub tracestate: Option<Range<usize>>,
     /// Where the `Passed` headers are, every occurrence in order (usually none).
     pub passed: smallvec::SmallVec<[(Passed, Range<usize>); 2]>,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Head => "HEAD",
+            Method::Options => "OPTIONS",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Other => "_OTHER",
+        }
+    }
 }
 
 impl RequestHead {
@@ -211,6 +228,8 @@ pub fn parse(
     let mut x_request_id = None;
     let mut cache_control = None;
     let mut x_ringgate_cache = None;
+    let mut traceparent = None;
+    let mut tracestate = None;
     let mut passed = smallvec::SmallVec::new();
 
     for h in req.headers.iter() {
@@ -254,6 +273,8 @@ pub fn parse(
             13 if is(b"authorization") => first(&mut authorization, value),
             13 if is(b"cache-control") => cache_control = Some(range_of(buf, value)),
             16 if is(b"x-ringgate-cache") => x_ringgate_cache = Some(range_of(buf, value)),
+            11 if is(b"traceparent") => traceparent = Some(range_of(buf, value)),
+            10 if is(b"tracestate") => tracestate = Some(range_of(buf, value)),
             14 if is(b"content-length") => {
                 if content_length.is_some() {
                     return Err(Error::new(Kind::BadRequest, "duplicate Content-Length"));
@@ -351,6 +372,8 @@ pub fn parse(
         x_request_id,
         cache_control,
         x_ringgate_cache,
+        traceparent,
+        tracestate,
         passed,
     }))
 }

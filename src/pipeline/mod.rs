@@ -240,6 +240,8 @@ struct Req {
     trace: Trace,
     shape: ErrorShape,
     keep: bool,
+    /// Its span state, when `[telemetry]` traces it (`telemetry`).
+    otel: Option<Box<crate::observe::telemetry::Request>>,
 }
 
 /// How a request failed before its answer started.
@@ -274,10 +276,14 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         trace: Trace::new(conn.head_at),
         shape: ErrorShape::OpenAi,
         keep: false,
+        otel: None,
     };
     let outcome = match serve(conn, head, shard, &routing, &mut req).await {
         Ok(o) => o,
         Err(Fail::Error(e)) => {
+            if let Some(o) = req.otel.as_deref_mut() {
+                o.error = Some(e.code());
+            }
             let wt = shard.limits.write_timeout;
             Outcome::error(conn, &e, req.shape, req.keep, wt).await
         }
@@ -295,6 +301,15 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         id.as_str(),
         conn.bytes_out,
     );
+    if let (Some(o), Some(tel)) = (req.otel.take(), &shard.telemetry) {
+        let key = req.trace.key.and_then(|k| shard.governance.key_name(k));
+        let ended = crate::observe::telemetry::Ended {
+            status: outcome.status,
+            request_id: id.as_str(),
+            key: key.as_deref(),
+        };
+        crate::observe::telemetry::request_ended(tel, &routing.routes, &req.trace, o, &ended);
+    }
     outcome.keep_alive
 }
 
@@ -316,6 +331,17 @@ async fn serve(
     // route by path (head only)
     let path = head.path(&conn.buf);
     let target = classify(head.method, path);
+    // trace context and sampling (nothing when `[telemetry]` is off)
+    if let (Some(tel), Ok(Target::Api(d, op))) = (&shard.telemetry, &target) {
+        let buf = &conn.buf;
+        req.otel = tel.begin(
+            head.header(buf, &head.traceparent),
+            head.header(buf, &head.tracestate),
+            head.method.as_str(),
+            path,
+            crate::observe::telemetry::operation(*d, *op),
+        );
+    }
     // Answer unclassified or refused requests in the dialect the path suggests.
     if path.starts_with(b"/v1/messages") {
         req.shape = ErrorShape::Anthropic;
@@ -498,6 +524,9 @@ async fn serve(
     if shard.access_log.on() {
         req.trace.model = Some(fields.model.as_str().into());
     }
+    if let (Some(o), Some(tel)) = (req.otel.as_deref_mut(), &shard.telemetry) {
+        o.routed(&fields.model, dialect, &body, tel.capture());
+    }
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
@@ -535,15 +564,28 @@ async fn serve(
         ))
         .await
         {
-            Lookup::Hit(o) => return Ok(o),
-            Lookup::Miss(m) => miss = Some(m),
+            Lookup::Hit(o) => {
+                if let Some(t) = req.otel.as_deref_mut() {
+                    t.cache = Some("hit");
+                }
+                return Ok(o);
+            }
+            Lookup::Miss(m) => {
+                if let Some(t) = req.otel.as_deref_mut() {
+                    t.cache = Some("miss");
+                }
+                miss = Some(m)
+            }
             Lookup::Pass => {}
         }
     }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
-    let mut tried = Tried::default();
+    let mut tried = Tried {
+        otel: req.otel.take(),
+        ..Tried::default()
+    };
     let open_start = Instant::now();
     let opened = forward::open::open(
         conn,
@@ -564,6 +606,7 @@ async fn serve(
     req.trace.upstream = open_end.saturating_duration_since(open_start);
     req.trace.served = tried.served;
     req.trace.attempts = tried.attempts;
+    req.otel = tried.otel.take();
     tried.write_headers(&mut conn.resp_headers);
     let mut opened = opened?;
 
@@ -583,6 +626,9 @@ async fn serve(
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
     req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
+    if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), grant.as_mut()) {
+        o.cache_tokens = g.usage().cached();
+    }
     drop(opened);
     if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {
         crate::cache::serve::store(c, conn, shard, m, outcome.status);

@@ -221,6 +221,11 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         Some((log, writer)) => (Some(log), Some(writer)),
         None => (None, None),
     };
+    let telemetry = crate::observe::telemetry::Telemetry::start(
+        &cfg.telemetry,
+        hub.process.telemetry_spans.clone(),
+    )?
+    .map(|(t, _thread)| t);
     let admin_hub = hub.clone();
     let reloader = Arc::new(
         crate::control::reload::Reloader::new(
@@ -273,6 +278,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let responses = responses.clone();
             let peers = peers.clone();
             let key_guesses = key_guesses.clone();
+            let telemetry = telemetry.clone();
             async move {
                 let s = &cfg.server;
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
@@ -325,6 +331,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     metrics_here,
                     cache,
                     cache_remote,
+                    telemetry: telemetry.map(crate::observe::telemetry::ShardTelemetry::new),
                 });
                 drop(cfg);
                 if let Some(t) = &tls_listeners {

@@ -3,6 +3,8 @@
 //! ```toml
 //! [log]
 //! access = "stdout"   # "off" (default) | "stdout" | a file path (appended to, created 0640)
+//! requests_file = "/var/log/ringgate/requests.jsonl"   # request log export (off by default)
+//! requests_file_max_bytes = "64MiB"                    # rotate at this size (keeps one previous file)
 //! ```
 //!
 //! Owns: `LogConfig`, `AccessLog` and their validation. Must not: open files (see `accesslog`).
@@ -11,18 +13,26 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{line_of, ConfigError};
+use crate::admit::ByteSize;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `off` (default), `stdout`, or a file path: one JSON line per request.
     pub access: Spanned<String>,
+    /// The request log export (`telemetry::requests`): one JSON line per request, with usage,
+    /// cost and trace id, to this file, rotated by size.
+    pub requests_file: Option<String>,
+    /// Rotate the request log at this size (the previous file is kept as `<file>.1`).
+    pub requests_file_max_bytes: ByteSize,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             access: Spanned::new(0..0, "off".to_string()),
+            requests_file: None,
+            requests_file_max_bytes: ByteSize(64 << 20),
         }
     }
 }
@@ -47,14 +57,28 @@ impl LogConfig {
     pub(super) fn validate(&self, text: &str) -> Vec<ConfigError> {
         let a = self.access.get_ref();
         let span = self.access.span();
+        let mut errors = Vec::new();
         if a.is_empty() || a.contains('\0') || a.trim() != a {
-            vec![ConfigError {
+            errors.push(ConfigError {
                 line: (span.end > 0).then(|| line_of(text, span.start)),
                 message: format!("log.access {a:?}: expected \"off\", \"stdout\" or a file path"),
-            }]
-        } else {
-            Vec::new()
+            });
         }
+        if let Some(f) = &self.requests_file {
+            if f.is_empty() || f.contains('\0') || f.trim() != f || f.ends_with('/') {
+                errors.push(ConfigError {
+                    line: None,
+                    message: format!("log.requests_file {f:?}: expected a file path"),
+                });
+            }
+        }
+        if self.requests_file_max_bytes.0 < 4096 {
+            errors.push(ConfigError {
+                line: None,
+                message: "log.requests_file_max_bytes: at least 4KiB".into(),
+            });
+        }
+        errors
     }
 }
 

@@ -26,12 +26,14 @@ pub mod origin;
 pub mod reload;
 pub mod responses;
 pub mod routing;
+pub mod telemetry;
 mod validate;
 pub use cache::CacheConfig;
 pub use keys::{AuthMode, KeyConfig};
 pub use limits::LimitsConfig;
 pub use log::{AccessLog, LogConfig};
 pub use routing::{ApiKeyConfig, BreakerConfig, DeploymentConfig, DeploymentRef, RoutingConfig};
+pub use telemetry::TelemetryConfig;
 
 /// The whole file. Every field has a default; see docs/configuration.md.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,6 +96,9 @@ pub struct Config {
     /// `[[guardrail]]`: PII and secret detectors (see `guardrail`, docs/guardrails.md).
     #[serde(default, rename = "guardrail")]
     pub guardrails: Vec<crate::guardrail::config::GuardrailConfig>,
+    /// `[telemetry]`: OTLP trace export (see `config::telemetry`, docs/telemetry.md).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -445,6 +450,7 @@ impl Config {
         };
         let mut errors = cfg.validate(text);
         errors.extend(cfg.log.validate(text));
+        errors.extend(cfg.telemetry.validate());
         cfg.hash = text_hash(text);
         (Some(cfg), errors)
     }
@@ -554,6 +560,7 @@ impl Config {
             admin: None,
             cache: CacheConfig::default(),
             guardrails: Vec::new(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 

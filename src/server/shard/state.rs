@@ -70,4 +70,6 @@ pub struct Shard {
     pub cache: Option<std::sync::Arc<crate::cache::Cache>>,
     /// This shard's connection to the cache's Redis (`[cache] store = "redis"`).
     pub cache_remote: Option<std::rc::Rc<crate::cache::redis::Remote>>,
+    /// OTLP trace export (`[telemetry]`); `None` when off (one branch per request).
+    pub telemetry: Option<crate::observe::telemetry::ShardTelemetry>,
 }

@@ -1,0 +1,249 @@
+//! The exporter thread: spans from the bounded queue, batched (at most 512, or what came
+//! within 1 s of a batch's first span), encoded as an OTLP `ExportTraceServiceRequest` and
+//! POSTed to `{otlp_endpoint}/v1/traces` (`application/x-protobuf`) over plain HTTP/1.1.
+//!
+//! A failed batch (no connection, a timeout, 429/502/503/504) is retried twice, 0.5 s then
+//! 1 s later, while the collector had been answering; once it has failed, each later batch gets
+//! one try until one succeeds. A batch that still fails, or that the collector refuses (any
+//! other status), is dropped and counted `failed`. Connect timeout 2 s, each read and write
+//! 5 s: a hung collector costs the thread time, never memory — meanwhile the queue fills and
+//! the shards' spans are dropped and counted there.
+//!
+//! Owns: `start` and the thread. Must not: run on a shard, or hold more than one batch.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+
+use super::proto::{self, KeyValue, Value};
+use super::Counts;
+use crate::control::config::telemetry::OtlpEndpoint;
+use crate::control::config::TelemetryConfig;
+
+pub const MAX_BATCH: usize = 512;
+pub const BATCH_WAIT: Duration = Duration::from_secs(1);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF: [Duration; 2] = [Duration::from_millis(500), Duration::from_millis(1000)];
+/// The collector's answer is read up to this much (its body is not needed).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// Start the thread; its queue holds `queue_spans` spans.
+pub fn start(
+    cfg: &TelemetryConfig,
+    target: OtlpEndpoint,
+    counts: Arc<Counts>,
+) -> io::Result<(SyncSender<proto::Span>, JoinHandle<()>)> {
+    let (tx, rx) = sync_channel(cfg.queue_spans);
+    let post = Post::new(cfg, target);
+    let handle = std::thread::Builder::new()
+        .name("rg-telemetry".into())
+        .spawn(move || run(rx, post, &counts))?;
+    Ok((tx, handle))
+}
+
+/// Where and how batches go: the request head (all but the length), resource and scope.
+struct Post {
+    target: OtlpEndpoint,
+    head: Vec<u8>,
+    resource: proto::Resource,
+}
+
+impl Post {
+    fn new(cfg: &TelemetryConfig, target: OtlpEndpoint) -> Post {
+        let mut head = Vec::new();
+        let host = if target.host.contains(':') {
+            format!("[{}]:{}", target.host, target.port)
+        } else {
+            format!("{}:{}", target.host, target.port)
+        };
+        let _ = write!(
+            head,
+            "POST {}/v1/traces HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/x-protobuf\r\nconnection: close\r\nuser-agent: ringgate/{}\r\n",
+            target.prefix,
+            env!("CARGO_PKG_VERSION")
+        );
+        for (name, var) in &cfg.headers_env {
+            match std::env::var(var) {
+                Ok(v) if !v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) => {
+                    let _ = write!(head, "{name}: {v}\r\n");
+                }
+                _ => eprintln!(
+                    "telemetry: headers_env {name:?}: environment variable {var} is not set (or not a header value); the header is not sent"
+                ),
+            }
+        }
+        let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        let mut attrs = vec![
+            KeyValue::new("service.name", Value::String(cfg.service_name.clone())),
+            KeyValue::new(
+                "service.version",
+                Value::String(env!("CARGO_PKG_VERSION").into()),
+            ),
+        ];
+        if !host_name.is_empty() {
+            attrs.push(KeyValue::new("host.name", Value::String(host_name)));
+        }
+        Post {
+            target,
+            head,
+            resource: proto::Resource { attributes: attrs },
+        }
+    }
+
+    fn encode(&self, spans: Vec<proto::Span>) -> Vec<u8> {
+        proto::ExportTraceServiceRequest {
+            resource_spans: vec![proto::ResourceSpans {
+                resource: Some(self.resource.clone()),
+                scope_spans: vec![proto::ScopeSpans {
+                    scope: Some(proto::InstrumentationScope {
+                        name: "ringgate".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                    }),
+                    spans,
+                }],
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    /// One POST: the status the collector answered.
+    fn send(&self, body: &[u8]) -> io::Result<u16> {
+        let addr = (self.target.host.as_str(), self.target.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+        let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        s.set_write_timeout(Some(IO_TIMEOUT))?;
+        let _ = s.set_nodelay(true);
+        let mut req = Vec::with_capacity(self.head.len() + 32 + body.len());
+        req.extend_from_slice(&self.head);
+        let _ = write!(req, "content-length: {}\r\n\r\n", body.len());
+        req.extend_from_slice(body);
+        s.write_all(&req)?;
+        // the status line is all that is needed; read until it is whole, bounded
+        let mut buf = vec![0u8; 1024];
+        let mut n = 0;
+        let mut total = 0;
+        loop {
+            if let Some(end) = buf[..n].windows(2).position(|w| w == b"\r\n") {
+                return parse_status(&buf[..end]);
+            }
+            if n == buf.len() || total >= MAX_ANSWER {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "status line too long",
+                ));
+            }
+            let r = s.read(&mut buf[n..])?;
+            if r == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no answer"));
+            }
+            n += r;
+            total += r;
+        }
+    }
+}
+
+fn parse_status(line: &[u8]) -> io::Result<u16> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad status line");
+    if !line.starts_with(b"HTTP/1.") || line.len() < 12 || line[8] != b' ' {
+        return Err(bad());
+    }
+    std::str::from_utf8(&line[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)
+}
+
+fn retryable(r: &io::Result<u16>) -> bool {
+    match r {
+        Ok(s) => matches!(s, 429 | 502 | 503 | 504),
+        Err(_) => true,
+    }
+}
+
+fn run(rx: Receiver<proto::Span>, post: Post, counts: &Counts) {
+    let mut healthy = true;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    loop {
+        match rx.recv() {
+            Ok(s) => batch.push(s),
+            Err(_) => return,
+        }
+        let deadline = Instant::now() + BATCH_WAIT;
+        let mut last = false;
+        while batch.len() < MAX_BATCH {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(s) => batch.push(s),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    last = true;
+                    break;
+                }
+            }
+        }
+        let n = batch.len() as u64;
+        let body = post.encode(std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH)));
+        let mut r = post.send(&body);
+        if healthy {
+            for pause in BACKOFF {
+                if !retryable(&r) || last {
+                    break;
+                }
+                std::thread::sleep(pause);
+                r = post.send(&body);
+            }
+        }
+        match r {
+            Ok(200..=299) => {
+                healthy = true;
+                counts.exported.fetch_add(n, Ordering::Relaxed);
+            }
+            Ok(status) => {
+                // a collector that answers but refuses is not down: retry next time again
+                healthy = !retryable(&Ok(status));
+                eprintln!("telemetry: the collector answered {status}; {n} spans dropped");
+                counts.failed.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if healthy {
+                    eprintln!("telemetry: export failed ({e}); {n} spans dropped (counted in ringgate_telemetry_spans_total)");
+                }
+                healthy = false;
+                counts.failed.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        if last {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status(b"HTTP/1.1 200 OK").unwrap(), 200);
+        assert_eq!(parse_status(b"HTTP/1.0 503 x").unwrap(), 503);
+        assert!(parse_status(b"HTTP/2 200").is_err());
+        assert!(parse_status(b"garbage").is_err());
+        assert!(
+            retryable(&Ok(503))
+                && !retryable(&Ok(400))
+                && retryable(&Err(io::ErrorKind::Other.into()))
+        );
+    }
+}

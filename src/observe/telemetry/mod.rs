@@ -1,0 +1,281 @@
+//! OpenTelemetry traces of the gateway's API requests (`[telemetry]`, docs/telemetry.md): one
+//! SERVER span per API request with the GenAI semantic-convention attributes, one CLIENT child
+//! span per upstream attempt, W3C trace context in (the caller's `traceparent` is the parent)
+//! and out (each attempt carries a `traceparent` naming its CLIENT span), head sampling that
+//! honours a caller's sampled flag, exported over OTLP/HTTP by one helper thread (`export`).
+//!
+//! A shard only builds finished spans and *tries* the bounded queue: a full queue drops the
+//! span and counts it, so a slow, failing or hung collector never blocks a shard nor grows
+//! memory. Off (no `otlp_endpoint`), a shard holds `None` and a request pays one branch; a
+//! request that is not sampled and has no caller context allocates nothing.
+//!
+//! Owns: `Telemetry` (process-wide), `ShardTelemetry`, `Request` (one request's span state,
+//! boxed in its `Trace`), `Attempt`. Must not: do IO on a shard, block, or keep content unless
+//! `capture_content` is on (then truncated to `content_max_bytes`).
+
+pub mod context;
+pub mod export;
+pub mod proto;
+mod span;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::control::config::TelemetryConfig;
+use context::{Context, Ids};
+
+pub use span::{operation, request_ended, Ended};
+
+/// Spans by what became of them (`ringgate_telemetry_spans_total{result}`).
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub exported: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl Counts {
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        out.push_str(
+            "# HELP ringgate_telemetry_spans_total Trace spans: exported (the collector took them), dropped (queue full), failed (the collector refused them or could not be reached after retries).\n# TYPE ringgate_telemetry_spans_total counter\n",
+        );
+        for (r, n) in [
+            ("exported", &self.exported),
+            ("dropped", &self.dropped),
+            ("failed", &self.failed),
+        ] {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "ringgate_telemetry_spans_total{{result=\"{r}\"}} {n}");
+        }
+    }
+}
+
+/// The process's trace export: the queue's sending side and its settings.
+pub struct Telemetry {
+    tx: SyncSender<proto::Span>,
+    pub counts: Arc<Counts>,
+    /// Sampled when a fresh random `u64` is below this (`u64::MAX` with ratio 1: always).
+    bound: u64,
+    always: bool,
+    pub capture: bool,
+    pub content_max: usize,
+}
+
+impl Telemetry {
+    /// Start the exporter thread when `[telemetry]` names an endpoint (`Ok(None)` otherwise).
+    pub fn start(
+        cfg: &TelemetryConfig,
+        counts: Arc<Counts>,
+    ) -> std::io::Result<Option<(Arc<Telemetry>, std::thread::JoinHandle<()>)>> {
+        let Some(url) = &cfg.otlp_endpoint else {
+            return Ok(None);
+        };
+        let target = crate::control::config::telemetry::parse_endpoint(url)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (tx, handle) = export::start(cfg, target, counts.clone())?;
+        let ratio = cfg.sample_ratio.clamp(0.0, 1.0);
+        Ok(Some((
+            Arc::new(Telemetry {
+                tx,
+                counts,
+                bound: (ratio * u64::MAX as f64) as u64,
+                always: ratio >= 1.0,
+                capture: cfg.capture_content,
+                content_max: cfg.content_max_bytes,
+            }),
+            handle,
+        )))
+    }
+
+    /// Queue a finished span; a full queue drops it (counted), never waits.
+    fn send(&self, s: proto::Span) {
+        match self.tx.try_send(s) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A shard's handle: the process's export and the shard's own id source.
+pub struct ShardTelemetry {
+    shared: Arc<Telemetry>,
+    ids: Ids,
+}
+
+impl ShardTelemetry {
+    pub fn new(shared: Arc<Telemetry>) -> ShardTelemetry {
+        ShardTelemetry {
+            shared,
+            ids: Ids::new(),
+        }
+    }
+
+    pub fn capture(&self) -> Option<usize> {
+        self.shared.capture.then_some(self.shared.content_max)
+    }
+
+    /// A new API request with the caller's `traceparent` / `tracestate` header values: its
+    /// span state when it is sampled (the caller's flag, else `sample_ratio`) or has a caller
+    /// context to pass on; `None` (nothing allocated) otherwise.
+    pub fn begin(
+        &self,
+        traceparent: Option<&[u8]>,
+        tracestate: Option<&[u8]>,
+        method: &'static str,
+        path: &[u8],
+        operation: &'static str,
+    ) -> Option<Box<Request>> {
+        let parent = traceparent.and_then(context::parse_traceparent);
+        let sampled = match parent {
+            Some((_, _, flag)) => flag,
+            None => self.shared.always || self.ids.next_u64() < self.shared.bound,
+        };
+        if !sampled && parent.is_none() {
+            return None;
+        }
+        let ctx = Context {
+            trace_id: parent.map(|p| p.0).unwrap_or_else(|| self.ids.trace_id()),
+            span_id: self.ids.span_id(),
+            parent: parent.map(|p| p.1),
+            sampled,
+            state: parent.and(tracestate).and_then(context::valid_tracestate),
+        };
+        Some(Box::new(Request {
+            ctx,
+            method,
+            operation,
+            cache_tokens: (None, None),
+            path: String::from_utf8_lossy(&path[..path.len().min(256)]).into(),
+            request_model: None,
+            params: Params::default(),
+            attempts: Vec::new(),
+            cache: None,
+            input: None,
+            error: None,
+        }))
+    }
+
+    /// An upstream attempt starts: its CLIENT span's id, and the `traceparent` line it sends
+    /// appended to `lines`.
+    pub fn attempt(&self, req: &mut Request, a: Attempt, lines: &mut Vec<u8>) {
+        let mut a = a;
+        a.span_id = self.ids.span_id();
+        context::upstream_lines(lines, &req.ctx, &a.span_id);
+        if req.attempts.len() < MAX_ATTEMPT_SPANS {
+            req.attempts.push(a);
+        }
+    }
+}
+
+/// CLIENT spans kept per request (a retry storm does not grow a request's state without end).
+pub const MAX_ATTEMPT_SPANS: usize = 16;
+
+/// Sampling parameters the request asked for (`gen_ai.request.*`).
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+}
+
+/// One API request's span state (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub ctx: Context,
+    pub method: &'static str,
+    /// `gen_ai.operation.name`.
+    pub operation: &'static str,
+    /// (cache-read, cache-creation) input tokens the answer reported.
+    pub cache_tokens: (Option<u64>, Option<u64>),
+    /// `url.path` (at most 256 bytes).
+    pub path: Box<str>,
+    pub request_model: Option<Box<str>>,
+    pub params: Params,
+    pub attempts: Vec<Attempt>,
+    /// `ringgate.cache`: `hit` or `miss` when the response cache looked.
+    pub cache: Option<&'static str>,
+    /// `capture_content`: the request body, truncated.
+    pub input: Option<Box<str>>,
+    /// `error.type` of a failure answered by the gateway.
+    pub error: Option<&'static str>,
+}
+
+impl Request {
+    /// What the routed body says: the model and its sampling parameters; with capture on, the
+    /// body itself (truncated on a character boundary).
+    pub fn routed(
+        &mut self,
+        model: &str,
+        dialect: crate::dialect::Dialect,
+        body: &[u8],
+        capture: Option<usize>,
+    ) {
+        self.request_model = Some(model.into());
+        self.params = span::params_of(dialect, body);
+        if let Some(max) = capture {
+            let text = String::from_utf8_lossy(&body[..body.len().min(max)]);
+            let mut text = text.into_owned();
+            while text.len() > max {
+                text.pop();
+            }
+            self.input = Some(text.into());
+        }
+    }
+
+    /// The last attempt ended: its status, or how it failed, and why it was retried.
+    pub fn attempt_ended(
+        &mut self,
+        status: Option<u16>,
+        error: Option<&'static str>,
+        retry: Option<&'static str>,
+    ) {
+        if let Some(a) = self.attempts.last_mut() {
+            a.end = Some(Instant::now());
+            a.status = status;
+            a.error = error;
+            a.retry = retry;
+        }
+    }
+}
+
+/// One upstream attempt's CLIENT span.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub span_id: [u8; 8],
+    pub start: Instant,
+    pub end: Option<Instant>,
+    /// (`server.address`, `server.port`); `None` for the in-process mock.
+    pub server: Option<(Box<str>, u16)>,
+    pub deployment: Box<str>,
+    pub provider: &'static str,
+    pub model: Box<str>,
+    pub status: Option<u16>,
+    pub error: Option<&'static str>,
+    pub retry: Option<&'static str>,
+}
+
+impl Attempt {
+    pub fn new(dep: &crate::route::Deployment, model: &str) -> Attempt {
+        Attempt {
+            span_id: [0; 8],
+            start: Instant::now(),
+            end: None,
+            server: dep
+                .provider
+                .endpoint
+                .as_ref()
+                .map(|e| (e.host.as_str().into(), e.port)),
+            deployment: dep.label.as_str().into(),
+            provider: span::provider_name(dep.provider.kind),
+            model: model.into(),
+            status: None,
+            error: None,
+            retry: None,
+        }
+    }
+}
