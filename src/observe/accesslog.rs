@@ -231,6 +231,10 @@ pub struct Entry<'a> {
     pub attempts: u32,
     /// Guardrail hits, `type:count` pairs (written only when some guardrail matched).
     pub guardrail_hits: Option<&'a str>,
+    /// The request log export's extras (`telemetry::requests`; the access log leaves them
+    /// out): what the answer cost, in nano-USD, and the request's trace id.
+    pub cost_nano_usd: Option<u64>,
+    pub trace_id: Option<[u8; 16]>,
 }
 
 impl Entry<'_> {
@@ -284,6 +288,26 @@ impl Entry<'_> {
         if let Some(h) = self.guardrail_hits {
             out.extend_from_slice(b",\"guardrail_hits\":");
             string(out, Some(h));
+        }
+        if let Some(c) = self.cost_nano_usd {
+            out.extend_from_slice(b",\"cost_usd\":");
+            int(out, c / 1_000_000_000);
+            out.push(b'.');
+            let mut frac = c % 1_000_000_000;
+            let mut d = [b'0'; 9];
+            for slot in d.iter_mut().rev() {
+                *slot = b'0' + (frac % 10) as u8;
+                frac /= 10;
+            }
+            out.extend_from_slice(&d);
+        }
+        if let Some(t) = &self.trace_id {
+            out.extend_from_slice(b",\"trace_id\":\"");
+            for b in t {
+                out.push(b"0123456789abcdef"[(b >> 4) as usize]);
+                out.push(b"0123456789abcdef"[(b & 15) as usize]);
+            }
+            out.push(b'"');
         }
         out.extend_from_slice(b"}\n");
     }
@@ -420,6 +444,8 @@ mod tests {
             bytes_out: 2000,
             attempts: 1,
             guardrail_hits: None,
+            cost_nano_usd: None,
+            trace_id: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The end of a request: its `Trace` counted into the shard's request metrics and, when the
-//! access log is on, written as one line (see `accesslog`).
+//! access log or the request log export is on, written as one line to each (see `accesslog`,
+//! `telemetry::requests`).
 //!
 //! Owns: `request_ended`. Must not: do IO or block (the access log only buffers a line).
 
@@ -11,7 +12,7 @@ use crate::route::RouteTable;
 use crate::server::shard::Shard;
 
 /// Count the request `t` that ended now with `status`, after `bytes_out` bytes to its client.
-/// `routes` is the table the request ran on.
+/// `routes` is the table the request ran on; `trace_id` its trace's, when it is traced.
 pub fn request_ended(
     shard: &Shard,
     routes: &RouteTable,
@@ -19,6 +20,7 @@ pub fn request_ended(
     status: u16,
     request_id: &str,
     bytes_out: u64,
+    trace_id: Option<[u8; 16]>,
 ) {
     let now = Instant::now();
     let dep = t
@@ -26,12 +28,12 @@ pub fn request_ended(
         .and_then(|(r, d)| routes.route(r as usize)?.deployments.get(d as usize));
     let provider = dep.map(|d| d.provider.index as u32);
     shard.metrics.requests.observe(t, status, provider, now);
-    if !shard.access_log.on() {
+    if !shard.access_log.on() && !shard.request_log.on() {
         return;
     }
     let latency = now.saturating_duration_since(t.start);
     let key = t.key.and_then(|k| shard.governance.key_name(k));
-    shard.access_log.write(&Entry {
+    let mut entry = Entry {
         request_id,
         key: key.as_deref(),
         endpoint: t.endpoint.as_str(),
@@ -49,5 +51,16 @@ pub fn request_ended(
         bytes_out,
         attempts: t.attempts,
         guardrail_hits: t.guardrail_hits.as_deref(),
-    });
+        cost_nano_usd: None,
+        trace_id: None,
+    };
+    shard.access_log.write(&entry);
+    if shard.request_log.on() {
+        entry.cost_nano_usd = match (dep, t.tokens) {
+            (Some(d), Some((i, o))) => Some(d.price.cost_nanos(i, o)),
+            _ => None,
+        };
+        entry.trace_id = trace_id;
+        shard.request_log.write(&entry);
+    }
 }

@@ -92,6 +92,7 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
         status,
         id.as_str(),
         conn.bytes_out,
+        None,
     );
 }
 
@@ -300,6 +301,7 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         outcome.status,
         id.as_str(),
         conn.bytes_out,
+        req.otel.as_ref().map(|o| o.ctx.trace_id),
     );
     if let (Some(o), Some(tel)) = (req.otel.take(), &shard.telemetry) {
         let key = req.trace.key.and_then(|k| shard.governance.key_name(k));
@@ -521,7 +523,7 @@ async fn serve(
     req.trace.route = Some(route.index as u32);
     req.trace.stream = fields.stream;
     fields.tenant = tenant;
-    if shard.access_log.on() {
+    if shard.access_log.on() || shard.request_log.on() {
         req.trace.model = Some(fields.model.as_str().into());
     }
     if let (Some(o), Some(tel)) = (req.otel.as_deref_mut(), &shard.telemetry) {

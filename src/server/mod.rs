@@ -62,6 +62,8 @@ pub struct Running {
     handles: Vec<JoinHandle<()>>,
     /// The access-log writer (ends after the shards, once it wrote their last lines).
     log_writer: Option<JoinHandle<()>>,
+    /// The request log export's writer (the same).
+    request_log_writer: Option<JoinHandle<()>>,
     admin: Option<crate::control::admin::Admin>,
     state: Option<Arc<crate::control::state::Store>>,
 }
@@ -82,6 +84,9 @@ impl Running {
             let _ = h.join();
         }
         if let Some(w) = self.log_writer {
+            let _ = w.join();
+        }
+        if let Some(w) = self.request_log_writer {
             let _ = w.join();
         }
         if let Some(a) = self.admin {
@@ -226,6 +231,14 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         hub.process.telemetry_spans.clone(),
     )?
     .map(|(t, _thread)| t);
+    let (request_log, request_log_writer) = match crate::observe::telemetry::requests::start(
+        cfg.log.requests_file.as_deref(),
+        cfg.log.requests_file_max_bytes.bytes(),
+        hub.process.request_log_dropped.clone(),
+    )? {
+        Some((log, writer)) => (Some(log), Some(writer)),
+        None => (None, None),
+    };
     let admin_hub = hub.clone();
     let reloader = Arc::new(
         crate::control::reload::Reloader::new(
@@ -270,6 +283,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .with_store(store.clone().map(|s| governance::store::Store::new(s, id)));
             let book = book.clone();
             let access_log = ShardLog::new(access_log.clone());
+            let request_log = ShardLog::new(request_log.clone());
             let cache = cache.clone();
             let cache_remote = cache_redis
                 .clone()
@@ -327,6 +341,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     drain_time: Duration::from_millis(s.drain_timeout_ms),
                     request_ids: IdGen::new(id, tag),
                     access_log,
+                    request_log,
                     stopping: sd.clone(),
                     metrics_here,
                     cache,
@@ -377,6 +392,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         keys_checked,
         handles,
         log_writer,
+        request_log_writer,
         admin,
         state,
     })
@@ -388,7 +404,7 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         let s = shard.clone();
         monoio::spawn(async move { s.governance.maintain_store().await });
     }
-    if shard.access_log.on() {
+    if shard.access_log.on() || shard.request_log.on() {
         monoio::spawn(flush_access_log(shard.clone()));
     }
     if let Some(r) = shard.cache_remote.clone() {
@@ -436,6 +452,7 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     // Drained: the last access-log lines go to the writer, and this shard's end of its queue
     // closes.
     shard.access_log.finish();
+    shard.request_log.finish();
 }
 
 /// Connections over `max_connections` per shard whose first request is read (to answer
@@ -462,5 +479,6 @@ async fn flush_access_log(shard: Rc<Shard>) {
     loop {
         monoio::time::sleep(crate::observe::accesslog::FLUSH_EVERY).await;
         shard.access_log.flush();
+        shard.request_log.flush();
     }
 }

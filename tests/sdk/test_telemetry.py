@@ -200,11 +200,14 @@ def collector():
     c.close()
 
 
-def config(upstream, shards, telemetry):
+def config(upstream, shards, telemetry, log=""):
     return f"""
 [server]
 listen = "127.0.0.1:0"
 shards = {shards}
+
+[log]
+{log}
 
 [telemetry]
 {telemetry}
@@ -230,6 +233,8 @@ api_key_env = "RG_TEST_GEMINI_KEY"
 name = "gpt-x"
 provider = "oa"
 upstream_model = "up-gpt"
+price_input_per_mtok = 1.0
+price_output_per_mtok = 2.0
 
 [[model]]
 name = "claude-x"
@@ -251,8 +256,9 @@ ENV = {"RG_TEST_ANTHROPIC_KEY": "sk-an", "RG_TEST_GEMINI_KEY": "gm-key",
        "RG_SDK_TELEMETRY_KEY": KEY}
 
 
-def gateway_on(upstream, driver, shards, telemetry):
-    return serve_config(config(upstream, shards, telemetry), {"RINGGATE_DRIVER": driver, **ENV})
+def gateway_on(upstream, driver, shards, telemetry, log=""):
+    return serve_config(config(upstream, shards, telemetry, log),
+                        {"RINGGATE_DRIVER": driver, **ENV})
 
 
 @pytest.fixture(scope="module")
@@ -406,7 +412,7 @@ def metric(base, name, labels):
     # /metrics is on the main listener for a loopback gateway
     text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
     for line in text.splitlines():
-        if line.startswith(name + "{") and labels in line:
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and labels in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -517,3 +523,45 @@ def test_bad_collector_costs_requests_nothing(upstream, driver, shards, mode):
     finally:
         if bad:
             bad.close()
+
+
+# ---- the request log export ----------------------------------------------------------------
+
+def test_request_log_lines_and_rotation(upstream, collector, driver, shards, tmp_path):
+    path = tmp_path / "requests.jsonl"
+    log = f'requests_file = "{path}"\nrequests_file_max_bytes = "4KiB"'
+    tel = f'otlp_endpoint = "{collector.url}"'
+    for base in gateway_on(upstream, driver, shards, tel, log):
+        trace_id, _, tp = traceparent()
+        call(base, "openai", "gpt-x", False, {"traceparent": tp})
+        deadline = time.time() + 30
+        line = None
+        while time.time() < deadline and line is None:
+            if path.exists():
+                for l in path.read_text().splitlines():
+                    if trace_id in l:
+                        line = json.loads(l)
+            time.sleep(0.1)
+        assert line, "the request's line never arrived"
+        assert line["trace_id"] == trace_id
+        assert line["key"] == "tel"
+        assert line["model"] == "gpt-x"
+        assert (line["tokens_in"], line["tokens_out"]) == (USAGE_IN, USAGE_OUT)
+        assert line["cost_usd"] == pytest.approx(USAGE_IN * 1e-6 + USAGE_OUT * 2e-6)
+        assert line["status"] == 200
+        # ~400 bytes a line: 40 requests pass 4 KiB a few times
+        c = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=20)
+        for _ in range(40):
+            c.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "x"}])
+            time.sleep(0.02)
+        old = tmp_path / "requests.jsonl.1"
+        deadline = time.time() + 30
+        while time.time() < deadline and not old.exists():
+            time.sleep(0.1)
+        assert old.exists()
+        assert old.stat().st_size <= 4096
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.jsonl", "requests.jsonl.1"]
+        for f in (path, old):
+            for l in f.read_text().splitlines():
+                json.loads(l)
+        assert metric(base, "ringgate_request_log_dropped_total", "") == 0

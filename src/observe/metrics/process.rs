@@ -17,6 +17,8 @@ pub struct ProcessMetrics {
     reloads_failed: AtomicU64,
     /// Access-log lines dropped (shared with the access log, which counts them).
     pub access_log_dropped: Arc<AtomicU64>,
+    /// Request-log lines dropped (shared with the request log export).
+    pub request_log_dropped: Arc<AtomicU64>,
     /// Trace spans by result (shared with the telemetry export, which counts them).
     pub telemetry_spans: Arc<crate::observe::telemetry::Counts>,
     /// Process-wide lines of a part that lives above this module (the response cache).
@@ -91,6 +93,14 @@ impl ProcessMetrics {
         );
         let dropped = self.access_log_dropped.load(Ordering::Relaxed);
         let _ = writeln!(out, "ringgate_access_log_dropped_total {dropped}");
+        help(
+            out,
+            "ringgate_request_log_dropped_total",
+            "counter",
+            "Request-log export lines dropped because its writer fell behind (queue full) or the file could not be written.",
+        );
+        let dropped = self.request_log_dropped.load(Ordering::Relaxed);
+        let _ = writeln!(out, "ringgate_request_log_dropped_total {dropped}");
         self.telemetry_spans.render(out);
         if let Some(f) = self.extra.get() {
             (f.0)(out);

@@ -195,6 +195,7 @@ fn run(rx: Receiver<proto::Span>, post: Post, counts: &Counts) {
         }
         let n = batch.len() as u64;
         let body = post.encode(std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH)));
+        let was_healthy = healthy;
         let mut r = post.send(&body);
         if healthy {
             for pause in BACKOFF {
@@ -213,11 +214,13 @@ fn run(rx: Receiver<proto::Span>, post: Post, counts: &Counts) {
             Ok(status) => {
                 // a collector that answers but refuses is not down: retry next time again
                 healthy = !retryable(&Ok(status));
-                eprintln!("telemetry: the collector answered {status}; {n} spans dropped");
+                if was_healthy {
+                    eprintln!("telemetry: the collector answered {status}; {n} spans dropped (counted in ringgate_telemetry_spans_total)");
+                }
                 counts.failed.fetch_add(n, Ordering::Relaxed);
             }
             Err(e) => {
-                if healthy {
+                if was_healthy {
                     eprintln!("telemetry: export failed ({e}); {n} spans dropped (counted in ringgate_telemetry_spans_total)");
                 }
                 healthy = false;

@@ -16,6 +16,7 @@
 pub mod context;
 pub mod export;
 pub mod proto;
+pub mod requests;
 mod span;
 
 use std::sync::atomic::{AtomicU64, Ordering};

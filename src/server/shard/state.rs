@@ -60,6 +60,8 @@ pub struct Shard {
     pub request_ids: IdGen,
     /// This shard's access-log buffer (off: nothing).
     pub access_log: ShardLog,
+    /// The request log export (`[log] requests_file`; off: nothing inside).
+    pub request_log: ShardLog,
     /// The process-wide drain signal, read only by `/readyz` (503 from the moment it fires).
     pub stopping: crate::server::shutdown::Shutdown,
     /// The Responses state store of translated routes (process-wide, this shard's charge).
