@@ -562,6 +562,8 @@ fn observability(c: &mut Criterion) {
         bytes_out: 4_567,
         attempts: 1,
         guardrail_hits: None,
+        cost_nano_usd: None,
+        trace_id: None,
     };
     let off = ShardLog::new(None);
     g.bench_function("access_log_off", |b| {

@@ -26,6 +26,10 @@
 //!   as SIGTERM, bounded by `drain_timeout_ms`); the process then stays up with this listener
 //!   until SIGTERM/SIGINT, so an orchestrator can watch it and stop it.
 //!
+//! - **Status page** (`GET /admin/`): one self-contained HTML page that asks for the token and
+//!   shows the box from the JSON endpoints (`page`); served without the token (it holds no
+//!   data).
+//!
 //! Owns: the admin thread, its listener, its per-address limits, request routing and the token
 //! check. Must not: touch a shard's state (it sees the key registry, the published metrics
 //! snapshots and the shutdown signal only).
@@ -33,6 +37,7 @@
 mod cache;
 mod json;
 mod keys;
+mod page;
 mod usage;
 
 pub(crate) use json::object as json_object;
@@ -246,7 +251,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, ctx: Rc<Ctx>) {
 /// One answer: status, content type, body.
 struct Reply {
     status: u16,
-    json: bool,
+    content_type: &'static [u8],
+    /// More header lines (each ending in CRLF).
+    headers: &'static [u8],
     body: Vec<u8>,
 }
 
@@ -254,7 +261,8 @@ impl Reply {
     fn json(status: u16, v: &Value) -> Reply {
         Reply {
             status,
-            json: true,
+            content_type: b"application/json",
+            headers: b"",
             body: v.to_string().into_bytes(),
         }
     }
@@ -357,16 +365,11 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
                 continue;
             }
         };
-        let ct: &[u8] = if reply.json {
-            b"application/json"
-        } else {
-            b"text/plain; version=0.0.4"
-        };
         let ok = conn
             .respond(
                 reply.status,
-                ct,
-                b"",
+                reply.content_type,
+                reply.headers,
                 &reply.body,
                 keep,
                 LIMITS.write_timeout,
@@ -419,7 +422,8 @@ fn route(
             }
             return only(method, Method::Get, || Reply {
                 status: 200,
-                json: false,
+                content_type: b"text/plain; version=0.0.4",
+                headers: b"",
                 body: ctx.hub.render_published().into_bytes(),
             });
         }
@@ -427,6 +431,9 @@ fn route(
     }
     if !path.starts_with("/admin/") {
         return Err(Error::new(Kind::NotFound, format!("no route for {path}")));
+    }
+    if path == "/admin/" {
+        return only(method, Method::Get, page::reply);
     }
     match authorized {
         Some(true) => {}
