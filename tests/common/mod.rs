@@ -102,6 +102,19 @@ pub fn quiet_logs() {
     ringgate::observe::log::set_sink(|line| eprintln!("{line}"));
 }
 
+/// `quiet_logs` at the start of every test process that includes this module, before any test
+/// runs (an ELF constructor, like the `ctor` crate's): a test that starts a gateway before it
+/// calls a builder here — or runs alone in its own process, as under cargo-nextest — is quiet
+/// too. A line the gateway logged with no test's capture set still reaches stderr.
+#[used]
+#[link_section = ".init_array"]
+static QUIET_LOGS_AT_START: extern "C" fn() = {
+    extern "C" fn quiet_logs_at_start() {
+        quiet_logs();
+    }
+    quiet_logs_at_start
+};
+
 /// Whether `id` is a request id the gateway made (`rg-{shard}-{tag}-{n}`) on one of `v`'s
 /// shards (which shard a connection lands on is the kernel's choice).
 pub fn is_gateway_id(id: &str, v: Variant) -> bool {

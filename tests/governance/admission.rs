@@ -60,10 +60,12 @@ fn huge_declared_body_is_refused_before_it_is_sent() {
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1073741824\r\n\r\n",
         )
         .unwrap();
+        // the body is never sent: a 413 can only come from the head (a gateway that read the
+        // body first would answer nothing, or 408 at its body deadline)
         let t0 = Instant::now();
         let r = read_response(&mut s, &mut Vec::new()).unwrap();
         assert_eq!(r.status, 413, "{d}");
-        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
         assert!(
             is_closed(&mut s),
             "{d}: body never read, so the connection closes"
@@ -187,25 +189,45 @@ fn block_mode_waits_then_serves_or_times_out() {
         );
         gw.stop();
 
-        // a short deadline behind a long stream: 503 at the deadline
+        // a short deadline behind a long stream: 503 at the deadline, while the stream still
+        // holds the budget. The stream is the paced mock's (one delta every 20 ms, 250 of
+        // them: ~5 s), and the waiting request is sent once the stream's head has arrived (it
+        // holds its permit then), not after a fixed sleep.
+        let paced = start_mock(Profile::Paced, d);
         let gw = start_gateway(
-            mock.addr,
+            paced.addr,
             d,
             &admission(d, "400KiB", "block", "queue_timeout_ms = 100"),
         );
         let addr = gw.addr;
+        let (head_tx, head_rx) = std::sync::mpsc::channel();
         let long = std::thread::spawn(move || {
             let body =
-                large_body(0).replace("\"max_tokens\":8", "\"max_tokens\":50,\"stream\":true");
-            request(addr, &post("/v1/chat/completions", &body))
+                large_body(0).replace("\"max_tokens\":8", "\"max_tokens\":250,\"stream\":true");
+            let mut s = connect(addr);
+            s.write_all(&post("/v1/chat/completions", &body)).unwrap();
+            let mut buf = Vec::new();
+            let mut tmp = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut tmp).unwrap();
+                assert!(n > 0, "EOF before the stream's head");
+                buf.extend_from_slice(&tmp[..n]);
+            }
+            head_tx.send(()).unwrap();
+            let r = read_response(&mut s, &mut buf).unwrap();
+            (r.status, Instant::now())
         });
-        std::thread::sleep(Duration::from_millis(100));
+        head_rx.recv().unwrap();
         let t0 = Instant::now();
         let r = request(addr, &post("/v1/chat/completions", &large_body(1)));
         let waited = t0.elapsed();
-        assert_eq!(r.status, 503, "{d}");
+        let answered = Instant::now();
+        assert_eq!(r.status, 503, "{d}: {}", r.text());
+        // the timer cannot fire early; it fires near its 100 ms, far from the stream's ~5 s (a
+        // bound 30 times the deadline: no race with a loaded machine's scheduling); and the 503
+        // came from the deadline, not from capacity the stream's end freed (checked below)
         assert!(
-            waited >= Duration::from_millis(90) && waited < Duration::from_millis(450),
+            waited >= Duration::from_millis(90) && waited < Duration::from_secs(3),
             "{d}: waited {waited:?}"
         );
         wait_metric(
@@ -214,9 +236,15 @@ fn block_mode_waits_then_serves_or_times_out() {
             1,
             "the timed-out wait is counted",
         );
-        assert_eq!(long.join().unwrap().status, 200);
+        let (long_status, long_ended) = long.join().unwrap();
+        assert_eq!(long_status, 200, "{d}");
+        assert!(
+            long_ended > answered,
+            "{d}: the stream ended before the 503: the wait was not cut by its deadline"
+        );
         wait_requests_released(addr, "budget returns to zero");
         gw.stop();
+        paced.stop();
         mock.stop();
     }
 }
@@ -289,9 +317,21 @@ fn connections_over_the_cap_get_503_and_are_closed() {
         assert_eq!(r.header("retry-after"), Some("1"));
         assert!(is_closed(&mut c));
         drop(a);
-        std::thread::sleep(Duration::from_millis(100));
-        let r = request(gw.addr, &get("/healthz"));
-        assert_eq!(r.status, 200, "{d}: a slot freed up");
+        // the slot frees once the gateway has seen the close: until then a new connection is
+        // still refused (503); within 10 s it must be served
+        let t0 = Instant::now();
+        loop {
+            let r = request(gw.addr, &get("/healthz"));
+            if r.status == 200 {
+                break;
+            }
+            assert_eq!(r.status, 503, "{d}: {}", r.text());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{d}: a slot never freed up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         gw.stop();
         mock.stop();
     }

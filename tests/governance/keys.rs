@@ -238,12 +238,18 @@ fn max_in_flight_refuses_the_request_over_it() {
             s.write_all(&post_with("/v1/chat/completions", &bearer(SECRET), slow))
                 .unwrap();
             let mut buf = Vec::new();
-            // the head arrives at once (SSE), the body over ~0.5 s
-            let r = read_response(&mut s, &mut buf).unwrap();
+            // the head arrives at once (SSE): the stream holds the key's slot from then on
+            let mut tmp = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut tmp).unwrap();
+                assert!(n > 0, "EOF before the stream's head");
+                buf.extend_from_slice(&tmp[..n]);
+            }
             tx.send(()).unwrap();
-            r.status
+            // the body over ~0.5 s
+            read_response(&mut s, &mut buf).unwrap().status
         });
-        std::thread::sleep(Duration::from_millis(150));
+        rx.recv().unwrap();
         let r = request(
             addr,
             &post_with("/v1/chat/completions", &bearer(SECRET), CHAT),
@@ -252,13 +258,27 @@ fn max_in_flight_refuses_the_request_over_it() {
         assert_eq!(r.header("retry-after"), Some("1"));
         assert!(r.text().contains("in flight"));
         assert_eq!(t.join().unwrap(), 200);
-        rx.recv().unwrap();
-        // the slot came back when the stream ended
-        let r = request(
-            addr,
-            &post_with("/v1/chat/completions", &bearer(SECRET), CHAT),
-        );
-        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        // the slot comes back when the stream has ended: the gateway gives it back after the
+        // last byte is written, so a request sent the moment the client read that byte may
+        // still find it taken (429 "in flight"); within 10 s it is served
+        let t0 = Instant::now();
+        loop {
+            let r = request(
+                addr,
+                &post_with("/v1/chat/completions", &bearer(SECRET), CHAT),
+            );
+            if r.status == 200 {
+                break;
+            }
+            assert_eq!(r.status, 429, "{d}: {}", r.text());
+            assert!(r.text().contains("in flight"), "{d}: {}", r.text());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{d}: the slot never came back: {}",
+                r.text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     });
 }
 

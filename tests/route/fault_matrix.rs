@@ -62,12 +62,51 @@ const FAULTS: &[&str] = &[
 /// fixes land (the test prints cells that now pass).
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
-/// Gateway timeouts for the matrix (small, so stalls end fast).
+/// Gateway timeouts in front of the stalling faults (small, so stalls end fast).
 const FIRST_BYTE_MS: u64 = 500;
 const GAP_MS: u64 = 500;
 const TOTAL_MS: u64 = 2000;
-/// Longest a cell may take: the total timeout plus scheduling slack on a busy machine.
-const BUDGET: Duration = Duration::from_millis(TOTAL_MS + 2500);
+/// The timeouts in front of every other fault, and of the healthy models: generous, so no
+/// answer the mock does give is a race against a timeout on a loaded machine (at load average
+/// 30 the 500 ms first-byte timeout above turned 429s, 5xx and a 200 ms slow first byte into
+/// 504s).
+const GENEROUS_MS: u64 = 8000;
+/// Slack on top of the total timeout for scheduling on a busy machine.
+const SLACK: Duration = Duration::from_millis(2500);
+
+/// The faults that only the gateway's timeouts end: the stalls, and a 1 GiB stream of SSE
+/// comments (a translated stream reads it all; a non-stream body that size is refused at
+/// once).
+fn stalls(fault: &str) -> bool {
+    fault.starts_with("stall") || fault == "huge-body"
+}
+
+/// (first byte, stream gap, total) timeouts of the gateway in front of `fault`'s mock.
+fn timeouts(fault: &str) -> (u64, u64, u64) {
+    if stalls(fault) {
+        (FIRST_BYTE_MS, GAP_MS, TOTAL_MS)
+    } else {
+        (GENEROUS_MS, GENEROUS_MS, GENEROUS_MS)
+    }
+}
+
+/// Faults whose cells each get their own stack: stale bytes on a pooled connection must be
+/// attributed to the cell that caused them, and a 429 cools the provider's key, so a cell
+/// sharing the stack would get the gateway's own 429 (Retry-After: the seconds left) or not,
+/// depending on when it started.
+fn stack_per_cell(fault: &str) -> bool {
+    fault.starts_with("extra-bytes") || fault.starts_with("429")
+}
+
+/// The faults after which the client must get a normal answer.
+fn answers_normally(fault: &str) -> bool {
+    fault.starts_with("extra-bytes") || fault.starts_with("slow-first-byte")
+}
+
+/// Longest a cell of `fault` may take: its total timeout plus scheduling slack.
+fn budget(fault: &str) -> Duration {
+    Duration::from_millis(timeouts(fault).2) + SLACK
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Cell {
@@ -134,7 +173,9 @@ fn cells() -> Vec<Cell> {
 }
 
 /// One mock (faulting every request for upstream model `fault`) and one gateway per fault: the
-/// gateway's upstream pool is shared only by cells of the same fault. The healthy models go
+/// gateway's upstream pool is shared only by cells of the same fault. The faulty models never
+/// wait for a key cooling after a 429 (`max_retry_wait_ms = 0`); the healthy models have
+/// generous timeouts, so a healthy answer is never a race against the short ones. The healthy models go
 /// through their own providers (same mock, so the same pooled connections): a 429 cools the
 /// key of the provider that got it (issue 9), which must not hold back the healthy requests.
 fn stack(fault: &str, v: Variant) -> Stack {
@@ -147,6 +188,7 @@ fn stack(fault: &str, v: Variant) -> Stack {
         seed: 1,
     };
     let mock = common::start_mock_faulty(Profile::Instant, driver, plan);
+    let (first_byte_ms, gap_ms, total_ms) = timeouts(fault);
     let cfg = format!(
         r#"
 [server]
@@ -156,9 +198,9 @@ pin = false
 driver = "{driver}"
 
 [upstream]
-first_byte_timeout_ms = {FIRST_BYTE_MS}
-stream_gap_timeout_ms = {GAP_MS}
-total_timeout_ms = {TOTAL_MS}
+first_byte_timeout_ms = {first_byte_ms}
+stream_gap_timeout_ms = {gap_ms}
+total_timeout_ms = {total_ms}
 
 [[provider]]
 name = "oa"
@@ -174,11 +216,13 @@ base_url = "http://{{mock}}"
 name = "f-oa"
 provider = "oa"
 upstream_model = "fault"
+max_retry_wait_ms = 0
 
 [[model]]
 name = "f-an"
 provider = "an"
 upstream_model = "fault"
+max_retry_wait_ms = 0
 
 [[provider]]
 name = "oa-ok"
@@ -194,11 +238,15 @@ base_url = "http://{{mock}}"
 name = "ok-oa"
 provider = "oa-ok"
 upstream_model = "ok"
+first_byte_timeout_ms = {GENEROUS_MS}
+timeout_ms = {GENEROUS_MS}
 
 [[model]]
 name = "ok-an"
 provider = "an-ok"
 upstream_model = "ok"
+first_byte_timeout_ms = {GENEROUS_MS}
+timeout_ms = {GENEROUS_MS}
 "#
     );
     Stack::with_config(mock, &cfg)
@@ -237,8 +285,12 @@ fn judge(cell: &Cell, got: &Got) -> Result<Outcome, String> {
     if got.stop == Stop::Timeout {
         return Err(format!("no complete answer within {CLIENT_WAIT:?}"));
     }
-    if got.elapsed > BUDGET {
-        return Err(format!("took {:?} (budget {BUDGET:?})", got.elapsed));
+    if got.elapsed > budget(cell.fault) {
+        return Err(format!(
+            "took {:?} (budget {:?})",
+            got.elapsed,
+            budget(cell.fault)
+        ));
     }
     if status >= 400 {
         if !got.complete() {
@@ -374,7 +426,7 @@ fn run_cell(addr: SocketAddr, cell: &Cell) -> Result<Outcome, String> {
     send(&mut s, cell.client, &model, cell.stream).map_err(|e| format!("write: {e}"))?;
     let got = read_got(&mut s, &mut buf, cell.client, t0);
     let verdict = judge(cell, &got);
-    if cell.fault.starts_with("extra-bytes") || cell.fault.starts_with("slow-first-byte") {
+    if answers_normally(cell.fault) {
         // Both answer normally: anything else fails the cell.
         if verdict != Ok(Outcome::Answer) {
             return Err(format!(
@@ -382,9 +434,13 @@ fn run_cell(addr: SocketAddr, cell: &Cell) -> Result<Outcome, String> {
                 got.text()
             ));
         }
+    }
+    if cell.fault.starts_with("extra-bytes") {
         // The stale second response leaves the mock 20 ms after the first: let it arrive, so
-        // a gateway that checks pooled connections before reuse can see it.
-        std::thread::sleep(Duration::from_millis(100));
+        // a gateway that checks pooled connections before reuse can see it (nothing tells
+        // when it has arrived; 2 s is far beyond 20 ms even on a loaded machine, and the
+        // extra-bytes cells run side by side, so this costs 2 s per variant, not per cell).
+        std::thread::sleep(Duration::from_secs(2));
     }
     let outcome = verdict?;
     let reuse = got.keeps_open().then_some((s, buf));
@@ -406,9 +462,7 @@ fn fault_matrix() {
                     let mine: Vec<Cell> =
                         cells.iter().filter(|c| c.fault == fault).copied().collect();
                     groups.push(sc.spawn(move || {
-                        if fault.starts_with("extra-bytes") {
-                            // A stack per cell: stale bytes on a pooled connection must be
-                            // attributed to the cell that caused them.
+                        if stack_per_cell(fault) {
                             return std::thread::scope(|inner| {
                                 let hs: Vec<_> = mine
                                     .iter()

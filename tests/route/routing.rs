@@ -594,7 +594,7 @@ fn a_stalled_deployment_fails_over_after_the_first_byte_timeout() {
                 lat.push(el);
                 assert!(
                     el >= Duration::from_millis(TIMEOUT_MS)
-                        && el < Duration::from_millis(TIMEOUT_MS + 800),
+                        && el < Duration::from_millis(TIMEOUT_MS + 5000),
                     "{d}: failover took {el:?}"
                 );
             }
