@@ -139,7 +139,7 @@ provider = "seed"
 def run_cpu(R, lg, opts, env):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                     "s7"))
-    import peers  # noqa: E402  (benches/s7/peers.py: the same nginx and ringgate setups as S7)
+    import peers  # noqa: E402  (benches/peers/peers.py: the same nginx and ringgate setups as S7)
     trials = opts.get("trials") or 2
     dur = opts["step_duration"]
     warm = opts["warmup"]

@@ -1,6 +1,6 @@
 """S8 chaos: one model over two deployments while one of them fails (issue 9).
 
-Used by `benches/run s8` (protocol: docs/bench-protocol-s8.md). Three runs, each with a fresh
+Used by `benches/run chaos` (protocol: docs/bench-protocol-s8.md). Three runs, each with a fresh
 gateway (one shard, CPU 0) over two mock deployments `a` and `b` of one model (same profile),
 plus a third mock as the direct baseline, all mocks and the load generator on CPU 1:
 

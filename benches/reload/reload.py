@@ -1,6 +1,6 @@
 """S9 config hot reload under load (docs/bench-protocol.md).
 
-Used by `benches/run s9`. One gateway (`shards = 1`, CPU 0) with its admin listener, two
+Used by `benches/run reload`. One gateway (`shards = 1`, CPU 0) with its admin listener, two
 `ringgate mock --profile seed` upstreams (CPU 1). Two load generators at once (open loop,
 keep-alive pools): chat non-stream and chat stream, on models `steady` (upstream A) and
 `remote` (its upstream moves between A and B on every other reload). After a steady period,

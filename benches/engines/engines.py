@@ -1,6 +1,6 @@
 """S10 next to inference engines (docs/bench-protocol.md): lb = "load" vs weighted vs p2c.
 
-Used by `benches/run s10`. Two simulated vLLM engines of unequal size and speed
+Used by `benches/run engines`. Two simulated vLLM engines of unequal size and speed
 (`ringgate mock --engine vllm`, docs/engine-simulator.md): A 8 slots at 20 ms/token, B 4 slots
 at 30 ms/token, each with a 2,048-block prefix cache (~32k tokens). The workload shares system
 prompts: every request picks one of 24 system prompts (8,000 bytes ≈ 2,000 tokens each, 48k

@@ -1,6 +1,6 @@
 """S7 side by side: ringgate vs nginx (plain 1-core proxy), LiteLLM (PyPI) and Portkey (npm).
 
-Used by `benches/run s7`; install the peers first with `benches/s7/install.sh` (downloads go to
+Used by `benches/run peers`; install the peers first with `benches/peers/install.sh` (downloads go to
 .bench-peers/ in the checkout, ignored by git; BENCH_VENVS / BENCH_NODE override). Every system runs on CPU 0 against
 the same two mocks (instant for the S4-style runs, seed for the S1-style sweep) on CPU 1, driven
 by the same load generator; each run interleaves the direct baseline.
@@ -46,7 +46,7 @@ def start_ringgate(R, mocks):
 
 def start_nginx(R, mocks):
     if not shutil.which("nginx"):
-        raise R.HarnessError("nginx not installed (benches/s7/install.sh)")
+        raise R.HarnessError("nginx not installed (benches/peers/install.sh)")
     pi, ps = R.free_port(), R.free_port()
     d = R.tmpdir()
     conf = os.path.join(d, "nginx.conf")
@@ -92,7 +92,7 @@ http {{
 
 def start_litellm(R, mocks):
     if not os.path.exists(LITELLM):
-        raise R.HarnessError(f"{LITELLM} missing (benches/s7/install.sh)")
+        raise R.HarnessError(f"{LITELLM} missing (benches/peers/install.sh)")
     port = R.free_port()
     cfg = os.path.join(R.tmpdir(), "litellm.yaml")
     with open(cfg, "w") as f:
@@ -126,7 +126,7 @@ general_settings:
 
 def start_portkey(R, mocks, preload=True):
     if not os.path.exists(PORTKEY_JS):
-        raise R.HarnessError(f"{PORTKEY_JS} missing (benches/s7/install.sh)")
+        raise R.HarnessError(f"{PORTKEY_JS} missing (benches/peers/install.sh)")
     port = R.free_port()
     argv = ["node"]
     if preload:
@@ -138,7 +138,7 @@ def start_portkey(R, mocks, preload=True):
                f"x-portkey-custom-host: http://127.0.0.1:{mocks[k].port}/v1"]
            for k in ("instant", "seed")}
     return System("portkey", p, {"instant": u, "seed": u}, headers=hdr,
-                  note="with the fetch preload (benches/s7/portkey-preload.mjs)" if preload
+                  note="with the fetch preload (benches/peers/portkey-preload.mjs)" if preload
                   else "no preload")
 
 
