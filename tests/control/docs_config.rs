@@ -5,9 +5,9 @@
 //! written down in `docs/README.md` ("TOML blocks are tested"); this file implements it.
 //!
 //! `docs_blocks_are_accepted` runs it over the repository (new pages are found by walking
-//! `docs/`), `examples_are_accepted` over `examples/*.toml`; `broken_blocks_are_caught` runs the
-//! same checker over pages made up here, each with one kind of mistake, and requires each to be
-//! reported.
+//! `docs/`), `examples_are_accepted` over `examples/*.toml`, `docs_paths_exist` checks the files
+//! the pages name; `broken_blocks_are_caught` runs the same checker over pages made up here,
+//! each with one kind of mistake, and requires each to be reported.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -313,6 +313,96 @@ fn docs_blocks_are_accepted() {
         n >= 10,
         "only {n} toml blocks found under {}",
         root.display()
+    );
+}
+
+/// Repository paths the pages name (a relative link, or a code span starting with a top-level
+/// folder of the checkout such as `src/…`, `tests/…`, `bench-results/…`) exist: a page that
+/// still names a moved or deleted file fails here. Spans with placeholders (`<…>`, `*`, `…`,
+/// `{…}`) are not paths.
+fn dangling_paths(root: &Path) -> Vec<String> {
+    const TOPS: &[&str] = &[
+        "src/",
+        "tests/",
+        "benches/",
+        "bench-results/",
+        "examples/",
+        "docs/",
+        "ops/",
+        "tuning/",
+        "packaging/",
+        "ansible/",
+        "fuzz/",
+        ".ci/",
+    ];
+    let placeholder = |p: &str| p.contains(['<', '>', '*', '…', '{', '}', '|', '$']);
+    let mut out = Vec::new();
+    for page in pages(root) {
+        let rel = page
+            .strip_prefix(root)
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        let src = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap_or(root);
+        for (n, line) in src.lines().enumerate() {
+            // code spans: `path` (the text between paired backticks)
+            for (i, span) in line.split('`').enumerate() {
+                if i % 2 == 0 || !TOPS.iter().any(|t| span.starts_with(t)) || placeholder(span) {
+                    continue;
+                }
+                let path = span.split([' ', ':', '#']).next().unwrap_or(span);
+                let path = path.trim_end_matches(['.', ',', ';', ')']);
+                if !root.join(path).exists() {
+                    out.push(format!("{rel}:{}: `{span}` does not exist", n + 1));
+                }
+            }
+            // links: ](target) and ](target#anchor), relative to the page
+            for piece in line.split("](").skip(1) {
+                let Some(end) = piece.find(')') else { continue };
+                let target = piece[..end].split('#').next().unwrap_or("");
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                if !dir.join(target).exists() {
+                    out.push(format!("{rel}:{}: link ({target}) does not exist", n + 1));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn docs_paths_exist() {
+    // the check itself: a page naming a missing file is reported
+    let tmp = std::env::temp_dir().join(format!("ringgate-docs-paths-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(tmp.join("docs")).unwrap();
+    std::fs::create_dir_all(tmp.join("src")).unwrap();
+    std::fs::write(tmp.join("src/here.rs"), "").unwrap();
+    std::fs::write(
+        tmp.join("docs/page.md"),
+        "`src/here.rs` and `src/gone.rs`, [ok](../src/here.rs#x), [gone](nope.md), \
+         `src/<stage>/x.rs`, [web](https://example.com/a)\n",
+    )
+    .unwrap();
+    let found = dangling_paths(&tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert_eq!(
+        found,
+        [
+            "docs/page.md:1: `src/gone.rs` does not exist",
+            "docs/page.md:1: link (nope.md) does not exist"
+        ],
+        "the path check itself"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dangling = dangling_paths(root);
+    assert!(
+        dangling.is_empty(),
+        "pages name files that are not there:\n{}",
+        dangling.join("\n")
     );
 }
 
