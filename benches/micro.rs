@@ -564,6 +564,7 @@ fn observability(c: &mut Criterion) {
         guardrail_hits: None,
         cost_nano_usd: None,
         trace_id: None,
+        mcp: None,
     };
     let off = ShardLog::new(None);
     g.bench_function("access_log_off", |b| {

@@ -15,6 +15,8 @@
 //! - `dialect`: the four wire dialects and the hub translation between them
 //! - `cache`, `responses_state`, `engine`, `mock`, `guardrail`: the features (answer cache,
 //!   stored Responses, local engines, the upstream simulator, PII/secret guardrails)
+//! - `mcp`: the MCP gateway on `/mcp` (federated tool servers, per-key tool allow-lists,
+//!   process-wide sessions), after the same edge checks and key admission as model requests
 //! - `observe`: trace, record, metrics, `/metrics` scrape, access log, log
 //! - `control`: config, reload, admin, state store, doctor
 //! - `util`: small leaf helpers (dates, decimals, nesting bound, versioned snapshots, socket peeks)
@@ -42,6 +44,7 @@ pub mod responses_state;
 pub mod engine;
 pub mod mock;
 pub mod guardrail;
+pub mod mcp;
 pub mod observe;
 pub mod control;
 pub mod util;

@@ -246,6 +246,15 @@ impl<'g> Grant<'g> {
         self.gov.key_name(self.key)
     }
 
+    /// The key's MCP tool globs as they are now (`None`: every tool; a key gone since `admit`:
+    /// none).
+    pub fn mcp_tools(&self) -> Option<std::sync::Arc<[Box<str>]>> {
+        match self.gov.key(self.key) {
+            Some((k, _)) => k.mcp_tools.clone(),
+            None => Some(std::sync::Arc::from(Vec::new())),
+        }
+    }
+
     pub fn usage(&mut self) -> &mut UsageScan {
         &mut self.usage
     }

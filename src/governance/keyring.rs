@@ -86,6 +86,8 @@ pub struct Key {
     pub budget_nanos: Option<u64>,
     /// `budget_period` (default `total`): the period of the key's budget and ledger rows.
     pub period: Period,
+    /// `mcp_tools`: globs over federated MCP tool names (`None`: every tool).
+    pub mcp_tools: Option<std::sync::Arc<[Box<str>]>>,
 }
 
 impl Key {
@@ -226,6 +228,10 @@ impl Keyring {
                     .as_ref()
                     .and_then(|p| Period::parse(p.get_ref()))
                     .unwrap_or_default(),
+                mcp_tools: k
+                    .mcp_tools
+                    .as_ref()
+                    .map(|ts| ts.iter().map(|t| t.get_ref().as_str().into()).collect()),
             };
             keys.push((key, digest));
         }
@@ -373,6 +379,7 @@ mod tests {
             enabled: true,
             budget_nanos: None,
             period: Period::default(),
+            mcp_tools: None,
         };
         let (a, b) = (Digest::of(b"secret-a"), Digest::of(b"secret-b"));
         let r0 = Keyring::assemble(true, vec![(key("a"), Some(a)), (key("b"), Some(b))]).unwrap();

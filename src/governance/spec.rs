@@ -26,6 +26,8 @@ pub struct KeySpec {
     /// Unix seconds.
     pub expires: Option<i64>,
     pub enabled: bool,
+    /// `None`: every MCP tool. Entries are globs over `server__tool` names.
+    pub mcp_tools: Option<Vec<String>>,
 }
 
 impl Default for KeySpec {
@@ -39,12 +41,13 @@ impl Default for KeySpec {
             budget_period: None,
             expires: None,
             enabled: true,
+            mcp_tools: None,
         }
     }
 }
 
 /// The fields `apply` accepts (besides `name`, which the caller handles).
-pub const FIELDS: [&str; 8] = [
+pub const FIELDS: [&str; 9] = [
     "models",
     "rpm",
     "tpm",
@@ -53,6 +56,7 @@ pub const FIELDS: [&str; 8] = [
     "budget_period",
     "expires",
     "enabled",
+    "mcp_tools",
 ];
 
 impl KeySpec {
@@ -70,6 +74,10 @@ impl KeySpec {
             budget_period: k.budget_period.as_ref().map(|v| v.get_ref().clone()),
             expires: k.expires_unix().ok().flatten(),
             enabled: k.enabled,
+            mcp_tools: k
+                .mcp_tools
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| t.get_ref().clone()).collect()),
         }
     }
 
@@ -119,6 +127,7 @@ impl KeySpec {
                     }
                 }
                 "enabled" => next.enabled = v.as_bool().ok_or("enabled must be true or false")?,
+                "mcp_tools" => next.mcp_tools = mcp_tools(v)?,
                 other => {
                     return Err(format!(
                         "unknown field {other:?}; expected {}",
@@ -160,6 +169,12 @@ impl KeySpec {
                 .map_or(Value::Null, |t| Value::from(crate::util::date::rfc3339(t))),
         );
         out.insert("enabled".into(), Value::from(self.enabled));
+        out.insert(
+            "mcp_tools".into(),
+            self.mcp_tools.as_ref().map_or(Value::Null, |m| {
+                m.iter().cloned().map(Value::from).collect()
+            }),
+        );
     }
 
     /// The JSON object of these settings (stored rows).
@@ -201,8 +216,37 @@ impl KeySpec {
                 .as_deref()
                 .and_then(Period::parse)
                 .unwrap_or(Period::Total),
+            mcp_tools: self
+                .mcp_tools
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| t.as_str().into()).collect()),
         }
     }
+}
+
+fn mcp_tools(v: &Value) -> Result<Option<Vec<String>>, String> {
+    let list = match v {
+        Value::Null => return Ok(None),
+        Value::Array(a) => a,
+        _ => {
+            return Err(
+                "mcp_tools must be a list of tool name globs (or null for every tool)".into(),
+            )
+        }
+    };
+    if list.len() > 1024 {
+        return Err("mcp_tools: at most 1024 entries".into());
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for t in list {
+        let Some(pat) = t.as_str() else {
+            return Err("mcp_tools entries must be strings".into());
+        };
+        crate::config::keys::mcp_tool_pattern(pat)
+            .map_err(|why| format!("mcp_tools entry {pat:?} {why}"))?;
+        out.push(pat.to_string());
+    }
+    Ok(Some(out))
 }
 
 fn limit(field: &str, v: &Value) -> Result<Option<u64>, String> {

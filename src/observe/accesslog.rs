@@ -235,6 +235,8 @@ pub struct Entry<'a> {
     /// out): what the answer cost, in nano-USD, and the request's trace id.
     pub cost_nano_usd: Option<u64>,
     pub trace_id: Option<[u8; 16]>,
+    /// An `/mcp` request: (method, server, tool, result), written only for those.
+    pub mcp: Option<(&'a str, Option<&'a str>, Option<&'a str>, &'a str)>,
 }
 
 impl Entry<'_> {
@@ -308,6 +310,16 @@ impl Entry<'_> {
                 out.push(b"0123456789abcdef"[(b & 15) as usize]);
             }
             out.push(b'"');
+        }
+        if let Some((method, server, tool, result)) = self.mcp {
+            out.extend_from_slice(b",\"mcp_method\":");
+            string(out, Some(method));
+            out.extend_from_slice(b",\"mcp_server\":");
+            string(out, server);
+            out.extend_from_slice(b",\"mcp_tool\":");
+            string(out, tool);
+            out.extend_from_slice(b",\"mcp_result\":");
+            string(out, Some(result));
         }
         out.extend_from_slice(b"}\n");
     }
@@ -446,6 +458,7 @@ mod tests {
             guardrail_hits: None,
             cost_nano_usd: None,
             trace_id: None,
+            mcp: None,
         }
     }
 

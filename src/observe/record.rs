@@ -51,6 +51,10 @@ pub fn request_ended(
         bytes_out,
         attempts: t.attempts,
         guardrail_hits: t.guardrail_hits.as_deref(),
+        mcp: t
+            .mcp
+            .as_deref()
+            .map(|m| (&*m.method, m.server.as_deref(), m.tool.as_deref(), m.result)),
         cost_nano_usd: None,
         trace_id: None,
     };

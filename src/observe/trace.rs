@@ -25,12 +25,14 @@ pub enum Endpoint {
     /// `/healthz` and `/readyz`.
     Health,
     Metrics,
+    /// `/mcp`: the MCP gateway.
+    Mcp,
     /// Anything else: unknown paths, wrong methods, heads that did not parse.
     Other,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 10] = [
+    pub const ALL: [Endpoint; 11] = [
         Endpoint::ChatCompletions,
         Endpoint::Responses,
         Endpoint::Messages,
@@ -40,6 +42,7 @@ impl Endpoint {
         Endpoint::Models,
         Endpoint::Health,
         Endpoint::Metrics,
+        Endpoint::Mcp,
         Endpoint::Other,
     ];
 
@@ -54,6 +57,7 @@ impl Endpoint {
             Endpoint::Models => "models",
             Endpoint::Health => "health",
             Endpoint::Metrics => "metrics",
+            Endpoint::Mcp => "mcp",
             Endpoint::Other => "other",
         }
     }
@@ -90,6 +94,20 @@ pub struct Trace {
     pub model: Option<Box<str>>,
     /// Guardrail hits as `type:count` pairs (`None`: no guardrail matched).
     pub guardrail_hits: Option<Box<str>>,
+    /// What an `/mcp` request did (`None`: not one).
+    pub mcp: Option<Box<McpCall>>,
+}
+
+/// What one `/mcp` request did: its (first) `tools/call`, or its first method.
+#[derive(Debug, Clone, Default)]
+pub struct McpCall {
+    pub method: Box<str>,
+    /// The configured server a call went to (`None`: none, e.g. a denied call).
+    pub server: Option<Box<str>>,
+    /// The tool as the server knows it (a denied call: the name the client sent).
+    pub tool: Option<Box<str>>,
+    /// `ok`, `error` (the tool or server said so), `denied`, `unavailable`.
+    pub result: &'static str,
 }
 
 impl Trace {
@@ -109,6 +127,7 @@ impl Trace {
             attempts: 0,
             model: None,
             guardrail_hits: None,
+            mcp: None,
         }
     }
 

@@ -48,13 +48,15 @@ enum Target {
     Healthz,
     Readyz,
     Metrics,
+    /// `/mcp`: the MCP gateway (`mcp::serve`).
+    Mcp,
 }
 
 impl Target {
     /// What the caller's virtual key must allow (see `governance`).
     fn gate(self) -> Gate {
         match self {
-            Target::Api(..) => Gate::Limits,
+            Target::Api(..) | Target::Mcp => Gate::Limits,
             Target::Models | Target::Model => Gate::Key,
             Target::Healthz | Target::Readyz | Target::Metrics => Gate::Open,
         }
@@ -73,6 +75,7 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
         Some(Target::Models | Target::Model) => Endpoint::Models,
         Some(Target::Healthz | Target::Readyz) => Endpoint::Health,
         Some(Target::Metrics) => Endpoint::Metrics,
+        Some(Target::Mcp) => Endpoint::Mcp,
         None => Endpoint::Other,
     }
 }
@@ -367,6 +370,9 @@ async fn serve(
     if let Some(a) = &ask {
         req.shape = a.shape.errors();
     }
+    // an MCP request's session id and Accept (nothing for other requests)
+    let mcp_head =
+        matches!(target, Ok(Target::Mcp)).then(|| crate::mcp::serve::McpHead::of(head, &conn.buf));
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
     let verdict = shard.edge.check_on(head, &conn.buf, conn.stream.is_tls());
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
@@ -462,6 +468,20 @@ async fn serve(
     if let Some(g) = grant.as_mut() {
         // with a shared limits store: its verdict (a branch otherwise)
         g.confirm(&mut conn.resp_headers).await?;
+    }
+    if let Some(mh) = mcp_head {
+        let g = grant.as_ref();
+        let out = crate::mcp::serve::serve(
+            conn,
+            head,
+            shard,
+            routing,
+            g,
+            mh,
+            &mut req.trace,
+            &mut req.keep,
+        );
+        return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {
         return Ok(local(conn, shard, routing, target, ask, req.keep).await?);
@@ -723,6 +743,8 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         b"/healthz" => Target::Healthz,
         b"/readyz" => Target::Readyz,
         b"/metrics" => Target::Metrics,
+        // every method: `mcp::serve` answers GET and others with 405 in JSON-RPC's shape
+        b"/mcp" => return Ok(Target::Mcp),
         _ => match gemini_call::route(path) {
             Some(gemini_call::Route::Call { op, .. }) => Target::Api(Dialect::Gemini, op),
             Some(gemini_call::Route::Model(_)) if method == Method::Get => Target::Model,

@@ -268,6 +268,12 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let book = spend.clone();
     // every key's limit counters, shared by the shards (limits are per key, not per shard)
     let counters = Arc::new(governance::Counters::new());
+    // MCP sessions belong to the process: a session's next request may land on any shard
+    let mcp = Arc::new(crate::mcp::Hub::new(&cfg.mcp));
+    let for_scrape = mcp.clone();
+    let _ = hub.process.mcp.set(crate::metrics::process::Extra(Arc::new(
+        move |out: &mut String| for_scrape.render(out),
+    )));
     let handles = shard::spawn(
         listeners,
         driver,
@@ -293,6 +299,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let peers = peers.clone();
             let key_guesses = key_guesses.clone();
             let telemetry = telemetry.clone();
+            let mcp = mcp.clone();
             async move {
                 let s = &cfg.server;
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
@@ -347,6 +354,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     cache,
                     cache_remote,
                     telemetry: telemetry.map(crate::observe::telemetry::ShardTelemetry::new),
+                    mcp,
                 });
                 drop(cfg);
                 if let Some(t) = &tls_listeners {

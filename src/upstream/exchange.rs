@@ -130,6 +130,11 @@ impl Client {
         }
     }
 
+    /// The TLS connector for `https://` upstreams (`None`: none configured).
+    pub fn tls(&self) -> Option<&TlsConnector> {
+        self.tls.as_ref()
+    }
+
     /// Send `req` and wait for the response head.
     pub async fn send(&self, req: &UpstreamRequest<'_>) -> Result<Exchange<'_>, Error> {
         let ep = req.endpoint;

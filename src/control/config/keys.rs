@@ -65,6 +65,10 @@ pub struct KeyConfig {
     /// `[[guardrail]]` names checked on this key's requests, in addition to the model's.
     #[serde(default)]
     pub guardrails: Vec<Spanned<String>>,
+    /// Glob patterns (`*`, `?`) over federated MCP tool names (`server__tool`) this key may
+    /// list and call. Absent: every tool; `[]`: none.
+    #[serde(default)]
+    pub mcp_tools: Option<Vec<Spanned<String>>>,
 }
 
 fn yes() -> bool {
@@ -167,6 +171,22 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
 fn validate_key(cfg: &Config, i: usize, k: &KeyConfig, err: &mut Sink<'_>) {
     let name = k.name.get_ref();
     let who = format!("key {name:?}");
+    if let Some(list) = &k.mcp_tools {
+        if list.len() > 1024 {
+            err(
+                k.name.span(),
+                format!("{who}: mcp_tools: at most 1024 entries"),
+            );
+        }
+        for p in list {
+            if let Err(why) = mcp_tool_pattern(p.get_ref()) {
+                err(
+                    p.span(),
+                    format!("{who}: mcp_tools entry {:?} {why}", p.get_ref()),
+                );
+            }
+        }
+    }
     if !key_name_ok(name) {
         err(k.name.span(), format!("{who}: {KEY_NAME_RULE}"));
     }
@@ -253,6 +273,21 @@ fn validate_key(cfg: &Config, i: usize, k: &KeyConfig, err: &mut Sink<'_>) {
 
 /// What a key name may be (config keys and keys made through the admin API alike).
 pub const KEY_NAME_RULE: &str = "a key name is 1 to 64 characters from A-Z a-z 0-9 - _ . : @ /";
+
+/// Whether `pat` may be an `mcp_tools` glob: 1–160 characters of a tool name's alphabet
+/// (`A-Z a-z 0-9 _ - . /`) and the wildcards `*` and `?`.
+pub fn mcp_tool_pattern(pat: &str) -> Result<(), &'static str> {
+    if pat.is_empty() || pat.len() > 160 {
+        return Err("must be 1-160 characters");
+    }
+    if !pat
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || b"_-./*?".contains(&c))
+    {
+        return Err("may hold only A-Z, a-z, 0-9, _ - . / and the wildcards * ?");
+    }
+    Ok(())
+}
 
 pub fn key_name_ok(name: &str) -> bool {
     !name.is_empty()

@@ -22,6 +22,7 @@ pub mod engines;
 pub mod keys;
 pub mod limits;
 pub mod log;
+pub mod mcp;
 pub mod origin;
 pub mod reload;
 pub mod responses;
@@ -99,6 +100,12 @@ pub struct Config {
     /// `[telemetry]`: OTLP trace export (see `config::telemetry`, docs/telemetry.md).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// `[[mcp_server]]`: the MCP servers federated behind `/mcp` (see `config::mcp`, docs/mcp.md).
+    #[serde(default, rename = "mcp_server")]
+    pub mcp_servers: Vec<mcp::McpServerConfig>,
+    /// `[mcp]`: MCP session bounds.
+    #[serde(default)]
+    pub mcp: mcp::McpConfig,
 }
 
 /// `[admin]`: a second listener for the admin API and `/metrics`.
@@ -561,6 +568,8 @@ impl Config {
             cache: CacheConfig::default(),
             guardrails: Vec::new(),
             telemetry: TelemetryConfig::default(),
+            mcp_servers: Vec::new(),
+            mcp: Default::default(),
         }
     }
 

@@ -26,6 +26,9 @@ impl Config {
         for (span, e) in cache::validate(self) {
             err(span, e);
         }
+        for (span, e) in mcp::validate(self) {
+            err(span, e);
+        }
         for (span, e) in crate::guardrail::config::validate(self) {
             err(span, e);
         }

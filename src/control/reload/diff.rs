@@ -4,7 +4,7 @@
 //!
 //! Applied live: `[[provider]]`, `[[model]]`, `[routing]` (the route table, its pools and
 //! routing state), `[[key]]` (the key registry; runtime keys made through the admin API are
-//! kept), `[reload]` (read from the new file itself, `reload::guard`), `server.tls_cert` / `server.tls_key` (the certificate is re-read on every reload).
+//! kept), `[[mcp_server]]` (the MCP servers behind `/mcp`; open sessions keep the others'), `[reload]` (read from the new file itself, `reload::guard`), `server.tls_cert` / `server.tls_key` (the certificate is re-read on every reload).
 //! Everything else — listen addresses, shard count, `[admission]` (the memory budget),
 //! `[upstream]`, `[limits]`, `[log]`, `[admin]`, the other `[server]` settings — is set at start
 //! and reported by its dotted name when the new file differs from the one the process started
@@ -18,7 +18,14 @@ use toml::Value;
 use crate::control::config::origin::Origin;
 
 /// Top-level sections a reload applies.
-const LIVE: [&str; 5] = ["provider", "model", "routing", "key", "reload"];
+const LIVE: [&str; 6] = [
+    "provider",
+    "model",
+    "routing",
+    "key",
+    "reload",
+    "mcp_server",
+];
 /// `[server]` settings a reload applies.
 const LIVE_SERVER: [&str; 2] = ["tls_cert", "tls_key"];
 
@@ -77,7 +84,12 @@ fn overridden(section: &str, key: &str, origin: &Origin) -> bool {
 /// `provider NAME …`, `routing`, `key NAME …`, `tls certificate` — for the log and the report.
 pub fn changes(old: &Value, new: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    for (section, what) in [("provider", "provider"), ("model", "model"), ("key", "key")] {
+    for (section, what) in [
+        ("provider", "provider"),
+        ("model", "model"),
+        ("key", "key"),
+        ("mcp_server", "mcp_server"),
+    ] {
         let (a, b) = (named(old, section), named(new, section));
         for (name, v) in &b {
             match a.iter().find(|(n, _)| n == name) {

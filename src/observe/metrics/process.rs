@@ -23,6 +23,8 @@ pub struct ProcessMetrics {
     pub telemetry_spans: Arc<crate::observe::telemetry::Counts>,
     /// Process-wide lines of a part that lives above this module (the response cache).
     pub extra: std::sync::OnceLock<Extra>,
+    /// The MCP gateway's process-wide lines (`mcp::Hub`).
+    pub mcp: std::sync::OnceLock<Extra>,
 }
 
 /// Renders more process-wide lines.
@@ -102,7 +104,7 @@ impl ProcessMetrics {
         let dropped = self.request_log_dropped.load(Ordering::Relaxed);
         let _ = writeln!(out, "ringgate_request_log_dropped_total {dropped}");
         self.telemetry_spans.render(out);
-        if let Some(f) = self.extra.get() {
+        for f in [self.extra.get(), self.mcp.get()].into_iter().flatten() {
             (f.0)(out);
         }
     }

@@ -34,6 +34,8 @@ pub struct Routing {
     pub forward: ForwardState,
     /// The published generation it was built from (0: the start-up config).
     pub generation: u64,
+    /// The `[[mcp_server]]`s of this generation (`mcp::servers`).
+    pub mcp: crate::mcp::Servers,
 }
 
 /// The shard's current `Routing` and where new ones come from.
@@ -59,6 +61,7 @@ impl LiveRouting {
                 routes,
                 forward,
                 generation,
+                mcp: crate::mcp::Servers::build(cfg),
             })),
             seed,
         }
@@ -86,6 +89,7 @@ impl LiveRouting {
                 routes: RouteTable::default(),
                 forward: ForwardState::new(&RouteTable::default(), self.seed),
                 generation: self.seen.get(),
+                mcp: crate::mcp::Servers::default(),
             }),
         }
     }
@@ -103,6 +107,7 @@ impl LiveRouting {
             routes,
             forward,
             generation,
+            mcp: crate::mcp::Servers::build(&cfg),
         });
         match self.current.try_borrow_mut() {
             Ok(mut cur) => {

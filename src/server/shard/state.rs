@@ -74,4 +74,6 @@ pub struct Shard {
     pub cache_remote: Option<std::rc::Rc<crate::cache::redis::Remote>>,
     /// OTLP trace export (`[telemetry]`); `None` when off (one branch per request).
     pub telemetry: Option<crate::observe::telemetry::ShardTelemetry>,
+    /// The MCP gateway's process-wide state (sessions, series), shared by every shard.
+    pub mcp: std::sync::Arc<crate::mcp::Hub>,
 }

@@ -1,0 +1,406 @@
+//! `/mcp` on the main listener: MCP Streamable HTTP toward clients. `POST` carries JSON-RPC
+//! requests, notifications and responses (answered `application/json`, or
+//! `text/event-stream` when a server streamed its answer and the client's `Accept` allows
+//! it; notifications and responses alone get 202); `GET` (a server-to-client stream) is 405,
+//! as the spec allows; `DELETE` ends the session. The gateway issues its own
+//! `Mcp-Session-Id` on `initialize` and negotiates revision 2025-03-26 or 2025-06-18.
+//!
+//! Called by `pipeline` after the edge checks (Origin: 403) and the key's admission (401,
+//! 429): this module never sees a request that did not pass them. The body is read within the
+//! request's permit, as model requests are.
+//!
+//! Owns: the HTTP side of MCP (status codes, session header, answer framing) and method
+//! dispatch. Must not: forward a client header (or the client's key) to a server.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::federate::{Called, Ctx};
+use super::jsonrpc::{self, Message, INVALID_REQUEST, METHOD_NOT_FOUND};
+use super::session::Missing;
+use crate::error::{Error, Kind};
+use crate::governance::Grant;
+use crate::http::body::read_body;
+use crate::http::conn::ClientConn;
+use crate::http::{BodyFraming, Method, RequestHead};
+use crate::outcome::Outcome;
+use crate::shard::routing::Routing;
+use crate::shard::Shard;
+use crate::trace::{McpCall, Trace};
+
+/// Revisions the gateway speaks to clients, oldest first.
+pub const PROTOCOLS: [&str; 2] = ["2025-03-26", "2025-06-18"];
+
+/// What the head says that MCP needs, read while it is in the buffer.
+#[derive(Debug, Default)]
+pub struct McpHead {
+    pub session: Option<Vec<u8>>,
+    /// `Accept` names `text/event-stream` (or `*/*`).
+    pub sse_ok: bool,
+    /// `Accept` names `application/json` (or `*/*`, or there is none).
+    pub json_ok: bool,
+}
+
+impl McpHead {
+    /// Read from the raw head (`buf[..head.len]`): two header lookups, bounded by the head.
+    pub fn of(head: &RequestHead, buf: &[u8]) -> McpHead {
+        let raw = buf.get(..head.len).unwrap_or_default();
+        let mut out = McpHead::default();
+        let mut accept = None;
+        for line in raw.split(|&c| c == b'\n').skip(1) {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(i) = memchr::memchr(b':', line) else {
+                continue;
+            };
+            let (name, value) = (&line[..i], crate::http::head::trim(&line[i + 1..]));
+            if name.eq_ignore_ascii_case(b"mcp-session-id") {
+                out.session = Some(value.to_vec());
+            } else if name.eq_ignore_ascii_case(b"accept") {
+                accept = Some(value);
+            }
+        }
+        let has =
+            |v: &[u8], what: &[u8]| v.windows(what.len()).any(|w| w.eq_ignore_ascii_case(what));
+        match accept {
+            None => out.json_ok = true,
+            Some(a) => {
+                let any = has(a, b"*/*");
+                out.sse_ok = any || has(a, b"text/event-stream");
+                out.json_ok = any || has(a, b"application/json");
+            }
+        }
+        out
+    }
+}
+
+/// One `/mcp` request.
+#[allow(clippy::too_many_arguments)]
+pub async fn serve(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    routing: &Routing,
+    grant: Option<&Grant<'_>>,
+    mh: McpHead,
+    trace: &mut Trace,
+    keep: &mut bool,
+) -> Result<Outcome, Error> {
+    let owner = grant.and_then(|g| g.key_name().map(|n| n.to_string()));
+    let owner = owner.as_deref();
+    let hub = &*shard.mcp;
+    let wt = shard.limits.write_timeout;
+    match head.method {
+        Method::Post => {}
+        Method::Delete if head.body == BodyFraming::None => {
+            let Some(id) = &mh.session else {
+                return Ok(rpc_error(
+                    conn,
+                    400,
+                    "Bad Request: Mcp-Session-Id header is required",
+                    *keep,
+                    wt,
+                )
+                .await);
+            };
+            let ups = match hub.sessions.remove(id, owner) {
+                Ok(u) => u,
+                Err(m) => return Ok(missing(conn, m, *keep, wt).await),
+            };
+            trace.mcp = Some(Box::new(McpCall {
+                method: "session/delete".into(),
+                ..McpCall::default()
+            }));
+            // close the servers' sessions too (best effort, each within its timeout)
+            for u in ups {
+                let (Some(s), Some(uid)) = (routing.mcp.get(&u.server), u.id.as_deref()) else {
+                    continue;
+                };
+                let call = super::client::Call {
+                    method: "DELETE",
+                    session: Some(uid),
+                    protocol: Some(&u.protocol),
+                    body: b"",
+                };
+                let send = super::client::send(&shard.upstream, s, &call, 64 * 1024, None);
+                let _ = monoio::time::timeout(s.timeout, send).await;
+            }
+            let ok = conn
+                .respond(200, b"application/json", b"", b"", *keep, wt)
+                .await;
+            return Ok(Outcome {
+                status: 200,
+                keep_alive: ok && *keep,
+            });
+        }
+        _ => {
+            *keep = *keep && head.body == BodyFraming::None;
+            let ok = conn
+                .respond(405, b"application/json", b"allow: POST, DELETE\r\n", br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: this endpoint takes POST and DELETE (no server-to-client stream)"}}"#, *keep, wt)
+                .await;
+            return Ok(Outcome {
+                status: 405,
+                keep_alive: ok && *keep,
+            });
+        }
+    }
+
+    // admit and read the body, within the request's permit (as model requests)
+    let declared = match head.body {
+        BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    let max_body = shard.admission.max_body();
+    let permit = shard.admission.admit(declared).await.map_err(|r| match r {
+        crate::admit::Reject::BodyTooLarge => Error::new(
+            Kind::BodyTooLarge,
+            format!("request body of {declared} bytes is over the {max_body}-byte limit"),
+        ),
+        other => Error::overloaded(other.as_str()),
+    })?;
+    let body_pending = head.body != BodyFraming::None;
+    if head.expect_continue && body_pending {
+        let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+        if conn.write_raw(buf, wt).await.is_none() {
+            return Ok(crate::outcome::gone(shard, 499));
+        }
+    }
+    let head_len = if body_pending { head.len } else { 0 };
+    let deadline = Instant::now() + shard.limits.body_timeout;
+    let body = read_body(
+        &mut conn.stream,
+        &mut conn.buf,
+        head_len,
+        head.body,
+        max_body,
+        deadline,
+        Some(&permit),
+    )
+    .await?;
+    *keep = head.keep_alive;
+    trace.bytes_in = (head.len + body.len()) as u64;
+    let parsed = match jsonrpc::parse(&body) {
+        Ok(p) => p,
+        Err((code, msg)) => {
+            let v = jsonrpc::error(&Value::Null, code, msg);
+            return Ok(json_answer(conn, 400, &v, b"", *keep, wt).await);
+        }
+    };
+    drop(body);
+    let now = Instant::now();
+
+    // initialize: a new session (alone in its POST)
+    if let [Message::Request { id, method, params }] = parsed.messages.as_slice() {
+        if method == "initialize" {
+            let asked = params
+                .as_ref()
+                .and_then(|p| p.get("protocolVersion"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let protocol = PROTOCOLS
+                .iter()
+                .find(|p| **p == asked)
+                .copied()
+                .unwrap_or(PROTOCOLS[1]);
+            let Some(sid) = hub.sessions.create(owner, protocol, now) else {
+                return Err(Error::overloaded("too many open MCP sessions").retry_after(5));
+            };
+            trace.mcp = Some(Box::new(McpCall {
+                method: "initialize".into(),
+                result: "ok",
+                ..McpCall::default()
+            }));
+            let result = json!({
+                "protocolVersion": protocol,
+                "capabilities": {"tools": {"listChanged": false}},
+                "serverInfo": {"name": "ringgate", "version": env!("CARGO_PKG_VERSION")},
+            });
+            let v = jsonrpc::result(id, result);
+            let mut extra = b"mcp-session-id: ".to_vec();
+            extra.extend_from_slice(sid.as_bytes());
+            extra.extend_from_slice(b"\r\n");
+            return Ok(json_answer(conn, 200, &v, &extra, *keep, wt).await);
+        }
+        if method == "server/discover" && mh.session.is_none() {
+            // the stateless revision's probe: not spoken here (clients fall back to initialize)
+            let v = jsonrpc::error(id, METHOD_NOT_FOUND, "Method not found: server/discover");
+            return Ok(json_answer(conn, 200, &v, b"", *keep, wt).await);
+        }
+    }
+    let Some(sid) = mh.session.as_deref() else {
+        return Ok(rpc_error(
+            conn,
+            400,
+            "Bad Request: Mcp-Session-Id header is required",
+            *keep,
+            wt,
+        )
+        .await);
+    };
+    if let Err(m) = hub.sessions.touch(sid, owner, now) {
+        return Ok(missing(conn, m, *keep, wt).await);
+    }
+    let sid = std::str::from_utf8(sid).unwrap_or_default();
+    let tools = grant.and_then(|g| g.mcp_tools());
+    let ctx = Ctx {
+        up: &shard.upstream,
+        hub,
+        servers: &routing.mcp,
+        session: sid,
+        tools: tools.as_deref(),
+        permit: &permit,
+    };
+    let mut answers = Vec::new();
+    let mut notes = Vec::new();
+    let mut streamed = false;
+    for m in parsed.messages {
+        let Message::Request { id, method, params } = m else {
+            continue;
+        };
+        let (answer, call) = match method.as_str() {
+            "tools/call" => {
+                let (answer, up, called) = ctx.call_tool(&id, params).await;
+                notes.extend(up.notes);
+                streamed |= up.sse;
+                (answer, Some(called))
+            }
+            "tools/list" => (jsonrpc::result(&id, ctx.list_tools(&id).await), None),
+            "ping" | "logging/setLevel" => (jsonrpc::result(&id, json!({})), None),
+            "initialize" => (
+                jsonrpc::error(&id, INVALID_REQUEST, "this session is already initialized"),
+                None,
+            ),
+            other => (
+                jsonrpc::error(
+                    &id,
+                    METHOD_NOT_FOUND,
+                    &format!("Method not found: {}", short(other)),
+                ),
+                None,
+            ),
+        };
+        let first_call = trace.mcp.as_ref().is_none_or(|c| c.tool.is_none());
+        match call {
+            Some(c) if first_call => trace.mcp = Some(Box::new(mcp_call(c))),
+            None if trace.mcp.is_none() => {
+                let result = if answer.get("error").is_some() {
+                    "error"
+                } else {
+                    "ok"
+                };
+                trace.mcp = Some(Box::new(McpCall {
+                    method: short(&method).into(),
+                    result,
+                    ..McpCall::default()
+                }));
+            }
+            _ => {}
+        }
+        answers.push(answer);
+    }
+    if answers.is_empty() {
+        // notifications and responses only
+        if trace.mcp.is_none() {
+            trace.mcp = Some(Box::new(McpCall {
+                method: "notification".into(),
+                result: "ok",
+                ..McpCall::default()
+            }));
+        }
+        let ok = conn
+            .respond(202, b"application/json", b"", b"", *keep, wt)
+            .await;
+        return Ok(Outcome {
+            status: 202,
+            keep_alive: ok && *keep,
+        });
+    }
+    let sse = mh.sse_ok && (streamed || !mh.json_ok);
+    if sse {
+        let mut out = Vec::new();
+        for v in notes.iter().chain(answers.iter()) {
+            out.extend_from_slice(b"event: message\ndata: ");
+            let _ = serde_json::to_writer(&mut out, v);
+            out.extend_from_slice(b"\n\n");
+        }
+        let ok = conn
+            .respond(
+                200,
+                b"text/event-stream",
+                b"cache-control: no-cache\r\n",
+                &out,
+                *keep,
+                wt,
+            )
+            .await;
+        return Ok(Outcome {
+            status: 200,
+            keep_alive: ok && *keep,
+        });
+    }
+    let v = match parsed.batch {
+        true => Value::Array(answers),
+        false => answers.pop().unwrap_or(Value::Null),
+    };
+    Ok(json_answer(conn, 200, &v, b"", *keep, wt).await)
+}
+
+fn mcp_call(c: Called) -> McpCall {
+    McpCall {
+        method: "tools/call".into(),
+        server: c.server,
+        tool: Some(c.tool),
+        result: c.result,
+    }
+}
+
+/// A method name for logs and errors (clients choose it: bounded).
+fn short(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+async fn json_answer(
+    conn: &mut ClientConn,
+    status: u16,
+    v: &Value,
+    extra: &[u8],
+    keep: bool,
+    wt: std::time::Duration,
+) -> Outcome {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let ok = conn
+        .respond(status, b"application/json", extra, &body, keep, wt)
+        .await;
+    Outcome {
+        status,
+        keep_alive: ok && keep,
+    }
+}
+
+async fn rpc_error(
+    conn: &mut ClientConn,
+    status: u16,
+    msg: &str,
+    keep: bool,
+    wt: std::time::Duration,
+) -> Outcome {
+    let v = jsonrpc::error(&Value::Null, INVALID_REQUEST, msg);
+    json_answer(conn, status, &v, b"", keep, wt).await
+}
+
+async fn missing(
+    conn: &mut ClientConn,
+    m: Missing,
+    keep: bool,
+    wt: std::time::Duration,
+) -> Outcome {
+    match m {
+        Missing::NotFound => rpc_error(conn, 404, "Session not found", keep, wt).await,
+        Missing::Malformed => {
+            rpc_error(conn, 400, "Bad Request: malformed Mcp-Session-Id", keep, wt).await
+        }
+    }
+}
