@@ -1,7 +1,7 @@
 //! `/mcp` on the main listener: MCP Streamable HTTP toward clients. `POST` carries JSON-RPC
 //! requests, notifications and responses (answered `application/json`, or
-//! `text/event-stream` when a server streamed its answer and the client's `Accept` allows
-//! it; notifications and responses alone get 202); `GET` (a server-to-client stream) is 405,
+//! `text/event-stream` when a server streamed notifications before its answer and the
+//! client's `Accept` allows it; notifications and responses alone get 202); `GET` (a server-to-client stream) is 405,
 //! as the spec allows; `DELETE` ends the session. The gateway issues its own
 //! `Mcp-Session-Id` on `initialize` and negotiates revision 2025-03-26 or 2025-06-18.
 //!
@@ -315,7 +315,9 @@ pub async fn serve(
             keep_alive: ok && *keep,
         });
     }
-    let sse = mh.sse_ok && (streamed || !mh.json_ok);
+    // an event stream only to carry a server's notifications along (or for a client that takes
+    // nothing else): one JSON answer is what every client reads with the least buffering
+    let sse = mh.sse_ok && ((streamed && !notes.is_empty()) || !mh.json_ok);
     if sse {
         let mut out = Vec::new();
         for v in notes.iter().chain(answers.iter()) {
