@@ -107,7 +107,7 @@ pub async fn send(
         req.extend_from_slice(b"content-type: application/json\r\n");
     }
     req.extend_from_slice(b"content-length: ");
-    crate::decimal::push_u64(&mut req, call.body.len() as u64);
+    crate::util::decimal::push_u64(&mut req, call.body.len() as u64);
     req.extend_from_slice(b"\r\n");
     if let Some(s) = call.session {
         req.extend_from_slice(b"mcp-session-id: ");
@@ -267,7 +267,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Fail> {
 /// none), or the JSON body itself (one message or an array of them). Each is depth-checked.
 pub fn messages(a: &Answer) -> Result<Vec<Value>, Fail> {
     let parse = |b: &[u8]| -> Result<Value, Fail> {
-        crate::nesting::check(b).map_err(|_| Fail::Garbage("JSON nested too deeply"))?;
+        crate::util::nesting::check(b).map_err(|_| Fail::Garbage("JSON nested too deeply"))?;
         serde_json::from_slice(b).map_err(|_| Fail::Garbage("not JSON"))
     };
     if !a.sse {

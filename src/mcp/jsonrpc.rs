@@ -51,7 +51,7 @@ pub struct Parsed {
 
 /// The messages of a body. `Err`: the JSON-RPC error to answer with (id `null`).
 pub fn parse(body: &[u8]) -> Result<Parsed, (i64, &'static str)> {
-    if crate::nesting::check(body).is_err() {
+    if crate::util::nesting::check(body).is_err() {
         return Err((PARSE_ERROR, "JSON nested too deeply"));
     }
     let v: Value = serde_json::from_slice(body).map_err(|_| (PARSE_ERROR, "parse error"))?;

@@ -41,7 +41,7 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn new(cfg: &crate::config::mcp::McpConfig) -> Hub {
+    pub fn new(cfg: &crate::control::config::mcp::McpConfig) -> Hub {
         Hub {
             sessions: session::Sessions::new(
                 cfg.max_sessions,
@@ -65,7 +65,7 @@ impl Hub {
         };
         self.log_window.store(next, Ordering::Relaxed);
         if next & 0xffff <= LOG_LINES_PER_SEC {
-            crate::log::info(args);
+            crate::observe::log::info(args);
         }
     }
 

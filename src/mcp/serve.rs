@@ -19,15 +19,15 @@ use serde_json::{json, Value};
 use super::federate::{Called, Ctx};
 use super::jsonrpc::{self, Message, INVALID_REQUEST, METHOD_NOT_FOUND};
 use super::session::Missing;
+use crate::answer::outcome::Outcome;
 use crate::error::{Error, Kind};
 use crate::governance::Grant;
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::{BodyFraming, Method, RequestHead};
-use crate::outcome::Outcome;
-use crate::shard::routing::Routing;
-use crate::shard::Shard;
-use crate::trace::{McpCall, Trace};
+use crate::observe::trace::{McpCall, Trace};
+use crate::server::shard::routing::Routing;
+use crate::server::shard::Shard;
 
 /// Revisions the gateway speaks to clients, oldest first.
 pub const PROTOCOLS: [&str; 2] = ["2025-03-26", "2025-06-18"];
@@ -162,7 +162,7 @@ pub async fn serve(
     if head.expect_continue && body_pending {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
         if conn.write_raw(buf, wt).await.is_none() {
-            return Ok(crate::outcome::gone(shard, 499));
+            return Ok(crate::answer::outcome::gone(shard, 499));
         }
     }
     let head_len = if body_pending { head.len } else { 0 };

@@ -1,6 +1,6 @@
 //! The configured MCP servers as one generation of a shard's routing sees them: endpoint,
 //! request target, the header lines each gets (its bearer and static headers, rendered once)
-//! and its timeout. Built with the route table (`shard::routing`), so a reload swaps the list
+//! and its timeout. Built with the route table (`server::shard::routing`), so a reload swaps the list
 //! for the next request while requests in flight finish on theirs.
 //!
 //! Owns: `Server`, `Servers` and reading `bearer_env` (once per build: the value never leaves
@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::control::config::Config;
 use crate::upstream::endpoint::Endpoint;
 
 /// One `[[mcp_server]]`, ready to be spoken to.
@@ -51,7 +51,7 @@ impl Servers {
                         lines.extend_from_slice(v.as_bytes());
                         lines.extend_from_slice(b"\r\n");
                     }
-                    _ => crate::log::info(format_args!(
+                    _ => crate::observe::log::info(format_args!(
                         "mcp_server {:?}: bearer_env {env} is not set (or not a header value): the server gets no Authorization",
                         s.name.get_ref()
                     )),

@@ -271,9 +271,12 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     // MCP sessions belong to the process: a session's next request may land on any shard
     let mcp = Arc::new(crate::mcp::Hub::new(&cfg.mcp));
     let for_scrape = mcp.clone();
-    let _ = hub.process.mcp.set(crate::metrics::process::Extra(Arc::new(
-        move |out: &mut String| for_scrape.render(out),
-    )));
+    let _ = hub
+        .process
+        .mcp
+        .set(crate::observe::metrics::process::Extra(Arc::new(
+            move |out: &mut String| for_scrape.render(out),
+        )));
     let handles = shard::spawn(
         listeners,
         driver,

@@ -1,6 +1,6 @@
 //! The MCP gateway's sections of the config: `[[mcp_server]]` (the tool servers behind `/mcp`)
 //! and `[mcp]` (session bounds), with their validation. A key's tool allow-list
-//! (`[[key]] mcp_tools`) is in `config::keys`.
+//! (`[[key]] mcp_tools`) is in `control::config::keys`.
 //!
 //! Owns: `McpServerConfig`, `McpConfig` and their rules (names `[a-z0-9_-]{1,32}`, unique;
 //! `http://` or `https://` URLs; header names and values that may go on a request line; bounded
