@@ -35,7 +35,7 @@ impl Remote {
 
     /// Connect and reconnect for as long as the shard runs.
     pub async fn maintain(&self) {
-        self.store.maintain(&String::new).await
+        self.store.maintain(&String::new, &|| {}).await
     }
 
     fn key(&self, k: &Key) -> String {

@@ -178,7 +178,22 @@ impl Governance {
     /// Keep the shared store's connection (forever; nothing without a store).
     pub async fn maintain_store(&self) {
         if let Some(store) = &self.store {
-            store.maintain(&|| self.resync(store)).await;
+            store
+                .maintain(&|| self.resync(store), &|| self.renew_in_flight(store))
+                .await;
+        }
+    }
+
+    /// On a Cluster, at each lease renewal: the per-key live keys of the keys this shard holds
+    /// requests of (their in-flight counts are not dropped while it lives).
+    fn renew_in_flight(&self, store: &Store) {
+        let (Ok(ring), Ok(state)) = (self.ring.try_borrow(), self.state.try_borrow()) else {
+            return;
+        };
+        for (key, st) in ring.keys.iter().zip(state.iter()) {
+            if key.max_in_flight.is_some() && st.in_flight.get() > 0 {
+                store.renew_in_flight(&script::in_flight_key(store.ns(), &key.name));
+            }
         }
     }
 

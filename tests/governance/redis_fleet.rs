@@ -56,6 +56,10 @@ key_sha256 = "{}"
 fn chat_as(secret: &str) -> Vec<u8> {
     let body =
         r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":3}"#;
+    chat_body(secret, body)
+}
+
+fn chat_body(secret: &str, body: &str) -> Vec<u8> {
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {secret}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()

@@ -401,9 +401,6 @@ pub(super) fn warnings(cfg: &Config) -> Vec<String> {
             ));
         }
     }
-    if l.cluster() && cfg.keys.iter().any(|k| k.max_in_flight.is_some()) {
-        w.push("limits.redis_cluster: max_in_flight is not shared on a Cluster yet (the lease check reads keys of other slots): those keys' requests are decided by on_store_error".into());
-    }
     let limited = cfg
         .keys
         .iter()

@@ -7,6 +7,8 @@
 --   <p>inflight:<k>  hash: instance -> requests that instance has in flight
 --   <p>spend:<k>:<period>:<start>  nano-USD spent in a budget period (day, month, total)
 --   <p>live:<i>      set by instance i, expires after the lease unless renewed
+--   <p>inflight:{<k>}:live:<i>  the same, per key, on a Cluster (live-key prefix ARGV ''):
+--                    in the hash's slot; set by admit and sync, renewed while i holds requests
 -- An instance (one shard of one process) whose live key has expired has stopped renewing its
 -- lease (crashed or cut off): its in-flight count is dropped by the next admission of that key.
 
@@ -29,11 +31,19 @@ local function add(k, n)
   return v
 end
 
+-- instance i's live key: <live><i>, or (live = '', on a Cluster) <h>:live:<i> in h's slot
+local function live_key(h, live, i)
+  if live == '' then
+    return h .. ':live:' .. i
+  end
+  return live .. i
+end
+
 local function in_flight(h, live)
   local all = redis.call('HGETALL', h)
   local n = 0
   for i = 1, #all, 2 do
-    if redis.call('EXISTS', live .. all[i]) == 1 then
+    if redis.call('EXISTS', live_key(h, live, all[i])) == 1 then
       n = n + tonumber(all[i + 1])
     else
       redis.call('HDEL', h, all[i])
@@ -45,8 +55,8 @@ end
 if op == 'admit' then
   -- KEYS: rpm window, tpm window, in-flight hash, spend of the budget period.
   -- ARGV[3] rpm (0: none), [4] max in flight (0: none), [5] tpm (0: none), [6] instance,
-  -- [7] live-key prefix, [8] lifetime of the in-flight hash in ms, [9] budget in nano-USD
-  -- (0: none).
+  -- [7] live-key prefix ('': per key, on a Cluster), [8] lifetime of the in-flight hash in ms,
+  -- [9] budget in nano-USD (0: none), [10] lease in ms (a Cluster: the per-key live key is set).
   -- Returns {verdict (0 admitted, 1 over rpm, 2 over max in flight, 3 budget spent),
   -- requests, tokens, spent}.
   local rpm, max, tpm = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -72,6 +82,10 @@ if op == 'admit' then
   if max > 0 then
     redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
     redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[8]))
+    local lease = tonumber(ARGV[10] or '0')
+    if lease > 0 then
+      redis.call('SET', live_key(KEYS[3], ARGV[7], ARGV[6]), 1, 'PX', lease)
+    end
   end
   return {0, r, t, s}
 elseif op == 'tokens' then
@@ -96,11 +110,16 @@ elseif op == 'release' then
   end
   return v
 elseif op == 'sync' then
-  -- KEYS: in-flight hash. ARGV[3] instance, [4] its requests in flight, [5] lifetime in ms.
+  -- KEYS: in-flight hash. ARGV[3] instance, [4] its requests in flight, [5] lifetime in ms,
+  -- [6] lease in ms (a Cluster: the per-key live key is set).
   local n = tonumber(ARGV[4])
   if n > 0 then
     redis.call('HSET', KEYS[1], ARGV[3], n)
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+    local lease = tonumber(ARGV[6] or '0')
+    if lease > 0 then
+      redis.call('SET', live_key(KEYS[1], '', ARGV[3]), 1, 'PX', lease)
+    end
   else
     redis.call('HDEL', KEYS[1], ARGV[3])
   end

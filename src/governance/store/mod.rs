@@ -332,7 +332,16 @@ impl Store {
     fn ident(&self) -> Ident<'_> {
         Ident {
             instance: &self.instance,
-            live_prefix: &self.live_prefix,
+            live_prefix: if self.cluster.is_some() {
+                ""
+            } else {
+                &self.live_prefix
+            },
+            lease_ms: if self.cluster.is_some() {
+                self.s.lease.as_millis() as u64
+            } else {
+                0
+            },
         }
     }
 
@@ -386,9 +395,11 @@ impl Store {
     /// Connect, serve, reconnect — forever (the shard's runtime drops it at shutdown).
     /// `on_up` runs in the step that marks the store up (resync and catch-up: it queues
     /// commands and returns what it caught up, for the log).
-    pub async fn maintain(&self, on_up: &dyn Fn() -> String) {
+    /// On a Cluster, `on_renew` runs at every lease renewal (it renews the per-key live keys of
+    /// the keys this shard holds requests of: `renew_in_flight`).
+    pub async fn maintain(&self, on_up: &dyn Fn() -> String, on_renew: &dyn Fn()) {
         if let Some(c) = &self.cluster {
-            return self.maintain_cluster(c, on_up).await;
+            return self.maintain_cluster(c, on_up, on_renew).await;
         }
         let mut backoff = MIN_BACKOFF;
         loop {
@@ -427,7 +438,12 @@ impl Store {
     /// The store is up while every slot's master is connected; a node going down takes it down
     /// (requests are decided as `on_store_error` says) until the map is whole again, and coming
     /// back up resyncs like a reconnect.
-    async fn maintain_cluster(&self, c: &cluster::Cluster, on_up: &dyn Fn() -> String) {
+    async fn maintain_cluster(
+        &self,
+        c: &cluster::Cluster,
+        on_up: &dyn Fn() -> String,
+        on_renew: &dyn Fn(),
+    ) {
         let started = Instant::now();
         let seed = self.s.addr;
         let mut mapped: Option<Instant> = None;
@@ -484,6 +500,7 @@ impl Store {
                 }
             } else if now.duration_since(leased) >= self.s.lease / 3 {
                 leased = now;
+                on_renew();
                 let _ = self.renew_lease(now + CONNECT_TIMEOUT).await;
             }
             let tick = if ready {
@@ -643,6 +660,25 @@ impl Store {
                 Err(Fault::Reply)
             }
         }
+    }
+
+    /// On a Cluster: renew this shard's live key of the in-flight hash `hash` (without waiting;
+    /// it holds requests of that key).
+    pub fn renew_in_flight(&self, hash: &[u8]) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let mut key = hash.to_vec();
+        key.extend_from_slice(b":live:");
+        key.extend_from_slice(self.instance.as_bytes());
+        let ms = self.s.lease.as_millis() as u64;
+        self.send_command(&[
+            Arg::S("SET"),
+            Arg::B(&key),
+            Arg::S("1"),
+            Arg::S("PX"),
+            Arg::U(ms),
+        ]);
     }
 
     /// Log a state change (once per change).

@@ -145,6 +145,9 @@ pub enum By<'a> {
 pub struct Ident<'a> {
     pub instance: &'a str,
     pub live_prefix: &'a str,
+    /// On a Cluster: the lease in ms (each in-flight hash's own live keys are set; `live_prefix`
+    /// is empty). 0 otherwise (one lease key per instance, renewed by the store).
+    pub lease_ms: u64,
 }
 
 impl Op<'_> {
@@ -185,6 +188,7 @@ impl Op<'_> {
                     Arg::S(id.live_prefix),
                     hash_ttl,
                     Arg::U(budget),
+                    Arg::U(id.lease_ms),
                 ],
             ),
             Op::Tokens { key, limit, want } => resp::command(
@@ -241,6 +245,7 @@ impl Op<'_> {
                     Arg::S(id.instance),
                     Arg::U(n),
                     hash_ttl,
+                    Arg::U(id.lease_ms),
                 ],
             ),
         }
@@ -328,6 +333,7 @@ mod tests {
         let id = Ident {
             instance: "i-0",
             live_prefix: "rg:live:",
+            lease_ms: 0,
         };
         let sha = sha1();
         let mut out = Vec::new();

@@ -2,6 +2,10 @@
 //! share a slot (hash tags), each call goes to its slot's master, and a slot moved after the
 //! gateways fetched the map is followed through `MOVED`.
 
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::common::{connect, request};
 use crate::harness::{Gateway, RedisCluster};
 use crate::{spread_key, window_with};
 
@@ -21,10 +25,21 @@ const KEYS: [(&str, &str); 3] = [
 ];
 
 fn config(shards: usize, driver: &str, seed: u16) -> String {
+    config_with(shards, driver, seed, "rpm = 20", "instant", "")
+}
+
+fn config_with(
+    shards: usize,
+    driver: &str,
+    seed: u16,
+    limits: &str,
+    profile: &str,
+    extra: &str,
+) -> String {
     let mut keys = String::new();
     for (name, secret) in KEYS {
         keys.push_str(&format!(
-            "[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\nrpm = 20\n\n",
+            "[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{limits}\n\n",
             crate::common::key_digest_hex(secret)
         ));
     }
@@ -41,11 +56,12 @@ store = "redis"
 redis_url = "redis://127.0.0.1:{seed}"
 redis_cluster = true
 redis_timeout_ms = 2000
+{extra}
 
 [[provider]]
 name = "mock"
 kind = "mock"
-profile = "instant"
+profile = "{profile}"
 
 [[model]]
 name = "gpt-4o-mini"
@@ -116,4 +132,81 @@ fn two_gateways_share_rpm_on_a_cluster_and_follow_a_moved_slot() {
             g.log()
         );
     }
+}
+
+#[test]
+fn in_flight_is_shared_on_a_cluster_and_a_crashed_process_frees_its_slots() {
+    let cluster = RedisCluster::start();
+    let seed = cluster.nodes[1].port;
+    // a lease of 1 s: a killed process's slots are freed within ~1 s
+    let cfg = |shards, driver| {
+        config_with(
+            shards,
+            driver,
+            seed,
+            "max_in_flight = 1",
+            "paced",
+            "redis_lease_ms = 1000",
+        )
+    };
+    let mut a = Gateway::start(&cfg(2, "epoll"));
+    let b = Gateway::start(&cfg(1, "io_uring"));
+    a.wait_metric("ringgate_limit_store_up", 2);
+    b.wait_metric("ringgate_limit_store_up", 1);
+    let (_, secret) = KEYS[1];
+    let slow = r#"{"model":"gpt-4o-mini","stream":true,"messages":[],"max_tokens":400}"#;
+    // a paced stream of 400 deltas (several seconds) holds team-b's one slot on A...
+    let hold = |gw: &Gateway| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut s = connect(gw.addr);
+            s.write_all(&crate::chat_body(secret, slow)).unwrap();
+            let mut tmp = [0u8; 4096];
+            let n = s.read(&mut tmp).unwrap();
+            if tmp[..n].starts_with(b"HTTP/1.1 200") {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                String::from_utf8_lossy(&tmp[..n])
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let stream = hold(&a);
+    // ...so B, another process, is refused
+    let r = request(b.addr, &crate::chat_as(secret));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("in flight"), "{}", r.text());
+    // the count and its live key are in the key's slot (hash tag)
+    let slot: u16 = cluster.nodes[0]
+        .cmd(&["CLUSTER", "KEYSLOT", "team-b"])
+        .parse()
+        .unwrap();
+    let owner = &cluster.nodes[cluster.owner(slot)];
+    let fields = owner.cmd(&["HGETALL", "ringgate:inflight:{team-b}"]);
+    assert!(fields.ends_with("\n1"), "{fields}");
+    // held past several lease renewals (1 s / 3): A's slot stays counted while A lives
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(request(b.addr, &crate::chat_as(secret)).status, 429);
+    // A dies holding it: B is admitted once A's lease ran out
+    a.kill();
+    drop(stream);
+    let killed = Instant::now();
+    loop {
+        let r = request(b.addr, &crate::chat_as(secret));
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert!(killed.elapsed() < Duration::from_secs(15), "never freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        b.metric("ringgate_limit_store_fallbacks_total"),
+        0,
+        "{}",
+        b.log()
+    );
 }
