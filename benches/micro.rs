@@ -798,6 +798,7 @@ fn engine_load(c: &mut Criterion) {
                 waiting: i,
                 running: 4,
                 kv: Some(0.3),
+                slots: 0,
             };
             c.publish(s, 1);
             c

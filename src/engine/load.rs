@@ -8,7 +8,11 @@
 //!   those already answered load it no more); KV `kv` = its KV usage, grown by
 //!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (worst
 //!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
-//!   the gateway's own in-flight count as their queue. When no candidate has a usable signal
+//!   the gateway's own in-flight count as their queue, and so do engines whose signal URL
+//!   answers 404/501 (up, unsignalled: never dropped for a missing flag). llama.cpp's `/slots` has no queue
+//!   series: there `q` = what is occupied (busy slots + this gateway's sends since the poll, at
+//!   least this gateway's in-flight requests) beyond the slots, and the busy share stands in
+//!   for KV (`queue_of_slots`). When no candidate has a usable signal
 //!   (every polled engine down or stale: a broken metrics page), all of them are routed so, by
 //!   the gateway's own view, instead of shedding forever; `ringgate_engine_blind_routes_total`
 //!   counts it and the poller logs it once per outage.
@@ -20,7 +24,9 @@
 //!   min q)` (1 when all equal), KV `1 − kv`, prefix = leading prompt blocks the gateway
 //!   (any shard) routed there recently / prompt blocks, counted only while the deployment's queue is
 //!   within `affinity_slack` of the shortest (bounded load). Weighted sum (default 2/2/3);
-//!   highest wins, ties broken at random.
+//!   highest wins; equal scores go to the deployment with the fewest of this gateway's
+//!   requests in flight, and only a tie on both is broken at random (never a coin toss while
+//!   one engine is busier by the gateway's own count).
 //!
 //! The prefix index (`PrefixIndex`, approximate by design) and the engine signals
 //! (`EngineCell`) are process-wide: a turn routed by one shard is warm for the next turn on
@@ -90,6 +96,20 @@ struct Cand {
     q: f64,
     kv: f64,
     matched: usize,
+    /// This gateway's requests on it (all shards): the tie-breaker.
+    in_flight: u32,
+}
+
+/// A `/slots` signal (llama.cpp: busy slots, no queue series): what is occupied is at least
+/// the busy slots plus what this gateway sent since the poll, and at least what this gateway
+/// has in flight there (running or queued); beyond the slots, it waits. Returns (waiting,
+/// queue score input, busy share 0..=1 in place of KV).
+fn queue_of_slots(v: &View) -> (u32, f64, f64) {
+    let unseen = v.sent_since.min(v.in_flight);
+    let occupied = v.running.saturating_add(unseen).max(v.in_flight);
+    let waiting = occupied.saturating_sub(v.slots);
+    let busy = (f64::from(occupied) / f64::from(v.slots.max(1))).min(1.0);
+    (waiting, f64::from(waiting), busy)
 }
 
 impl LoadPicker {
@@ -124,7 +144,7 @@ impl LoadPicker {
         match self.deps.get(d).and_then(|x| x.cell.as_ref()) {
             Some(c) => {
                 let mut v = c.view(now_ms);
-                if !c.polled {
+                if !c.polled || v.unsignalled {
                     v.waiting = v.in_flight;
                     v.sent_since = 0;
                 }
@@ -133,9 +153,11 @@ impl LoadPicker {
             None => View {
                 age_ms: 0,
                 up: true,
+                unsignalled: false,
                 waiting: local_in_flight,
                 running: 0,
                 kv: None,
+                slots: 0,
                 in_flight: local_in_flight,
                 sent_since: 0,
                 tokens_since: 0,
@@ -182,9 +204,11 @@ impl LoadPicker {
                 *v = View {
                     age_ms: 0,
                     up: true,
+                    unsignalled: false,
                     waiting: local_in_flight(*d),
                     running: 0,
                     kv: None,
+                    slots: 0,
                     in_flight: v.in_flight,
                     sent_since: 0,
                     tokens_since: 0,
@@ -195,17 +219,10 @@ impl LoadPicker {
         for (d, v) in &cands {
             let stale = !blind && self.stale(*d, v);
             let unseen = v.sent_since.min(v.in_flight);
-            let queued = if v.waiting > 0 { unseen } else { 0 };
-            let waiting_est = v.waiting.saturating_add(queued);
-            let full = (stale && (s.max_waiting.is_some() || s.max_in_flight.is_some()))
-                || s.max_waiting.is_some_and(|m| waiting_est >= m)
-                || s.max_in_flight.is_some_and(|m| v.in_flight >= m);
-            if full {
-                continue;
-            }
-            let (q, kv) = if stale {
-                (1e9, 1.0)
+            let (waiting_est, q, util) = if v.slots > 0 {
+                queue_of_slots(v)
             } else {
+                let queued = if v.waiting > 0 { unseen } else { 0 };
                 let kv = v.kv.map_or(0.0, |k| {
                     let per = if v.running > 0 {
                         k / f64::from(v.running)
@@ -214,8 +231,19 @@ impl LoadPicker {
                     };
                     (k + per * f64::from(unseen)).min(1.0)
                 });
-                (f64::from(v.waiting) + f64::from(unseen), kv)
+                (
+                    v.waiting.saturating_add(queued),
+                    f64::from(v.waiting) + f64::from(unseen),
+                    kv,
+                )
             };
+            let full = (stale && (s.max_waiting.is_some() || s.max_in_flight.is_some()))
+                || s.max_waiting.is_some_and(|m| waiting_est >= m)
+                || s.max_in_flight.is_some_and(|m| v.in_flight >= m);
+            if full {
+                continue;
+            }
+            let (q, kv) = if stale { (1e9, 1.0) } else { (q, util) };
             let matched = match (blocks.is_empty(), self.deps.get(*d)) {
                 (false, Some(dep)) => dep.index.matched(blocks, now_ms),
                 _ => 0,
@@ -225,6 +253,7 @@ impl LoadPicker {
                 q,
                 kv,
                 matched,
+                in_flight: v.in_flight,
             });
         }
         if live.is_empty() {
@@ -233,7 +262,9 @@ impl LoadPicker {
         let min_q = live.iter().map(|c| c.q).fold(f64::INFINITY, f64::min);
         let max_q = live.iter().map(|c| c.q).fold(0.0, f64::max);
         let [wq, wk, wp] = s.weights;
-        let mut best: Option<(f64, usize)> = None;
+        // (score, in flight, deployment): the highest score wins; among equal scores the one
+        // with the fewest of this gateway's requests; only a full tie is a coin toss
+        let mut best: Option<(f64, u32, usize)> = None;
         let mut ties = 0usize;
         for c in &live {
             let sq = if max_q > min_q {
@@ -248,21 +279,22 @@ impl LoadPicker {
             };
             let score = wq * sq + wk * (1.0 - c.kv) + wp * sp;
             match best {
-                Some((b, _)) if score < b - 1e-9 => {}
-                Some((b, _)) if score <= b + 1e-9 => {
+                Some((b, _, _)) if score < b - 1e-9 => {}
+                Some((b, f, _)) if score <= b + 1e-9 && c.in_flight > f => {}
+                Some((b, f, _)) if score <= b + 1e-9 && c.in_flight == f => {
                     ties += 1;
                     if rng.below(ties + 1) == 0 {
-                        best = Some((b, c.d));
+                        best = Some((b, f, c.d));
                     }
                 }
                 _ => {
-                    best = Some((score, c.d));
+                    best = Some((score, c.in_flight, c.d));
                     ties = 0;
                 }
             }
         }
         match best {
-            Some((_, d)) => {
+            Some((_, _, d)) => {
                 if blind {
                     if let Some(c) = self.deps.get(d).and_then(|x| x.cell.as_ref()) {
                         c.routed_blind();
@@ -304,6 +336,7 @@ mod tests {
                 waiting,
                 running,
                 kv: Some(kv),
+                slots: 0,
             },
             at,
         );
@@ -353,6 +386,7 @@ mod tests {
                 waiting: 10,
                 running: 8,
                 kv: Some(0.9),
+                slots: 0,
             },
             100,
         );
@@ -407,5 +441,80 @@ mod tests {
             }
         }
         assert_eq!(a.view(100).sent_since, 5);
+    }
+
+    fn slots_cell(busy: u32, slots: u32, in_flight: u32) -> Arc<EngineCell> {
+        let c = Arc::new(EngineCell::new(EngineKind::Llamacpp, true, 1_000));
+        for _ in 0..in_flight {
+            c.start(10);
+        }
+        c.publish(
+            Sample {
+                waiting: 0,
+                running: busy,
+                kv: None,
+                slots,
+            },
+            100,
+        );
+        c
+    }
+
+    #[test]
+    fn equal_scores_go_to_the_engine_with_fewer_in_flight() {
+        // the same signal (every slot busy on both): the gateway's own count decides
+        let (a, b) = (slots_cell(2, 2, 2), slots_cell(2, 2, 0));
+        let p = picker(vec![a, b], LoadSettings::default());
+        assert_eq!(share(&p, &[], 200), vec![0, 200]);
+        // and for engines with a queue series too
+        let (a, b) = (cell(0, 4, 0.5, 100), cell(0, 4, 0.5, 100));
+        a.start(1);
+        let p = picker(vec![a, b], LoadSettings::default());
+        assert_eq!(share(&p, &[], 200), vec![0, 200]);
+    }
+
+    #[test]
+    fn a_slots_engine_queues_what_the_gateway_sent_beyond_its_slots() {
+        // eng0: 2 slots busy, 4 of ours in flight (2 queued); eng1 idle. New requests go to
+        // eng1 until it, too, queues more than eng0
+        let (a, b) = (slots_cell(2, 2, 4), slots_cell(0, 2, 0));
+        let p = picker(vec![a.clone(), b.clone()], LoadSettings::default());
+        let rng = Rng::new(3);
+        for _ in 0..3 {
+            assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+            b.start(10);
+        }
+        // max_waiting counts that estimate: eng0 (2 queued) is full at 2, eng1 (1) is not
+        let s = LoadSettings {
+            max_waiting: Some(2),
+            ..LoadSettings::default()
+        };
+        let p = picker(vec![a, b.clone()], s);
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        b.start(10);
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+    }
+
+    #[test]
+    fn an_engine_without_a_signal_page_is_routed_by_in_flight_not_dropped() {
+        let (a, b) = (slots_cell(0, 2, 0), slots_cell(1, 2, 0));
+        a.no_signal(100);
+        let p = picker(vec![a.clone(), b.clone()], LoadSettings::default());
+        let rng = Rng::new(5);
+        let mut got = [0usize; 2];
+        for _ in 0..6 {
+            match p.pick(100, &[], &rng, |_| true, |_| 0) {
+                LoadPick::Pick(d) => {
+                    got[d] += 1;
+                    [&a, &b][d].start(10);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            got[0] >= 2,
+            "the unsignalled engine is still routed: {got:?}"
+        );
+        assert!(a.view(100).up);
     }
 }

@@ -148,7 +148,7 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
         ),
         (
             "ringgate_engine_waiting",
-            "Requests waiting at the engine (last poll)",
+            "Requests waiting at the engine (last poll; llama.cpp /slots lists no queue: 0)",
         ),
         (
             "ringgate_engine_running",
@@ -156,7 +156,15 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
         ),
         (
             "ringgate_engine_kv_usage",
-            "KV-cache usage 0..1 (last poll; -1: not reported)",
+            "KV-cache usage 0..1 (last poll; only engines that report it)",
+        ),
+        (
+            "ringgate_engine_busy_slots",
+            "Busy slots of a llama.cpp /slots signal (last poll)",
+        ),
+        (
+            "ringgate_engine_slots",
+            "Slots of a llama.cpp /slots signal (last poll)",
         ),
         (
             "ringgate_engine_signal_age_seconds",
@@ -164,21 +172,31 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
         ),
         (
             "ringgate_engine_in_flight",
-            "This gateway's requests on the engine",
+            "This gateway's requests on the engine (running or queued there)",
         ),
     ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let mut header = false;
         for (provider, cell) in cells {
             let v = cell.view(now);
             let value = match name {
                 "ringgate_engine_up" => f64::from(u8::from(v.up)),
                 "ringgate_engine_waiting" => f64::from(v.waiting),
                 "ringgate_engine_running" => f64::from(v.running),
-                "ringgate_engine_kv_usage" => v.kv.unwrap_or(-1.0),
+                "ringgate_engine_kv_usage" => match v.kv {
+                    Some(k) => k,
+                    None => continue,
+                },
+                "ringgate_engine_busy_slots" | "ringgate_engine_slots" if v.slots == 0 => continue,
+                "ringgate_engine_busy_slots" => f64::from(v.running),
+                "ringgate_engine_slots" => f64::from(v.slots),
                 "ringgate_engine_signal_age_seconds" if v.age_ms == u64::MAX => -1.0,
                 "ringgate_engine_signal_age_seconds" => v.age_ms as f64 / 1e3,
                 _ => f64::from(v.in_flight),
             };
+            if !header {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+                header = true;
+            }
             let _ = writeln!(
                 out,
                 "{name}{{provider=\"{provider}\",engine=\"{}\"}} {value}",

@@ -4,7 +4,9 @@
 //! `prom::MAX_PAGE` bytes read), normalises it (`signal::normalise`) and publishes it to the
 //! engine's `EngineCell`; a refused connection, a timeout, a non-200 status or a page without
 //! the engine's waiting series marks the engine down (`EngineCell::fail`) until a poll
-//! succeeds again — the probe back is simply the next poll.
+//! succeeds again — the probe back is simply the next poll. A 404 or 501 (the engine answers
+//! but does not serve that page: llama-server without `--metrics`) is no signal, not a dead
+//! engine: `EngineCell::no_signal`, routed by the gateway's own in-flight count.
 //!
 //! When the model's engines have no usable signal and `load` routes by the gateway's own view
 //! (`EngineCell::routed_blind`), the poller says so once per outage in the log.
@@ -81,6 +83,17 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                 }
                 failing = false;
                 blind_logged = false;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                c.no_signal(now_ms());
+                if !failing {
+                    crate::observe::log::info(format_args!(
+                        "engine {}: load signal {}: {e}; routed by the gateway's own in-flight \
+                         count until it serves one (`ringgate doctor` names the flag)",
+                        target.provider, target.url
+                    ));
+                }
+                failing = true;
             }
             Err(e) => {
                 c.fail();
@@ -165,8 +178,16 @@ fn complete(buf: &[u8]) -> io::Result<Option<Vec<u8>>> {
         httparse::Status::Complete(n) => n,
         httparse::Status::Partial => return Ok(None),
     };
-    if r.code != Some(200) {
-        return Err(bad(&format!("metrics status {}", r.code.unwrap_or(0))));
+    match r.code {
+        Some(200) => {}
+        // the engine is up and does not serve this page (llama-server without `--metrics`)
+        Some(c @ (404 | 501)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("metrics status {c}: the engine does not serve its load signal there"),
+            ))
+        }
+        c => return Err(bad(&format!("metrics status {}", c.unwrap_or(0)))),
     }
     let body = &buf[head..];
     let mut length = None;

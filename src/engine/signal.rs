@@ -1,6 +1,11 @@
 //! Engine load signals: which series each engine reports, their normalised form (`Sample`:
-//! waiting, running, KV usage), and the process-wide `EngineCell` one poller writes and every
-//! shard reads.
+//! waiting, running, KV usage where the engine reports it, busy / total slots for llama.cpp's
+//! `/slots`), and the process-wide `EngineCell` one poller writes and every shard reads.
+//!
+//! llama.cpp's `/slots` lists slots, not its queue (deferred requests are not on that page):
+//! a `/slots` sample has `slots > 0` and `waiting = 0`, and `load` estimates the queue from the
+//! gateway's own in-flight count (`queue_of`). Its busy share is published as busy slots,
+//! never as KV usage (llama.cpp reports no KV series).
 //!
 //! `EngineCell` is a handful of atomics, not a locked snapshot: the poller stores the fields
 //! and then the stamp (`Release`); a shard reads the stamp (`Acquire`) and the fields, so it
@@ -63,6 +68,9 @@ pub struct Sample {
     pub running: u32,
     /// 0..=1; `None` when the engine reports none (llama.cpp, TGI).
     pub kv: Option<f64>,
+    /// llama.cpp `/slots`: the number of slots (`running` of them busy); 0 for a page with a
+    /// queue series (the queue is then `waiting`).
+    pub slots: u32,
 }
 
 fn count(v: f64) -> u32 {
@@ -118,11 +126,12 @@ pub fn normalise(kind: EngineKind, page: &[u8], slots: bool) -> Result<Sample, &
         waiting: count(waiting),
         running: running.map_or(0, count),
         kv: kv.or(kv_old).map(|v| v.clamp(0.0, 1.0)),
+        slots: 0,
     })
 }
 
-/// llama.cpp `GET /slots`: running = slots with `is_processing`, KV proxy = busy share (no
-/// queue: deferred requests are not listed there, so waiting is 0).
+/// llama.cpp `GET /slots`: running = slots with `is_processing`, `slots` = their number (no
+/// queue: deferred requests are not listed there, so waiting is 0; no KV either).
 fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
     let page = &page[..page.len().min(super::prom::MAX_PAGE)];
     crate::util::nesting::check(page).map_err(|_| "slots page is not valid JSON")?;
@@ -147,7 +156,8 @@ fn slots_page(page: &[u8]) -> Result<Sample, &'static str> {
     Ok(Sample {
         waiting: 0,
         running: busy,
-        kv: Some(f64::from(busy) / f64::from(total)),
+        kv: None,
+        slots: total,
     })
 }
 
@@ -188,9 +198,13 @@ pub struct EngineCell {
     stamp: AtomicU64,
     /// Whether the last poll got a valid page (false: the engine is out until one does).
     up: AtomicBool,
+    /// The last poll found no signal page (404/501): the engine answers, its load is judged
+    /// by this gateway's in-flight count alone (as Ollama's).
+    unsignalled: AtomicBool,
     waiting: AtomicU32,
     running: AtomicU32,
     kv_millionths: AtomicU32,
+    slots: AtomicU32,
     /// Requests of this gateway on the engine now.
     in_flight: AtomicU32,
     /// Requests / prompt tokens sent, ever, and their values at the last poll.
@@ -211,9 +225,13 @@ pub struct View {
     /// ms since the last good poll (`u64::MAX`: never polled).
     pub age_ms: u64,
     pub up: bool,
+    /// Up without a signal page (404/501): judged by the in-flight count alone.
+    pub unsignalled: bool,
     pub waiting: u32,
     pub running: u32,
     pub kv: Option<f64>,
+    /// Slots of a `/slots` signal (0: the signal has a queue series, or none).
+    pub slots: u32,
     pub in_flight: u32,
     /// Requests / prompt tokens this gateway sent since the last poll.
     pub sent_since: u32,
@@ -228,9 +246,11 @@ impl EngineCell {
             stale_ms,
             stamp: AtomicU64::new(0),
             up: AtomicBool::new(true),
+            unsignalled: AtomicBool::new(false),
             waiting: AtomicU32::new(0),
             running: AtomicU32::new(0),
             kv_millionths: AtomicU32::new(KV_NONE),
+            slots: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
             sent: AtomicU64::new(0),
             sent_at_poll: AtomicU64::new(0),
@@ -248,11 +268,26 @@ impl EngineCell {
         self.running.store(s.running, Relaxed);
         let kv = s.kv.map_or(KV_NONE, |k| (k * 1e6) as u32);
         self.kv_millionths.store(kv, Relaxed);
+        self.slots.store(s.slots, Relaxed);
         self.sent_at_poll.store(self.sent.load(Relaxed), Relaxed);
         self.tokens_at_poll
             .store(self.tokens.load(Relaxed), Relaxed);
         self.up.store(true, Relaxed);
+        self.unsignalled.store(false, Relaxed);
         sat_add(&self.polls_ok, 1);
+        self.stamp.store(now, Release);
+    }
+
+    /// The engine answered the poll without a signal page (404/501) at `now`: up, routed by
+    /// the gateway's own in-flight count (counted as a failed poll).
+    pub fn no_signal(&self, now: u64) {
+        self.unsignalled.store(true, Relaxed);
+        self.waiting.store(0, Relaxed);
+        self.running.store(0, Relaxed);
+        self.kv_millionths.store(KV_NONE, Relaxed);
+        self.slots.store(0, Relaxed);
+        self.up.store(true, Relaxed);
+        sat_add(&self.polls_failed, 1);
         self.stamp.store(now, Release);
     }
 
@@ -299,9 +334,11 @@ impl EngineCell {
                 now.saturating_sub(stamp)
             },
             up: self.up.load(Relaxed),
+            unsignalled: self.unsignalled.load(Relaxed),
             waiting: self.waiting.load(Relaxed),
             running: self.running.load(Relaxed),
             kv: (kv != KV_NONE).then(|| f64::from(kv) / 1e6),
+            slots: self.slots.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             sent_since: sent.saturating_sub(self.sent_at_poll.load(Relaxed)) as u32,
             tokens_since: tokens.saturating_sub(self.tokens_at_poll.load(Relaxed)),
@@ -328,6 +365,7 @@ mod tests {
                 waiting: 3,
                 running: 8,
                 kv: Some(0.5),
+                slots: 0,
             },
             5,
         );

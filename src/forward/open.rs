@@ -511,6 +511,10 @@ async fn mock_answer(
             mock::respond_with(s, dialect, &model, Some(stream), &body, profile, false).await
         }
         Op::Embeddings => mock::embeddings::respond(s, &body, profile, false).await,
+        Op::Completions => {
+            let out = br#"{"error":{"message":"the in-process mock serves no /v1/completions","type":"invalid_request_error"}}"#;
+            mock::pace::json(s, 404, out, mock::Profile::Instant, false).await
+        }
         Op::CountTokens => {
             let out = match dialect {
                 Dialect::Gemini => mock::gemini::count_tokens_body(&body),

@@ -125,6 +125,13 @@ pub fn plan<'b>(
             Kind::InvalidBody,
             format!("provider kind {} does not offer embeddings", kind.as_str()),
         )),
+        (kind, Op::Completions) if !kind.speaks(Dialect::Chat) => Err(Error::new(
+            Kind::InvalidBody,
+            format!(
+                "provider kind {} does not offer /v1/completions (OpenAI-style providers do)",
+                kind.as_str()
+            ),
+        )),
         (kind, op) if kind.speaks(client) => {
             let body = if rename.is_some() || ask_usage {
                 Cow::Owned(splice(body, fields, rename, ask_usage))

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     ChatCompletions,
+    /// `/v1/completions` (text completions, passthrough).
+    Completions,
     Responses,
     Messages,
     CountTokens,
@@ -34,6 +36,7 @@ pub enum Endpoint {
 impl Endpoint {
     pub const ALL: [Endpoint; 11] = [
         Endpoint::ChatCompletions,
+        Endpoint::Completions,
         Endpoint::Responses,
         Endpoint::Messages,
         Endpoint::CountTokens,
@@ -49,6 +52,7 @@ impl Endpoint {
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Completions => "completions",
             Endpoint::Responses => "responses",
             Endpoint::Messages => "messages",
             Endpoint::CountTokens => "count_tokens",

@@ -71,6 +71,7 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
         Some(Target::Api(Dialect::Messages, Op::Generate)) => Endpoint::Messages,
         Some(Target::Api(_, Op::CountTokens)) => Endpoint::CountTokens,
         Some(Target::Api(_, Op::Embeddings)) => Endpoint::Embeddings,
+        Some(Target::Api(_, Op::Completions)) => Endpoint::Completions,
         Some(Target::Api(Dialect::Gemini, _)) => Endpoint::Gemini,
         Some(Target::Models | Target::Model) => Endpoint::Models,
         Some(Target::Healthz | Target::Readyz) => Endpoint::Health,
@@ -560,6 +561,14 @@ async fn serve(
     if routing.routes.guards.active() {
         let key = grant.as_ref().and_then(|g| g.key_name());
         conn.guard = routing.routes.guards.select(&route.name, key.as_deref());
+        if conn.guard.is_some() && op == Op::Completions {
+            // a text prompt is not a message list the guardrails read: refuse, never pass
+            return Err(Error::new(
+                Kind::InvalidBody,
+                "this model has guardrails, which do not read /v1/completions prompts: use /v1/chat/completions",
+            )
+            .into());
+        }
         if let Some(sess) = conn.guard.clone() {
             if let Some(masked) = crate::guardrail::request::guard_request(&sess, dialect, &body)? {
                 body = masked;
@@ -739,6 +748,7 @@ fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         b"/v1/messages" => Target::Api(Dialect::Messages, Op::Generate),
         b"/v1/messages/count_tokens" => Target::Api(Dialect::Messages, Op::CountTokens),
         b"/v1/embeddings" | b"/embeddings" => Target::Api(Dialect::Chat, Op::Embeddings),
+        b"/v1/completions" | b"/completions" => Target::Api(Dialect::Chat, Op::Completions),
         b"/v1/models" | b"/models" => Target::Models,
         b"/healthz" => Target::Healthz,
         b"/readyz" => Target::Readyz,

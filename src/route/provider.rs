@@ -33,6 +33,9 @@ pub enum Op {
     CountTokens,
     /// OpenAI `embeddings`.
     Embeddings,
+    /// OpenAI's legacy text `completions` (llama.cpp, vLLM and many local tools serve it):
+    /// passthrough to OpenAI-style providers only.
+    Completions,
 }
 
 /// Azure OpenAI `api-version` when the config does not give one.
@@ -91,15 +94,16 @@ impl ProviderKind {
             (ProviderKind::Azure, op, _) => {
                 p.push_str("/openai/deployments/");
                 target::push_segment(&mut p, model);
-                p.push_str(if op == Op::Embeddings {
-                    "/embeddings"
-                } else {
-                    "/chat/completions"
+                p.push_str(match op {
+                    Op::Embeddings => "/embeddings",
+                    Op::Completions => "/completions",
+                    _ => "/chat/completions",
                 });
                 p.push_str("?api-version=");
                 target::push_query_value(&mut p, api_version.unwrap_or(DEFAULT_AZURE_API_VERSION));
             }
             (_, Op::Embeddings, _) => p.push_str("/embeddings"),
+            (_, Op::Completions, _) => p.push_str("/completions"),
             (_, _, Dialect::Responses) => p.push_str("/responses"),
             _ => p.push_str("/chat/completions"),
         }

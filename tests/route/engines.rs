@@ -39,7 +39,8 @@ fn recorded_pages_normalise() {
         Sample {
             waiting: 0,
             running: 12,
-            kv: Some(0.9123)
+            kv: Some(0.9123),
+            slots: 0,
         },
         "older builds: gpu_cache_usage_perc"
     );
@@ -48,7 +49,11 @@ fn recorded_pages_normalise() {
     let l = s(EngineKind::Llamacpp, "llamacpp-metrics.txt", false).unwrap();
     assert_eq!((l.waiting, l.running, l.kv), (1, 4, None));
     let sl = s(EngineKind::Llamacpp, "llamacpp-slots.json", true).unwrap();
-    assert_eq!((sl.waiting, sl.running, sl.kv), (0, 3, Some(0.75)));
+    assert_eq!(
+        (sl.waiting, sl.running, sl.kv, sl.slots),
+        (0, 3, None, 4),
+        "busy slots, no KV"
+    );
     let t = s(EngineKind::Tgi, "tgi.txt", false).unwrap();
     assert_eq!((t.waiting, t.running, t.kv), (7, 16, None));
     // malformed and partial pages are no signal (the engine counts as down), never a panic

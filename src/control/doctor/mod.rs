@@ -1,6 +1,7 @@
 //! `ringgate doctor [--config FILE]`: one screen that says whether this box is ready to run the
 //! gateway — kernel and io_uring, the driver each shard would get, limits, memory budget, CPUs,
-//! sysctls against `tuning/`, the config, and every provider (DNS, TCP, TLS, `GET /models`).
+//! sysctls against `tuning/`, the config, every provider (DNS, TCP, TLS, `GET /models`), and
+//! every engine's load signal and served model names (`engine`).
 //!
 //! Owns: the report (findings by section, each an ok / warning / problem, problems and
 //! warnings with the line that fixes them) and the exit rule: problems (things that stop the
@@ -8,6 +9,7 @@
 //! robust box: epoll fallback, untuned sysctls, low limits) exit 0. Must not: change anything
 //! on the box, or print a secret (provider keys are sent, never shown).
 
+mod engine;
 mod provider;
 mod setup;
 mod sysctl;
@@ -122,6 +124,7 @@ pub fn run(config: Option<&str>) -> Report {
         Ok(cfg) => {
             setup::check(&mut r, cfg);
             provider::check(&mut r, cfg);
+            engine::check(&mut r, cfg);
         }
         Err(errs) => setup::report_errors(&mut r, &title, errs),
     }

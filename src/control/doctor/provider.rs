@@ -327,7 +327,7 @@ fn get<S: Read + Write>(
 }
 
 /// A chunked body's data (best effort: stops at the first malformed size line).
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+pub(super) fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(i) = raw.windows(2).position(|w| w == b"\r\n") {
         let size = std::str::from_utf8(&raw[..i])

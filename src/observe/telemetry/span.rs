@@ -32,6 +32,7 @@ pub fn operation(dialect: Dialect, op: crate::route::provider::Op) -> &'static s
     match (dialect, op) {
         (_, Op::Embeddings) => "embeddings",
         (_, Op::CountTokens) => "count_tokens",
+        (_, Op::Completions) => "text_completion",
         (Dialect::Gemini, Op::Generate) => "generate_content",
         (_, Op::Generate) => "chat",
     }
