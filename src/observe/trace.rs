@@ -34,7 +34,7 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 11] = [
+    pub const ALL: [Endpoint; 12] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Responses,
