@@ -370,9 +370,9 @@ fn vetting(c: &mut Criterion) {
 /// The governance stages of one request (identify → admit → check_model → grant dropped), on a
 /// parsed head, with `keys` = 1,000 configured keys; the presented one is the last.
 fn governance(c: &mut Criterion) {
-    use ringgate::control::config::Config;
+    use ringgate::config::provider::Op;
+    use ringgate::config::Config;
     use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring};
-    use ringgate::route::provider::Op;
     let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
     let build = |limits: &str| {
         let mut text = String::new();
@@ -594,7 +594,7 @@ fn observability(c: &mut Criterion) {
         ));
     }
     let routes = ringgate::route::RouteTable::build(
-        &ringgate::control::config::Config::parse(&cfg).unwrap_or_else(|e| panic!("{e:?}")),
+        &ringgate::config::Config::parse(&cfg).unwrap_or_else(|e| panic!("{e:?}")),
     );
     let shard = RequestMetrics::default();
     for r in 0..20 {
@@ -621,10 +621,10 @@ fn observability(c: &mut Criterion) {
 /// with the ledger but no prices or budgets, and with prices and a budget (never reached); plus
 /// the usage scan over a 16 KiB stream (what every keyed answer's bytes go through).
 fn spend(c: &mut Criterion) {
-    use ringgate::control::config::Config;
+    use ringgate::config::provider::Op;
+    use ringgate::config::Config;
     use ringgate::dialect::Dialect;
     use ringgate::governance::{keyring::Digest, Gate, Governance, Keyring, SpendBook};
-    use ringgate::route::provider::Op;
     let secret = |i: usize| format!("rg-bench-{i:04}-0123456789abcdef0123456789");
     let config = |key_extra: &str, price: &str| {
         let mut text = format!(
@@ -727,8 +727,8 @@ data: [DONE]
 }
 
 fn header_policy(c: &mut Criterion) {
+    use ringgate::config::provider::ProviderKind;
     use ringgate::http::request_id::RequestId;
-    use ringgate::route::provider::ProviderKind;
     use ringgate::upstream::headers::{self, ClientHeaders};
     const ANTHROPIC_HEAD: &[u8] = b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: Anthropic/Python 0.40.0\r\nX-Stainless-Lang: python\r\nanthropic-version: 2023-06-01\r\nanthropic-beta: prompt-caching-2024-07-31\r\nanthropic-beta: token-efficient-tools-2025-02-19\r\nx-request-id: 0b7c3d4e-1f2a-4b5c-8d9e-0f1a2b3c4d5e\r\nx-api-key: sk-ant-test-0123456789\r\nContent-Length: 1234\r\n\r\n";
     let auth: &[u8] = b"anthropic-version: 2023-06-01\r\nx-api-key: sk-provider-0123456789\r\n";
@@ -776,11 +776,12 @@ fn header_policy(c: &mut Criterion) {
 }
 
 fn engine_load(c: &mut Criterion) {
+    use ringgate::config::policy::Lb;
     use ringgate::engine::load::{LoadPick, LoadPicker, LoadSettings};
     use ringgate::engine::prefix::prompt_blocks;
     use ringgate::engine::signal::{EngineCell, EngineKind, Sample};
     use ringgate::forward::balance::{Balancer, EWMA_DECAY};
-    use ringgate::forward::{policy::Lb, rng::Rng};
+    use ringgate::util::rng::Rng;
     use std::sync::Arc;
     let sys = "You are the support assistant of ACME. ".repeat(52);
     let body = format!(

@@ -21,7 +21,7 @@ thread_local! {
 
 fn fuzz_guards() -> Vec<std::rc::Rc<crate::guardrail::Guard>> {
     let text = "[[guardrail]]\nname = \"pii\"\ndetect = [\"email\", \"phone\", \"credit_card\", \"iban\", \"us_ssn\", \"ipv4\"]\naction = \"mask\"\n\n[[guardrail]]\nname = \"s\"\ndetect = [\"secrets\"]\naction = \"mask\"\nwords = [\"codename-x\", \"ab\"]\npatterns = ['(?i)\\bproject\\s{1,4}falcon\\b', '(a|aa){1,16}b']\n";
-    crate::control::config::Config::parse(text)
+    crate::config::Config::parse(text)
         .map(|c| {
             c.guardrails
                 .iter()

@@ -4,10 +4,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::engine::{EngineKind, EngineSpec};
 use ringgate::mock::{fault, Profile};
-use ringgate::server::shard::DriverChoice;
+use ringgate::runtime::DriverChoice;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -183,11 +183,11 @@ fn serve(opts: &Opts) -> ExitCode {
         // the binary keeps state under the user's data dir by default, one dir per config file
         // (the library keeps it in memory)
         let mut origin = cfg.origin.clone();
-        let dir = ringgate::control::state::serve_dir(&cfg);
+        let dir = ringgate::governance::state::serve_dir(&cfg);
         if let Some(note) = dir
             .as_deref()
-            .filter(|_| ringgate::control::state::wanted(&cfg))
-            .and_then(ringgate::control::state::legacy_note)
+            .filter(|_| ringgate::governance::state::wanted(&cfg))
+            .and_then(ringgate::governance::state::legacy_note)
         {
             ringgate::observe::log::info(format_args!("warning: {note}"));
         }
@@ -324,9 +324,9 @@ fn serve_refusals(cfg: &Config) -> Vec<String> {
             out.push(e.to_string());
         }
     }
-    if ringgate::control::state::wanted(cfg) {
-        if let Some(dir) = ringgate::control::state::serve_dir(cfg) {
-            if let Err(e) = ringgate::control::state::check_dir(&dir) {
+    if ringgate::governance::state::wanted(cfg) {
+        if let Some(dir) = ringgate::governance::state::serve_dir(cfg) {
+            if let Err(e) = ringgate::governance::state::check_dir(&dir) {
                 out.push(e);
             }
         }

@@ -22,7 +22,7 @@ action = "block"
 "#;
 
 fn session() -> Rc<Session> {
-    let cfg = ringgate::control::config::Config::parse(CONFIG).expect("bench config");
+    let cfg = ringgate::config::Config::parse(CONFIG).expect("bench config");
     let g: Vec<Rc<Guard>> = cfg
         .guardrails
         .iter()

@@ -8,7 +8,7 @@
 
 use criterion::{black_box, Criterion, Throughput};
 use ringgate::admit::Budget;
-use ringgate::control::config::responses::ResponsesConfig;
+use ringgate::config::responses::ResponsesConfig;
 use ringgate::dialect::{self, references, Dialect};
 use ringgate::responses_state::{ShardStore, Shared};
 use serde_json::json;

@@ -73,3 +73,7 @@ impl Drop for ConnCharge {
         self.budget.release(self.bytes, 0);
     }
 }
+
+/// Budget charged per TLS connection on top of `connection_reserve`: monoio-rustls's two
+/// 16 KiB record buffers and rustls's connection state (measured: see docs/tls.md).
+pub const TLS_CONNECTION_EXTRA: u64 = 40 << 10;

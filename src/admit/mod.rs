@@ -13,6 +13,8 @@
 //! default budget from cgroup/host memory), `size` (byte-size strings), `stats` (metrics and the
 //! rate-limited rejection log).
 
+pub mod peer;
+
 pub mod budget;
 pub mod chain;
 pub mod connection;

@@ -12,29 +12,21 @@
 use crate::admit::Permit;
 use crate::answer::outcome::{gone, Outcome};
 use crate::answer::relay;
-use crate::answer::report::{report, shutting_down};
 use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
-use crate::error::{Error, ErrorShape, Kind};
+use crate::error::{Error, Kind};
+use crate::forward::report::{report, shutting_down};
+use crate::forward::Env;
 use crate::governance::usage::UsageScan;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::responses_state::Remember;
-use crate::server::shard::Shard;
 use crate::upstream::{Exchange, RespFraming};
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
 /// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
 const MAX_TRAILING: usize = 64 * 1024;
-
-pub fn shape(client: Dialect) -> ErrorShape {
-    match client {
-        Dialect::Messages => ErrorShape::Anthropic,
-        Dialect::Gemini => ErrorShape::Gemini,
-        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
-    }
-}
 
 /// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
 /// error bodies, whole answers, or SSE event by event. A keyed request's `grant`, when given,
@@ -44,7 +36,7 @@ pub fn shape(client: Dialect) -> ErrorShape {
 #[allow(clippy::too_many_arguments)]
 pub async fn translated(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     ex: &mut Exchange<'_>,
     pname: &str,
     up: Dialect,
@@ -55,13 +47,13 @@ pub async fn translated(
     mut grant: Option<&mut Grant<'_>>,
     remember: Option<Remember>,
 ) -> Outcome {
-    let wt = shard.limits.write_timeout;
-    let shape = shape(client);
+    let wt = env.limits.write_timeout;
+    let shape = crate::answer::outcome::shape(client);
 
     // translate back: errors, whole answers, or streams
     if ex.head.status >= 400 {
         let up = (pname, up);
-        return relay::error_answer(conn, shard, ex, up, client, keep_alive, permit).await;
+        return relay::error_answer(conn, env, ex, up, client, keep_alive, permit).await;
     }
     if !stream_requested {
         // The whole answer is needed for translation: read it, charging its buffer to the
@@ -73,7 +65,7 @@ pub async fn translated(
             match ex.next(&mut raw).await {
                 Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
                     let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
-                    let e = report(shard, &conn.request_id, pname, &e);
+                    let e = report(env, &conn.request_id, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
                 Ok(true) => {
@@ -84,7 +76,7 @@ pub async fn translated(
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    let e = report(shard, &conn.request_id, pname, &e);
+                    let e = report(env, &conn.request_id, pname, &e);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
             }
@@ -99,7 +91,7 @@ pub async fn translated(
                 // at once), from the value the answer is written from
                 Some(r) if client == Dialect::Responses => {
                     let (v, out) = dialect::chat_to_responses_answer(&chat, client_model)?;
-                    shard.responses.record(r, &v);
+                    env.responses.record(r, &v);
                     Ok(out)
                 }
                 _ => dialect::chat_to_response(client, &chat, client_model),
@@ -107,7 +99,7 @@ pub async fn translated(
         });
         drop(raw);
         // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
-        let out = match (out, &conn.guard) {
+        let out = match (out, &env.guard) {
             (Ok(out), Some(sess)) => {
                 match crate::guardrail::answer::guard_answer(sess, client, &out) {
                     Ok(masked) => Ok(masked.unwrap_or(out)),
@@ -138,19 +130,19 @@ pub async fn translated(
                     Kind::UpstreamProtocol,
                     format!("could not translate the upstream answer: {}", e.message),
                 );
-                let e = report(shard, &conn.request_id, pname, &e);
+                let e = report(env, &conn.request_id, pname, &e);
                 Outcome::error(conn, &e, shape, keep_alive, wt).await
             }
         };
     }
-    let mut rb = match relay::StreamBuf::new(shard, permit) {
+    let mut rb = match relay::StreamBuf::new(env, permit) {
         Ok(b) => b,
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
     let outcome = stream(
         conn,
-        shard,
+        env,
         ex,
         (pname, up, client),
         (&mut tr, grant.as_deref_mut(), remember),
@@ -184,7 +176,7 @@ fn give(to: &mut UsageScan, u: dialect::Usage) {
 /// and a proper chunked end.
 async fn stream(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     ex: &mut crate::upstream::Exchange<'_>,
     (provider, up, client): (&str, Dialect, Dialect),
     (tr, mut grant, mut remember): (
@@ -195,7 +187,7 @@ async fn stream(
     keep_alive: bool,
     (rb, permit): (&mut relay::StreamBuf, &Permit),
 ) -> Outcome {
-    let wt = shard.limits.write_timeout;
+    let wt = env.limits.write_timeout;
     let mut extra = b"cache-control: no-cache\r\n".to_vec();
     extra.extend_from_slice(&ex.head.forward);
     let mut out = conn.head(
@@ -207,7 +199,7 @@ async fn stream(
     );
     match conn.write_raw(out, wt).await {
         Some(back) => out = back,
-        None => return gone(shard, 200),
+        None => return gone(env.metrics, 200),
     }
     let mut decoder = SseDecoder::new();
     let limit = rb.limit;
@@ -217,12 +209,12 @@ async fn stream(
     // Gemini has no terminal event: a candidate's finishReason ends its stream.
     let mut finish_seen = false;
     // the answer's guardrails, on the client-dialect events (`guardrail::stream`)
-    let mut guard = conn
+    let mut guard = env
         .guard
         .as_ref()
         .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
-    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
         piece.clear();
         events.clear();
@@ -233,7 +225,7 @@ async fn stream(
         let more = match next {
             Ok(m) => m,
             Err(e) => {
-                let e = report(shard, &conn.request_id, provider, &e);
+                let e = report(env, &conn.request_id, provider, &e);
                 // The error event ends the stream: no terminal events claiming a normal end
                 // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
@@ -244,7 +236,7 @@ async fn stream(
                 let written = conn.write_raw(out, wt).await;
                 return Outcome {
                     status: 502,
-                    keep_alive: keep_alive && written.is_some() && !shard.draining.is_fired(),
+                    keep_alive: keep_alive && written.is_some() && !env.draining.is_fired(),
                 };
             }
         };
@@ -272,7 +264,7 @@ async fn stream(
         }
         if let Some(msg) = failed.take() {
             let e = report(
-                shard,
+                env,
                 &conn.request_id,
                 provider,
                 &Error::new(Kind::UpstreamProtocol, msg),
@@ -291,7 +283,7 @@ async fn stream(
             // recorded before the client sees the end (its next request may follow at once)
             if let Some(r) = remember.take() {
                 if let Some(done) = tr.finished_response() {
-                    shard.responses.record(r, &done);
+                    env.responses.record(r, &done);
                 }
             }
         }
@@ -334,7 +326,7 @@ async fn stream(
         if !out.is_empty() {
             match conn.write_raw(std::mem::take(&mut out), wt).await {
                 Some(back) => out = back,
-                None => return gone(shard, 200),
+                None => return gone(env.metrics, 200),
             }
         }
         if end {
@@ -351,29 +343,5 @@ async fn stream(
                 keep_alive,
             };
         }
-    }
-}
-
-/// Keep only `retry-after` from the upstream's forwarded headers, for error answers rebuilt in
-/// the client's dialect on the passthrough path.
-pub(crate) fn retry_after(forward: &[u8]) -> Vec<u8> {
-    forward
-        .split(|&b| b == b'\n')
-        .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))
-        .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_is_kept() {
-        assert_eq!(
-            retry_after(b"x-request-id: 1\r\nRetry-After: 3\r\n"),
-            b"Retry-After: 3\r\n"
-        );
-        assert!(retry_after(b"x-request-id: 1\r\n").is_empty());
     }
 }

@@ -1,15 +1,14 @@
 //! The answer stage: everything that writes bytes to the client once a request has been
 //! forwarded — the seam (`respond`), the same-dialect relay (`relay`, vetted by `vet` and
-//! `json_check`), the translated way back (`bridge`), how a request ended (`outcome`) and the
-//! upstream failure reports handed back in the client's dialect (`report`).
+//! `json_check`), the translated way back (`bridge`) and how a request ended (`outcome`).
+//! Upstream failures are reported through `forward::report`.
 //!
 //! Owns: the upstream → client byte path. Must not: choose deployments or open upstream
-//! connections (that is `forward` and `upstream`).
+//! connections (that is `forward` and `upstream`), or see the shard (it gets a `forward::Env`).
 
 pub mod bridge;
 pub mod json_check;
 pub mod outcome;
 pub mod relay;
-pub mod report;
 pub mod respond;
 pub mod vet;

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use crate::dialect::Dialect;
 use crate::error::{Error, ErrorShape};
 use crate::http::conn::ClientConn;
 use crate::observe::metrics::bump;
-use crate::server::shard::Shard;
+use crate::observe::metrics::ShardMetrics;
 
 /// How a request ended, for metrics and the connection loop.
 pub struct Outcome {
@@ -36,10 +37,19 @@ impl Outcome {
 
 /// The client went away mid-response: the exchange is dropped by the caller, which closes the
 /// upstream connection instead of pooling it.
-pub fn gone(shard: &Shard, status: u16) -> Outcome {
-    bump(&shard.metrics.client_disconnects);
+pub fn gone(metrics: &ShardMetrics, status: u16) -> Outcome {
+    bump(&metrics.client_disconnects);
     Outcome {
         status,
         keep_alive: false,
+    }
+}
+
+/// The error body shape of a client dialect.
+pub fn shape(client: Dialect) -> ErrorShape {
+    match client {
+        Dialect::Messages => ErrorShape::Anthropic,
+        Dialect::Gemini => ErrorShape::Gemini,
+        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
     }
 }

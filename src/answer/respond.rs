@@ -12,9 +12,9 @@ use crate::dialect::extract::RoutingFields;
 use crate::dialect::Dialect;
 use crate::forward::open::Opened;
 use crate::forward::plan::Mode;
+use crate::forward::Env;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
-use crate::server::shard::Shard;
 use crate::{answer::bridge, answer::relay};
 
 /// Write the answer of `opened` to the client in `client`'s dialect. A keyed request's `grant`
@@ -23,7 +23,7 @@ use crate::{answer::bridge, answer::relay};
 #[allow(clippy::too_many_arguments)]
 pub async fn respond(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     opened: &mut Opened<'_>,
     client: Dialect,
     fields: &RoutingFields,
@@ -48,7 +48,7 @@ pub async fn respond(
     match opened.mode {
         Mode::Passthrough { strip_usage } => {
             let up = (provider, client, strip_usage);
-            relay::passthrough(conn, shard, ex, up, keep_alive, permit, grant).await
+            relay::passthrough(conn, env, ex, up, keep_alive, permit, grant).await
         }
         Mode::Translate { up, include_usage } => {
             let want = (fields.model.as_str(), fields.stream, include_usage);
@@ -56,7 +56,7 @@ pub async fn respond(
             // Boxed: a translation's state is large, and inline it would make every request's
             // future (moved into its box once per request) that much larger, passthrough too.
             Box::pin(bridge::translated(
-                conn, shard, ex, provider, up, client, want, keep_alive, permit, grant, remember,
+                conn, env, ex, provider, up, client, want, keep_alive, permit, grant, remember,
             ))
             .await
         }

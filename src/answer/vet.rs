@@ -258,19 +258,7 @@ pub fn error_body(client: Dialect, body: &[u8]) -> ErrorBody {
     }
 }
 
-/// A short, printable excerpt of an upstream body for a log line (control bytes escaped).
-pub fn excerpt(body: &[u8]) -> String {
-    const MAX: usize = 200;
-    let cut = body.get(..body.len().min(MAX)).unwrap_or_default();
-    let mut s: String = String::from_utf8_lossy(cut)
-        .chars()
-        .flat_map(char::escape_debug)
-        .collect();
-    if body.len() > MAX {
-        s.push('…');
-    }
-    s
-}
+pub use crate::forward::report::excerpt;
 
 #[cfg(test)]
 mod tests {

@@ -35,7 +35,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use crate::admit::Budget;
-use crate::control::config::Config;
+use crate::config::Config;
 pub use key::{Directives, Key};
 use store::{Freed, Store};
 

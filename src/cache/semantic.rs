@@ -16,12 +16,11 @@ use serde_json::Value;
 use super::key::{self, Key};
 use super::{Cache, Policy};
 use crate::admit::Permit;
+use crate::config::provider::Op;
 use crate::dialect::extract::routing_fields;
 use crate::dialect::{self, Dialect};
 use crate::forward::open::{open, Tried};
 use crate::http::conn::ClientConn;
-use crate::route::provider::Op;
-use crate::server::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
 
 /// A request's semantic lookup: the text to embed and the group its entries live in.
@@ -138,14 +137,15 @@ fn content_text(c: &Value) -> Option<String> {
 /// vector, or `None` (unrouted model, upstream failure, timeout, bad answer).
 pub async fn embed(
     cache: &Cache,
-    shard: &Shard,
+    fwd: &crate::forward::Env<'_>,
+    live: &crate::forward::live::LiveRouting,
     conn: &ClientConn,
     permit: &Permit,
     policy: &Policy,
     text: &str,
 ) -> Option<Box<[f32]>> {
     let model = policy.embedding_model.as_deref()?;
-    let routing = shard.live.peek();
+    let routing = live.peek();
     let route = routing.routes.resolve(model)?;
     let mut body = Vec::with_capacity(text.len() + model.len() + 32);
     body.extend_from_slice(b"{\"model\":");
@@ -159,7 +159,7 @@ pub async fn embed(
         let mut tried = Tried::default();
         let mut opened = open(
             conn,
-            shard,
+            fwd,
             &routing,
             route,
             Op::Embeddings,

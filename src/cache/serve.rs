@@ -19,14 +19,14 @@ use super::store::Entry;
 use super::{semantic, Cache, Mode};
 use crate::admit::Permit;
 use crate::answer::outcome::Outcome;
+use crate::config::provider::Op;
 use crate::dialect::extract::{RoutingFields, UsageOption};
 use crate::dialect::Dialect;
+use crate::forward::live::LiveRouting;
 use crate::governance::credential::{with_presented, Presented};
 use crate::http::conn::{ClientConn, Tee};
 use crate::http::RequestHead;
-use crate::route::provider::Op;
 use crate::route::Route;
-use crate::server::shard::Shard;
 
 /// What the request head says to the cache, read while it is in the buffer (the tenant's name
 /// is made only for a cached model's request, `Ask::tenant`).
@@ -59,17 +59,28 @@ impl Ask {
     }
 }
 
-/// [`ask`] for a request on `shard` from `caller`.
+/// What the cache reads of its env, built by the pipeline (`pipeline::shard::Shard::cache_env`).
+pub struct Env<'a> {
+    pub fwd: crate::forward::Env<'a>,
+    /// This shard's connection to the cache's Redis (`[cache] store = "redis"`).
+    pub remote: Option<&'a std::rc::Rc<super::redis::Remote>>,
+    /// The cache itself (`None`: off).
+    pub cache: Option<&'a Cache>,
+    /// The shard's live routing (the semantic mode routes its embedding requests).
+    pub live: &'a LiveRouting,
+}
+
+/// [`ask`] for a request from `caller` (its key's name from `governance`).
 pub fn ask_of(
     cache: &Cache,
     head: &RequestHead,
     conn: &ClientConn,
-    shard: &Shard,
+    governance: &crate::governance::Governance,
     caller: crate::governance::Caller,
 ) -> Ask {
     let name = caller
         .key()
-        .and_then(|k| shard.governance.key_name(k).map(|n| n.to_string()));
+        .and_then(|k| governance.key_name(k).map(|n| n.to_string()));
     ask(cache, head, &conn.buf, name.as_deref())
 }
 
@@ -126,7 +137,7 @@ fn header(conn: &mut ClientConn, value: &str) {
 pub async fn lookup(
     cache: &Cache,
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     route: &Route,
     (dialect, op): (Dialect, Op),
     body: &[u8],
@@ -163,14 +174,14 @@ pub async fn lookup(
     let look = !ask.directives.no_lookup;
     if look {
         let t0 = Instant::now();
-        let found = match &shard.cache_remote {
+        let found = match &env.remote {
             Some(r) => r.get(&key).await.map(|(body, usage)| Entry {
                 body: body.into(),
                 tenant: tenant.clone(),
                 model: Arc::from(fields.model.as_str()),
                 usage,
                 expires: t0,
-                owner: shard.id,
+                owner: env.fwd.id,
                 semantic: None,
             }),
             None => cache
@@ -180,7 +191,7 @@ pub async fn lookup(
         cache.stats.lookup(t0.elapsed());
         if let Some(e) = found {
             if let Some(o) =
-                answer_with(conn, shard, route, &e, dialect, fields, "hit", keep_alive).await
+                answer_with(conn, env, route, &e, dialect, fields, "hit", keep_alive).await
             {
                 crate::observe::metrics::add_atomic(&cache.stats.hits, 1);
                 return Lookup::Hit(o);
@@ -190,7 +201,7 @@ pub async fn lookup(
     let mut vector = None;
     if policy.mode == Mode::Semantic {
         if let Some(q) = semantic::Query::of(cache, dialect, body, &tenant, &fields.model) {
-            match semantic::embed(cache, shard, conn, permit, &policy, &q.text).await {
+            match semantic::embed(cache, &env.fwd, env.live, conn, permit, &policy, &q.text).await {
                 Some(v) => {
                     if look {
                         let now = Instant::now();
@@ -203,7 +214,7 @@ pub async fn lookup(
                         if let Some((e, score)) = best.filter(|(_, s)| *s >= policy.threshold) {
                             let label = format!("semantic-hit ({score:.3})");
                             if let Some(o) = answer_with(
-                                conn, shard, route, &e, dialect, fields, &label, keep_alive,
+                                conn, env, route, &e, dialect, fields, &label, keep_alive,
                             )
                             .await
                             {
@@ -252,7 +263,7 @@ fn several_choices(body: &[u8]) -> bool {
 #[allow(clippy::too_many_arguments)]
 async fn answer_with(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     route: &Route,
     e: &Entry,
     dialect: Dialect,
@@ -272,10 +283,10 @@ async fn answer_with(
     let pico = i
         .saturating_mul(price.input_pico)
         .saturating_add(o.saturating_mul(price.output_pico));
-    if let Some(c) = &shard.cache {
+    if let Some(c) = env.cache {
         c.stats.saved(i, o, pico);
     }
-    let wt = shard.limits.write_timeout;
+    let wt = env.fwd.limits.write_timeout;
     let ok = conn.respond(200, ct, b"", &body, keep_alive, wt).await;
     Some(Outcome {
         status: 200,
@@ -285,7 +296,7 @@ async fn answer_with(
 
 /// The answer to `miss` went out with `status`: keep it when complete, within the entry size,
 /// the store's bytes and this shard's budget.
-pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, status: u16) {
+pub fn store(cache: &Cache, conn: &mut ClientConn, env: &Env<'_>, miss: Miss, status: u16) {
     let tee = conn.capture.take();
     if !miss.store {
         return;
@@ -306,7 +317,7 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         _ => return refused(),
     };
     drop(tee);
-    if let Some(r) = &shard.cache_remote {
+    if let Some(r) = &env.remote {
         // the exact layer lives in Redis; only semantic entries (vectors) stay here too
         if r.set(&miss.key, &stored.body, stored.usage, miss.ttl) {
             crate::observe::metrics::add_atomic(&cache.stats.stores, 1);
@@ -323,11 +334,11 @@ pub fn store(cache: &Cache, conn: &mut ClientConn, shard: &Shard, miss: Miss, st
         model: miss.model,
         usage: stored.usage,
         expires: Instant::now() + miss.ttl,
-        owner: shard.id,
+        owner: env.fwd.id,
         semantic: miss.semantic,
     };
     let size = entry.size();
-    let budget = shard.admission.budget();
+    let budget = env.fwd.admission.budget();
     // the cache only takes memory requests are not using: half the shard's budget stays free
     if !budget.try_hold(size, budget.capacity() / 2) {
         return refused();

@@ -17,7 +17,7 @@ use std::ops::Range;
 use sonic_rs::JsonValueTrait;
 
 use crate::error::{push_json_str, Error, Kind};
-use crate::upstream::target::{self, MODEL_RULE};
+use crate::http::target::{self, MODEL_RULE};
 use crate::util::nesting;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,7 +351,7 @@ mod tests {
             "]".repeat(127)
         );
         let parsed = std::thread::Builder::new()
-            .stack_size(crate::server::shard::STACK_BYTES)
+            .stack_size(crate::runtime::STACK_BYTES)
             .spawn(move || routing_fields(ok.as_bytes()).map(|f| f.model))
             .unwrap()
             .join()

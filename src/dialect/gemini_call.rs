@@ -13,9 +13,9 @@
 //! Owns: recognising these paths and the `Call` they name. Must not: read the body, route, or
 //! decide shapes of answers (`models` renders model lookups).
 
+use crate::dialect::op::Op;
 use crate::error::{Error, Kind};
-use crate::route::provider::Op;
-use crate::upstream::target::{model_from_path, MODEL_RULE};
+use crate::http::target::{model_from_path, MODEL_RULE};
 
 /// What a Gemini-style path asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

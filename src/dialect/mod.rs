@@ -23,6 +23,7 @@
 
 pub mod extract;
 pub mod gemini_call;
+pub mod op;
 
 pub mod anthropic;
 mod cache;

@@ -35,38 +35,17 @@
 //! Owns: `LoadPicker`, `LoadSettings`, `LoadPick`. Must not: read clocks (callers pass
 //! `now_ms`), do IO, or decide retries.
 
+pub use crate::config::policy::LoadSettings;
 use std::sync::Arc;
 
 use super::prefix::PrefixIndex;
 use super::signal::{EngineCell, View};
-use crate::forward::rng::Rng;
+use crate::util::rng::Rng;
 
 /// Prefix-index capacity per deployment, process-wide (block hashes; 8 bytes each).
 pub const INDEX_BLOCKS: usize = 16_384;
 /// How long a routed prefix is assumed warm at the engine.
 pub const INDEX_TTL_MS: u64 = 120_000;
-
-/// A model's `lb = "load"` knobs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LoadSettings {
-    /// Weights of the queue, KV and prefix scores (default 2, 2, 3).
-    pub weights: [f64; 3],
-    /// Prefix affinity counts while the queue is at most this much above the shortest.
-    pub affinity_slack: u32,
-    pub max_waiting: Option<u32>,
-    pub max_in_flight: Option<u32>,
-}
-
-impl Default for LoadSettings {
-    fn default() -> Self {
-        LoadSettings {
-            weights: [2.0, 2.0, 3.0],
-            affinity_slack: 4,
-            max_waiting: None,
-            max_in_flight: None,
-        }
-    }
-}
 
 /// What `pick` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

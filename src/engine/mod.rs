@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use signal::{EngineCell, EngineKind};
 
-use crate::control::config::{Config, ProviderConfig};
+use crate::config::{Config, ProviderConfig};
 
 /// Default `poll_ms`.
 pub const POLL_MS: u64 = 100;
@@ -62,7 +62,7 @@ pub fn target_of(p: &ProviderConfig) -> Option<(EngineKind, Option<String>, u64,
         Some(u) => Some(u.get_ref().clone()),
         None => kind.default_metrics_path().and_then(|path| {
             let base = p.base_url.as_ref()?.get_ref();
-            let ep = crate::upstream::endpoint::Endpoint::parse(base).ok()?;
+            let ep = crate::config::endpoint::Endpoint::parse(base).ok()?;
             let scheme = if ep.tls { "https" } else { "http" };
             Some(format!("{scheme}://{}{path}", ep.host_header))
         }),

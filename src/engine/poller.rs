@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::prom::MAX_PAGE;
 use super::signal::{normalise, now_ms, EngineCell};
-use crate::upstream::endpoint::Endpoint;
+use crate::config::endpoint::Endpoint;
 
 /// Where and how often to poll one engine.
 #[derive(Debug, Clone)]

@@ -20,46 +20,12 @@
 //! Owns: `EngineKind`, `Sample`, `normalise`, `EngineCell`, the process clock in ms
 //! (`now_ms`). Must not: do IO (the poller does) or decide routing (`load` does).
 
+pub use crate::config::engines::EngineKind;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use serde::Deserialize;
-
 use super::prom::{scan, Fold};
-
-/// A provider's inference engine (`engine = "…"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    Vllm,
-    Sglang,
-    Llamacpp,
-    Ollama,
-    Tgi,
-}
-
-impl EngineKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EngineKind::Vllm => "vllm",
-            EngineKind::Sglang => "sglang",
-            EngineKind::Llamacpp => "llamacpp",
-            EngineKind::Ollama => "ollama",
-            EngineKind::Tgi => "tgi",
-        }
-    }
-
-    /// The engine's usual load-signal path on the base URL's host (`None`: Ollama has none).
-    pub fn default_metrics_path(self) -> Option<&'static str> {
-        match self {
-            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Tgi => Some("/metrics"),
-            // on by default in llama-server (`/metrics` needs `--metrics`)
-            EngineKind::Llamacpp => Some("/slots"),
-            EngineKind::Ollama => None,
-        }
-    }
-}
 
 /// One poll's load, normalised.
 #[derive(Debug, Clone, Copy, PartialEq)]

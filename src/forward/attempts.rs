@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::keys::KeyPick;
-use super::policy::{Fallback, Reason};
 use super::{ForwardState, ModelState};
+use crate::config::policy::{Fallback, Reason};
 use crate::route::{Deployment, Route, RouteTable};
 
 /// What to do next.

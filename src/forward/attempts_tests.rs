@@ -1,7 +1,7 @@
 use super::*;
-use crate::control::config::Config;
+use crate::config::Config;
 use crate::forward::breaker::BreakerState;
-use crate::forward::rng::Rng;
+use crate::util::rng::Rng;
 
 const PROVIDERS: &str = r#"
 [[provider]]

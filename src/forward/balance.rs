@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::policy::Lb;
 use super::rng::Rng;
+use crate::config::policy::Lb;
 use crate::engine::signal::ms_of;
 
 /// How fast the latency estimate forgets: a sample's weight halves every ~3.5 s.

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::policy::BreakerSettings;
+use crate::config::policy::BreakerSettings;
 use crate::engine::signal::ms_of;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::fmt::Write;
 
 use super::breaker::BreakerState;
-use super::policy::Reason;
+use crate::config::policy::Reason;
 use crate::observe::metrics::{bump, escape};
 use crate::route::RouteTable;
 
@@ -259,7 +259,7 @@ const FAMILIES: [(&str, &str, &str); 7] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::config::Config;
+    use crate::config::Config;
 
     #[test]
     fn renders_counters_with_labels() {

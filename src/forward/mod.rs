@@ -1,8 +1,8 @@
 //! Routing and resilience, the IO-free core: which deployment (and API key) an attempt goes
 //! to, whether a failure is retried, on what, and until when.
 //!
-//! - `policy`: a model's resolved `Policy` (lb, max_attempts, breaker, retry_on, deadline,
-//!   fallbacks) and `Reason`, why an attempt failed;
+//! - `Env`: what this stage (and the answer after it) reads of its shard, built per request by
+//!   the pipeline; a model's resolved `Policy` and `Reason` are config (`config::policy`);
 //! - `balance`: `Balancer` (smooth weighted round-robin, p2c over peak-EWMA × in-flight);
 //! - `breaker`: `Breaker` per deployment (closed → open → half-open, one probe);
 //! - `keys`: `KeyRing` per provider (weighted keys, 429 cooldowns per key × model or whole
@@ -23,12 +23,19 @@
 //! the routing counters (`metrics`, labelled by shard). A reload keeps the cells of every
 //! deployment and key the new config still has (`shared`).
 //!
+//! - `live`: a shard's live routing (route table + this state), swapped whole by a reload;
+//! - `plan`: one attempt's upstream request (passthrough or translated) and how its answer
+//!   comes back;
 //! - `open`: the one async step that performs the attempts (`forward::open::open`): plans
-//!   each candidate's request, sends it, reports its outcome, retries or falls back.
+//!   each candidate's request, sends it, reports its outcome (`report`), retries or falls back.
 //!
 //! Owns: the runtime routing state and every retry/fallback/breaker/balancing decision.
-//! Must not: write to the client. Everything but `open` is IO-free: no clocks (every call
-//! takes `now: Instant`), no sleeping, no HTTP framing.
+//! Must not: write to the client or see the shard (it gets an `Env`). Everything but `open`
+//! and `report` (which logs) is IO-free: no clocks (every call takes `now: Instant`), no
+//! sleeping, no HTTP framing.
+
+pub mod live;
+pub mod report;
 
 pub mod plan;
 
@@ -38,8 +45,7 @@ pub mod breaker;
 pub mod keys;
 pub mod metrics;
 pub mod open;
-pub mod policy;
-pub mod rng;
+pub use crate::util::rng;
 pub mod scope;
 pub mod shared;
 
@@ -51,8 +57,27 @@ use rng::Rng;
 
 use crate::route::RouteTable;
 
+pub use crate::config::policy::{Lb, Policy, Reason};
 pub use attempts::{Attempts, Candidate, Step, Stop};
-pub use policy::{Lb, Policy, Reason};
+
+/// What forwarding and the answer read of their shard, built by the pipeline for one request
+/// (`pipeline::shard::Shard::env`): only `server` and `pipeline` see the whole shard.
+pub struct Env<'a> {
+    /// The shard's number (log lines).
+    pub id: usize,
+    pub limits: &'a crate::http::conn::Limits,
+    pub admission: &'a crate::admit::Admission,
+    pub upstream: &'a crate::upstream::Client,
+    pub metrics: &'a crate::observe::metrics::ShardMetrics,
+    /// The shard's drain began / its drain time is up (see `pipeline::shard::Shard`).
+    pub draining: &'a crate::runtime::shutdown::LocalSignal,
+    pub drain_expired: &'a crate::runtime::shutdown::LocalSignal,
+    pub responses: &'a crate::responses_state::ShardStore,
+    /// The request's guardrails (`None`: none applies).
+    pub guard: Option<std::rc::Rc<crate::guardrail::Session>>,
+    /// OTLP trace export (`None`: off).
+    pub telemetry: &'a Option<crate::telemetry::ShardTelemetry>,
+}
 
 /// Runtime state of one model's deployments on this shard (handles on process-wide cells).
 #[derive(Debug)]

@@ -26,20 +26,20 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::attempts::{Attempts, Candidate, Step, Stop};
 use super::keys::{parse_retry_after, KeyPick};
-use super::policy::Reason;
 use crate::admit::Permit;
-use crate::answer::report::{report, report_status, shutting_down};
+use crate::config::policy::Reason;
+use crate::config::provider::Op;
 use crate::dialect::extract::RoutingFields;
 use crate::dialect::references::{self, Expanded};
 use crate::dialect::Dialect;
 use crate::error::{Cause, Error, Kind};
+use crate::forward::live::Routing;
 use crate::forward::plan::{self, Mode, Target};
+use crate::forward::report::{report, report_status, shutting_down};
+use crate::forward::Env;
 use crate::http::conn::ClientConn;
 use crate::responses_state::Remember;
-use crate::route::provider::Op;
 use crate::route::Route;
-use crate::server::shard::routing::Routing;
-use crate::server::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
 use crate::upstream::pipe::{pipe, PipeWriter};
 use crate::upstream::{Exchange, UpstreamRequest};
@@ -86,7 +86,7 @@ pub struct Tried<'s> {
     pub served: Option<(u32, u32)>,
     pub attempts: u32,
     /// The request's span state while it is traced: each attempt adds its CLIENT span.
-    pub otel: Option<Box<crate::observe::telemetry::Request>>,
+    pub otel: Option<Box<crate::telemetry::Request>>,
 }
 
 impl Tried<'_> {
@@ -121,7 +121,7 @@ impl From<Error> for NoHead {
 #[allow(clippy::too_many_arguments)]
 pub async fn open<'s>(
     conn: &ClientConn,
-    shard: &'s Shard,
+    env: &Env<'s>,
     routing: &'s Routing,
     route: &'s Route,
     op: Op,
@@ -166,14 +166,14 @@ pub async fn open<'s>(
                 monoio::select! {
                     _ = monoio::time::sleep(wait) => {},
                     _ = conn.wait_closed() => return Err(NoHead::ClientGone),
-                    _ = shard.drain_expired.wait() => return Err(NoHead::Failed(shutting_down())),
+                    _ = env.drain_expired.wait() => return Err(NoHead::Failed(shutting_down())),
                 }
                 step = attempts.next(Instant::now());
                 continue;
             }
             Step::Stop(Stop::Full) if last.is_none() => {
                 // lb = "load", every engine full: block mode waits (bounded) for one to drain
-                match full_wait(conn, shard, routing, &mut queued_since).await {
+                match full_wait(conn, env, routing, &mut queued_since).await {
                     Ok(true) => {
                         step = attempts.next(Instant::now());
                         continue;
@@ -192,7 +192,7 @@ pub async fn open<'s>(
         let state = tenant.filter(|_| translated);
         if let Some(t) = state {
             if expanded.is_none() && *refs.get_or_insert_with(|| references::has_references(body)) {
-                let e = shard.responses.expand(t, body)?;
+                let e = env.responses.expand(t, body)?;
                 // the expanded copy lives until the request ends: charged to its permit
                 let mut charged = 0;
                 permit
@@ -227,13 +227,12 @@ pub async fn open<'s>(
         let timeout = attempts.attempt_timeout(Instant::now());
         // traced: this attempt's CLIENT span and the `traceparent` naming it
         let mut trace_lines = Vec::new();
-        if let (Some(o), Some(tel)) = (tried.otel.as_deref_mut(), &shard.telemetry) {
-            let a =
-                crate::observe::telemetry::Attempt::new(cand.deployment, &planned.upstream_model);
+        if let (Some(o), Some(tel)) = (tried.otel.as_deref_mut(), &env.telemetry) {
+            let a = crate::telemetry::Attempt::new(cand.deployment, &planned.upstream_model);
             tel.attempt(o, a, &mut trace_lines);
         }
         let call = (client, op, client_headers, &trace_lines[..]);
-        let sent = attempt(conn, shard, &cand, &planned, fields, call, timeout).await;
+        let sent = attempt(conn, env, &cand, &planned, fields, call, timeout).await;
         if let Some(o) = tried.otel.as_deref_mut() {
             match &sent {
                 Ok(ex) => {
@@ -253,14 +252,14 @@ pub async fn open<'s>(
             Ok(mut ex) => {
                 let status = ex.head.status;
                 if status >= 500 {
-                    report_status(shard, &conn.request_id, provider, status);
+                    report_status(env, &conn.request_id, provider, status);
                 }
                 let Some(reason) = Reason::from_status(status) else {
                     attempts.succeeded(&cand, now);
                     let remember = match (state, planned.mode) {
                         // its copy of the input lives until the answer is recorded: charged to
                         // the permit, or not remembered
-                        (Some(t), Mode::Translate { .. }) if status < 300 => shard
+                        (Some(t), Mode::Translate { .. }) if status < 300 => env
                             .responses
                             .remember(t, body, expanded.as_ref())
                             .filter(|r| permit.charge_capacity(r.input(), &mut 0).is_ok()),
@@ -301,7 +300,7 @@ pub async fn open<'s>(
             Err(NoHead::ClientGone) => return Err(NoHead::ClientGone),
             Err(NoHead::Failed(e)) => {
                 let reason = reason_of(&e);
-                let e = report(shard, &conn.request_id, provider, &e);
+                let e = report(env, &conn.request_id, provider, &e);
                 step = match reason {
                     // Not an upstream failure (a config problem, the drain): no retry.
                     None => Step::Stop(Stop::NotRetryable(Reason::Other)),
@@ -379,14 +378,14 @@ const FULL_RECHECK: Duration = Duration::from_millis(20);
 /// then shed. The client leaving or the drain ending stop the wait.
 async fn full_wait(
     conn: &ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     routing: &Routing,
     since: &mut Option<Instant>,
 ) -> Result<bool, NoHead> {
-    if shard.admission.mode() != crate::admit::Mode::Block {
+    if env.admission.mode() != crate::admit::Mode::Block {
         return Ok(false);
     }
-    let (timeout, cap) = shard.admission.queue_bounds();
+    let (timeout, cap) = env.admission.queue_bounds();
     let now = Instant::now();
     let first = since.is_none();
     let started = *since.get_or_insert(now);
@@ -398,7 +397,7 @@ async fn full_wait(
     let r = monoio::select! {
         _ = monoio::time::sleep(FULL_RECHECK) => Ok(true),
         _ = conn.wait_closed() => Err(NoHead::ClientGone),
-        _ = shard.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
+        _ = env.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
     };
     waiters.set(waiters.get().saturating_sub(1));
     r
@@ -430,7 +429,7 @@ fn retry_after(forward: &[u8]) -> Option<Duration> {
 #[allow(clippy::too_many_arguments)]
 async fn attempt<'s>(
     conn: &ClientConn,
-    shard: &'s Shard,
+    env: &Env<'s>,
     cand: &Candidate<'_>,
     planned: &plan::Plan<'_>,
     fields: &RoutingFields,
@@ -438,7 +437,7 @@ async fn attempt<'s>(
     first_byte_timeout: Duration,
 ) -> Result<Exchange<'s>, NoHead> {
     let provider = &cand.deployment.provider;
-    let up = &shard.upstream;
+    let up = env.upstream;
     let path = match &planned.target {
         Target::Http { path } => path,
         Target::Mock => {
@@ -489,7 +488,7 @@ async fn attempt<'s>(
         biased;
         r = up.send(&req) => Ok(r?),
         _ = watch => Err(NoHead::ClientGone),
-        _ = shard.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
+        _ = env.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
     }
 }
 

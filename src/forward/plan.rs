@@ -18,12 +18,12 @@
 
 use std::borrow::Cow;
 
+use crate::config::provider::{Op, ProviderKind};
 use crate::dialect::extensions::ChatUpstream;
 use crate::dialect::extract::{RoutingFields, UsageOption};
 use crate::dialect::{self, Dialect};
 use crate::error::push_json_str;
 use crate::error::{Error, Kind};
-use crate::route::provider::{Op, ProviderKind};
 use crate::route::Provider;
 
 /// How the upstream's answer reaches the client.
@@ -257,9 +257,9 @@ fn strip_stream_options(body: Vec<u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::endpoint::Endpoint;
     use crate::dialect::extract::routing_fields;
     use crate::mock::Profile;
-    use crate::upstream::endpoint::Endpoint;
 
     fn provider(kind: ProviderKind, quirk: bool) -> Provider {
         Provider {

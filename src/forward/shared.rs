@@ -161,7 +161,7 @@ impl Builder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::config::Config;
+    use crate::config::Config;
     use crate::forward::breaker::BreakerState;
     use crate::forward::ForwardState;
     use crate::route::RouteTable;

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use crate::control::config::{AuthMode, Config};
+use crate::config::{AuthMode, Config};
 
 /// `Err(message)` when `cfg` must not serve on `addr` (the plain listener) or on its
 /// `server.tls_listen` address (keys as the config alone says).

@@ -15,9 +15,9 @@ use super::spend::{unix_now, Price};
 use super::usage::UsageScan;
 use super::window::Tick;
 use super::Governance;
+use crate::config::provider::Op;
 use crate::dialect::extract::RoutingFields;
 use crate::error::{Error, Kind};
-use crate::route::provider::Op;
 use crate::route::{Deployment, Route};
 use crate::upstream::ResponseHead;
 

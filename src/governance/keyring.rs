@@ -24,7 +24,7 @@ use subtle::ConstantTimeEq;
 
 use super::spend::{usd_to_nanos, Period};
 use super::trie::Trie;
-use crate::control::config::{keys::parse_sha256, AuthMode, Config};
+use crate::config::{keys::parse_sha256, AuthMode, Config};
 
 /// SHA-256 of a secret. Equality is constant-time.
 #[derive(Clone, Copy, Debug)]

@@ -65,6 +65,8 @@
 //! limits `store` (the keyring snapshot is shared read-only), do IO other than through its
 //! `store`, or see a secret after `identify` returns.
 
+pub mod state;
+
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
 

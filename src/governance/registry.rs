@@ -32,10 +32,10 @@ use super::keyring::{Digest, Keyring};
 use super::spec::KeySpec;
 use super::Directory;
 use super::SpendBook;
-use crate::control::config::keys::{key_name_ok, parse_sha256, KEY_NAME_RULE};
-use crate::control::config::Config;
-use crate::control::state::{KeyRow, KeyWrite, Store};
+use crate::config::keys::{key_name_ok, parse_sha256, KEY_NAME_RULE};
+use crate::config::Config;
 use crate::error::{Error, Kind};
+use crate::governance::state::{KeyRow, KeyWrite, Store};
 
 /// Where a key comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -485,7 +485,7 @@ impl Registry {
 }
 
 /// A config key's secret digest (its `key_env` read now, or its `key_sha256`).
-fn config_digest(k: &crate::control::config::KeyConfig) -> Option<Digest> {
+fn config_digest(k: &crate::config::KeyConfig) -> Option<Digest> {
     match (&k.key_env, &k.key_sha256) {
         (Some(env), _) => std::env::var_os(env.get_ref())
             .filter(|v| !v.is_empty())
@@ -505,11 +505,11 @@ impl Registry {
     pub fn reload_config_keys(
         &mut self,
         cfg: &Config,
-    ) -> Result<(), Vec<crate::control::config::ConfigError>> {
+    ) -> Result<(), Vec<crate::config::ConfigError>> {
         if !self.can_check() {
             return Ok(());
         }
-        let problems: Vec<crate::control::config::ConfigError> = cfg
+        let problems: Vec<crate::config::ConfigError> = cfg
             .keys
             .iter()
             .filter(|k| {
@@ -518,7 +518,7 @@ impl Registry {
                     .and_then(|i| self.records.get(*i))
                     .is_some_and(|r| r.source == Source::Api && r.revoked.is_none())
             })
-            .map(|k| crate::control::config::ConfigError {
+            .map(|k| crate::config::ConfigError {
                 line: None,
                 message: format!(
                     "key {:?} is also a key made through the admin API; rename the [[key]] or revoke the runtime key first",
@@ -589,7 +589,7 @@ impl Registry {
             changes.push((i, rec));
         }
         let config_error = |e: Error| {
-            vec![crate::control::config::ConfigError {
+            vec![crate::config::ConfigError {
                 line: None,
                 message: e.message,
             }]

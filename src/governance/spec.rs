@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 
 use super::keyring::{Key, ModelRule};
 use super::spend::{usd_to_nanos, Period};
-use crate::control::config::keys::{parse_rfc3339, KeyConfig};
-use crate::upstream::target;
+use crate::config::keys::{parse_rfc3339, KeyConfig};
+use crate::http::target;
 
 /// The settings of one key (not its name or secret).
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,9 @@
 //! Governance decisions without sockets: identify → admit → check_model → drop.
 
 use super::*;
-use crate::control::config::Config;
+use crate::config::provider::Op;
+use crate::config::Config;
 use crate::http::head::parse;
-use crate::route::provider::Op;
 
 const HEX_TEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 

@@ -10,8 +10,6 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::control::config::Config;
-
 /// Default most bytes of one text a stream holds back (and the bound every detector's longest
 /// match must fit): the built-in secrets' longest match (a PEM private-key block) fits.
 pub const DEFAULT_MAX_HOLD: usize = 8192;
@@ -70,11 +68,15 @@ impl GuardrailConfig {
     }
 }
 
-/// Every problem in the guardrail sections and the references to them.
-pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
+/// Every problem in the guardrail sections (`all`) and the references to them (`refs`: the
+/// names models and keys give in `guardrails`).
+pub fn validate<'a>(
+    all: &[GuardrailConfig],
+    refs: impl Iterator<Item = &'a Spanned<String>>,
+) -> Vec<(Range<usize>, String)> {
     let mut errs = Vec::new();
     let mut names = std::collections::HashSet::new();
-    for g in &cfg.guardrails {
+    for g in all {
         let name = g.name.get_ref();
         if name.is_empty() || !names.insert(name.as_str()) {
             errs.push((
@@ -165,11 +167,6 @@ pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
             ));
         }
     }
-    let refs = cfg
-        .models
-        .iter()
-        .flat_map(|m| m.guardrails.iter())
-        .chain(cfg.keys.iter().flat_map(|k| k.guardrails.iter()));
     for r in refs {
         if !names.contains(r.get_ref().as_str()) {
             errs.push((

@@ -117,14 +117,10 @@ impl Counters {
 
 /// A request ended: its hits go to the shard's counters and, as `type:count` pairs, to its
 /// access-log line.
-pub fn ended(
-    sess: &super::Session,
-    shard: &crate::server::shard::Shard,
-    trace: &mut crate::observe::trace::Trace,
-) {
+pub fn ended(sess: &super::Session, counters: &Counters, trace: &mut crate::observe::trace::Trace) {
     if sess.hits.is_empty() {
         return;
     }
-    sess.hits.count_into(&shard.metrics.guardrail);
+    sess.hits.count_into(counters);
     trace.guardrail_hits = Some(sess.hits.summary().into_boxed_str());
 }

@@ -19,8 +19,8 @@
 
 pub mod answer;
 pub mod chain;
-mod checks;
 pub mod config;
+mod checks;
 pub mod detect;
 pub mod hits;
 pub mod json_str;
@@ -36,7 +36,6 @@ pub use detect::Kind;
 pub use hits::Phase;
 pub use scan::Action;
 
-use crate::control::config::Config;
 use crate::error::{Error, Kind as ErrorKind};
 
 /// One compiled `[[guardrail]]`.
@@ -123,15 +122,20 @@ impl std::fmt::Debug for Guards {
 }
 
 impl Guards {
-    /// Compile the guardrails `cfg` uses. One that does not compile (validation compiles them
-    /// too, so only a programming error) is left out and logged.
-    pub fn build(cfg: &Config) -> Guards {
+    /// Compile the guardrails `all` (the config's `[[guardrail]]`s) that the models and keys
+    /// use (each: its name and the guardrails it names). One that does not compile (validation
+    /// compiles them too, so only a programming error) is left out and logged.
+    pub fn build<'a>(
+        all: &[config::GuardrailConfig],
+        models: impl Iterator<Item = (&'a str, &'a [toml::Spanned<String>])>,
+        keys: impl Iterator<Item = (&'a str, &'a [toml::Spanned<String>])>,
+    ) -> Guards {
         let mut g = Guards::default();
-        if cfg.guardrails.is_empty() {
+        if all.is_empty() {
             return g;
         }
         let mut index = HashMap::new();
-        for c in &cfg.guardrails {
+        for c in all {
             match Guard::compile(c) {
                 Ok(guard) => {
                     index.insert(c.name.get_ref().clone(), g.all.len());
@@ -152,16 +156,16 @@ impl Guards {
             v.dedup();
             v
         };
-        for m in &cfg.models {
-            let v = pick(&m.guardrails);
+        for (name, uses) in models {
+            let v = pick(uses);
             if !v.is_empty() {
-                g.by_model.insert(m.name.get_ref().clone(), v);
+                g.by_model.insert(name.to_string(), v);
             }
         }
-        for k in &cfg.keys {
-            let v = pick(&k.guardrails);
+        for (name, uses) in keys {
+            let v = pick(uses);
             if !v.is_empty() {
-                g.by_key.insert(k.name.get_ref().clone(), v);
+                g.by_key.insert(name.to_string(), v);
             }
         }
         g

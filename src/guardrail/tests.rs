@@ -8,7 +8,7 @@ use super::*;
 
 pub(crate) fn guards(toml: &str) -> Vec<Rc<Guard>> {
     let text = format!("{toml}\n[[provider]]\nname = \"mock\"\nkind = \"mock\"\n");
-    let cfg = crate::control::config::Config::parse(&text).unwrap();
+    let cfg = crate::config::Config::parse(&text).unwrap();
     cfg.guardrails
         .iter()
         .map(|g| Rc::new(Guard::compile(g).unwrap()))
@@ -215,12 +215,12 @@ fn hostile_inputs_finish() {
 #[test]
 fn unbounded_patterns_are_refused() {
     let text = "[[guardrail]]\nname = \"p\"\npatterns = ['a+b']\naction = \"mask\"\n";
-    let e = crate::control::config::Config::parse(text).unwrap_err();
+    let e = crate::config::Config::parse(text).unwrap_err();
     assert!(e[0].message.contains("no longest match"), "{e:?}");
     let text = "[[guardrail]]\nname = \"p\"\ndetect = [\"secrets\"]\naction = \"mask\"\nmax_hold_bytes = 100\n";
-    assert!(crate::control::config::Config::parse(text).is_err());
+    assert!(crate::config::Config::parse(text).is_err());
     let text = "[[model]]\nname = \"m\"\nprovider = \"x\"\nguardrails = [\"nope\"]\n";
-    let e = crate::control::config::Config::parse(text).unwrap_err();
+    let e = crate::config::Config::parse(text).unwrap_err();
     assert!(
         e.iter()
             .any(|e| e.message.contains("no [[guardrail]] named")),

@@ -126,9 +126,7 @@ pub struct ClientConn {
     /// when serving began; `None` after it, or when not set).
     pub first_head_by: Option<Instant>,
     /// The client's address as the per-address tables key it (`None`: not known, e.g. mocks).
-    pub peer: Option<crate::server::peer::Peer>,
-    /// The current request's guardrails (`None`: none applies; set after routing).
-    pub guard: Option<std::rc::Rc<crate::guardrail::Session>>,
+    pub peer: Option<crate::admit::peer::Peer>,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -157,7 +155,6 @@ impl ClientConn {
             head_at: Instant::now(),
             first_head_by: None,
             peer: None,
-            guard: None,
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }

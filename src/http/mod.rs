@@ -5,7 +5,10 @@
 //!
 //! Owns: framing rules (RFC 9112) and limits. Must not: know about models, providers or JSON.
 
+pub mod target;
+
 pub mod body;
+pub mod certs;
 pub mod chunked;
 pub mod conn;
 pub mod edge;

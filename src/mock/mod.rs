@@ -31,62 +31,13 @@ pub mod text;
 pub mod tools;
 
 use std::io;
-use std::time::Duration;
 
 use monoio::io::AsyncWriteRent;
 use sonic_rs::JsonValueTrait;
 
+pub use crate::config::provider::{Profile, PACED_GAP};
 pub use crate::dialect::Dialect;
 pub use tools::TOOL_ARGS;
-
-/// Latency profile (see docs/bench-protocol.md "Mock profiles").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Profile {
-    /// Answer at once.
-    Instant,
-    /// Non-stream after 50 ms; streams send headers at once, the first content token at 50 ms,
-    /// and spread the output over a fixed 500 ms span.
-    Seed,
-    /// The bench protocol's S5 streams: non-stream at once; streams send one content delta
-    /// every 20 ms, the first at once (64 deltas = `max_tokens: 64`).
-    Paced,
-}
-
-/// Gap between deltas of the `paced` profile.
-pub const PACED_GAP: Duration = Duration::from_millis(20);
-
-impl Profile {
-    pub fn parse(s: &str) -> Option<Profile> {
-        match s {
-            "instant" => Some(Profile::Instant),
-            "seed" => Some(Profile::Seed),
-            "paced" => Some(Profile::Paced),
-            _ => None,
-        }
-    }
-
-    pub fn first_token_delay(self) -> Duration {
-        match self {
-            Profile::Instant | Profile::Paced => Duration::ZERO,
-            Profile::Seed => Duration::from_millis(50),
-        }
-    }
-
-    pub fn stream_span(self) -> Duration {
-        match self {
-            Profile::Instant | Profile::Paced => Duration::ZERO,
-            Profile::Seed => Duration::from_millis(500),
-        }
-    }
-
-    /// A fixed gap between content units (one unit per write), if the profile has one.
-    pub fn unit_gap(self) -> Option<Duration> {
-        match self {
-            Profile::Paced => Some(PACED_GAP),
-            _ => None,
-        }
-    }
-}
 
 /// Output tokens when the request does not say.
 pub const DEFAULT_OUTPUT_TOKENS: u32 = 16;

@@ -33,8 +33,8 @@ use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
-use crate::server::shard::{self, DriverChoice};
-use crate::server::shutdown::{LocalSignal, Shutdown};
+use crate::runtime::shutdown::{LocalSignal, Shutdown};
+use crate::runtime::{self, DriverChoice};
 
 pub struct MockServer {
     pub addr: SocketAddr,
@@ -112,10 +112,10 @@ pub fn start_full(
     engine: Option<EngineSpec>,
 ) -> io::Result<MockServer> {
     let shards = if engine.is_some() { 1 } else { shards };
-    let (listeners, addr) = shard::bind_listeners(listen, shards)?;
+    let (listeners, addr) = runtime::bind_listeners(listen, shards)?;
     let shutdown = Shutdown::new();
     let sd = shutdown.clone();
-    let handles = shard::spawn(
+    let handles = runtime::spawn(
         listeners,
         driver,
         false,
@@ -132,11 +132,11 @@ pub fn start_full(
                     plan,
                 });
                 let open = || local.conns.get() as u64;
-                shard::accept_until(
+                runtime::accept_until(
                     "mock",
                     std_listener,
                     &sd,
-                    shard::Drain {
+                    runtime::Drain {
                         started: &local.draining,
                         expired: None,
                         time: Duration::from_secs(5),

@@ -23,7 +23,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::control::config::AccessLog as Target;
+/// Where access-log lines go (`[log] access`, see `config::log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Off,
+    Stdout,
+    File(String),
+}
 
 /// A shard hands its buffer over once it holds this much.
 pub const BATCH_BYTES: usize = 16 * 1024;

@@ -1,7 +1,8 @@
-//! Observing requests and the process: what one request did (`trace`), where it goes when the
-//! request ends (`record` → `metrics`, `accesslog`), the Prometheus text of `/metrics`
-//! (`scrape`), the line logger (`log`), and OpenTelemetry traces and the request log export
-//! (`telemetry`).
+//! Observing requests and the process: what one request did (`trace`), the counters and
+//! histograms it ends in (`metrics`, and their Prometheus text), the access-log line
+//! (`accesslog`) and the line logger (`log`). Gathering a shard's parts at the end of a request
+//! and for `/metrics` is the pipeline's (`pipeline::record`, `pipeline::scrape`); OpenTelemetry
+//! traces and the request log export are the feature module `telemetry`.
 //!
 //! Owns: counters, histograms, the access-log line and the log line. Must not: decide anything
 //! about a request (the stages do; this only counts and writes down).
@@ -9,7 +10,4 @@
 pub mod accesslog;
 pub mod log;
 pub mod metrics;
-pub mod record;
-pub mod scrape;
-pub mod telemetry;
 pub mod trace;

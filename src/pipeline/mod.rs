@@ -13,14 +13,18 @@
 //! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
 //! `forward`, `respond`).
 
-pub mod models;
+pub mod record;
+pub mod scrape;
+pub mod shard;
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use crate::answer::outcome::{gone, Outcome};
+use crate::config::provider::Op;
 use crate::dialect::Dialect;
 use crate::error::{Error, ErrorShape, Kind};
+use crate::forward::live::Routing;
 use crate::forward::open::{NoHead, Tried};
 use crate::governance::{Caller, Gate};
 use crate::http::body::read_body;
@@ -29,12 +33,10 @@ use crate::http::edge::{self, Verdict};
 use crate::http::{BodyFraming, Method, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
-use crate::pipeline::models::Ask;
-use crate::route::provider::Op;
-use crate::server::shard::routing::Routing;
-use crate::server::shard::Shard;
+use crate::pipeline::shard::Shard;
+use crate::route::models::Ask;
 use crate::upstream::headers::ClientHeaders;
-use crate::{answer::bridge, answer::respond, dialect::extract, dialect::gemini_call, forward};
+use crate::{answer::respond, dialect::extract, dialect::gemini_call, forward};
 
 /// What a request head asks for, decided before any body byte is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +91,7 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
     t.endpoint = endpoint;
     let id = conn.request_id;
     let routing = shard.live.peek();
-    crate::observe::record::request_ended(
+    crate::pipeline::record::request_ended(
         shard,
         &routing.routes,
         &t,
@@ -124,7 +126,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             }
         };
         bump(&shard.metrics.in_flight);
-        crate::server::shard::spin::touch();
+        crate::runtime::spin::touch();
         let sent_id = head.header(&conn.buf, &head.x_request_id);
         conn.start_request(shard.request_ids.assign(sent_id));
         // Boxed: the request's state (a few KiB) exists only while a request is in flight, and
@@ -138,7 +140,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // goes when the request ends, not when the connection has idled for `idle_release_ms`.
         conn.out = Vec::new();
         dec(&shard.metrics.in_flight);
-        crate::server::shard::spin::touch();
+        crate::runtime::spin::touch();
         if !keep {
             break;
         }
@@ -172,7 +174,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
         let peer = conn.peer;
         // (a TLS connection also holds its record buffers, as in `tls::listener`)
         let tls_extra = match conn.stream.is_tls() {
-            true => crate::server::tls::listener::TLS_CONNECTION_EXTRA,
+            true => crate::admit::connection::TLS_CONNECTION_EXTRA,
             false => 0,
         };
         let charge = keyed.then(|| {
@@ -246,7 +248,9 @@ struct Req {
     shape: ErrorShape,
     keep: bool,
     /// Its span state, when `[telemetry]` traces it (`telemetry`).
-    otel: Option<Box<crate::observe::telemetry::Request>>,
+    otel: Option<Box<crate::telemetry::Request>>,
+    /// The request's guardrails (`None`: none applies; set after routing).
+    guard: Option<std::rc::Rc<crate::guardrail::Session>>,
 }
 
 /// How a request failed before its answer started.
@@ -282,6 +286,7 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         shape: ErrorShape::OpenAi,
         keep: false,
         otel: None,
+        guard: None,
     };
     let outcome = match serve(conn, head, shard, &routing, &mut req).await {
         Ok(o) => o,
@@ -292,13 +297,13 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
             let wt = shard.limits.write_timeout;
             Outcome::error(conn, &e, req.shape, req.keep, wt).await
         }
-        Err(Fail::ClientGone) => gone(shard, 499),
+        Err(Fail::ClientGone) => gone(&shard.metrics, 499),
     };
-    if let Some(g) = conn.guard.take() {
-        crate::guardrail::hits::ended(&g, shard, &mut req.trace);
+    if let Some(g) = req.guard.take() {
+        crate::guardrail::hits::ended(&g, &shard.guardrail_hits, &mut req.trace);
     }
     let id = conn.request_id;
-    crate::observe::record::request_ended(
+    crate::pipeline::record::request_ended(
         shard,
         &routing.routes,
         &req.trace,
@@ -309,12 +314,12 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
     );
     if let (Some(o), Some(tel)) = (req.otel.take(), &shard.telemetry) {
         let key = req.trace.key.and_then(|k| shard.governance.key_name(k));
-        let ended = crate::observe::telemetry::Ended {
+        let ended = crate::telemetry::Ended {
             status: outcome.status,
             request_id: id.as_str(),
             key: key.as_deref(),
         };
-        crate::observe::telemetry::request_ended(tel, &routing.routes, &req.trace, o, &ended);
+        crate::telemetry::request_ended(tel, &routing.routes, &req.trace, o, &ended);
     }
     outcome.keep_alive
 }
@@ -345,7 +350,7 @@ async fn serve(
             head.header(buf, &head.tracestate),
             head.method.as_str(),
             path,
-            crate::observe::telemetry::operation(*d, *op),
+            crate::telemetry::operation(*d, *op),
         );
     }
     // Answer unclassified or refused requests in the dialect the path suggests.
@@ -393,16 +398,26 @@ async fn serve(
     };
     // the response cache's directives and tenant, read off the head (nothing when it is off)
     let cache_ask = match (&shard.cache, &target) {
-        (Some(c), Ok(Target::Api(..))) => {
-            Some(crate::cache::serve::ask_of(c, head, conn, shard, caller))
-        }
+        (Some(c), Ok(Target::Api(..))) => Some(crate::cache::serve::ask_of(
+            c,
+            head,
+            conn,
+            &shard.governance,
+            caller,
+        )),
         _ => None,
     };
     // a Responses request's state namespace, while its key is in the buffer (store on only)
     let tenant = match target {
-        Ok(Target::Api(Dialect::Responses, Op::Generate)) if shard.responses.on() => Some(
-            crate::responses_state::tenant_of(shard, caller, head, &conn.buf),
-        ),
+        Ok(Target::Api(Dialect::Responses, Op::Generate)) if shard.responses.on() => {
+            Some(crate::responses_state::tenant_of(
+                &shard.responses,
+                &shard.governance,
+                caller,
+                head,
+                &conn.buf,
+            ))
+        }
         _ => None,
     };
     let mut preflight = None;
@@ -430,7 +445,7 @@ async fn serve(
                     keep_alive: req.keep,
                 }
             }
-            None => gone(shard, 204),
+            None => gone(&shard.metrics, 204),
         });
     }
     verdict?;
@@ -487,7 +502,7 @@ async fn serve(
     let Target::Api(dialect, op) = target else {
         return Ok(local(conn, shard, routing, target, ask, req.keep).await?);
     };
-    req.shape = bridge::shape(dialect);
+    req.shape = crate::answer::outcome::shape(dialect);
     let gemini = gemini.transpose()?;
     let client_headers = client_headers?;
 
@@ -510,7 +525,7 @@ async fn serve(
     if head.expect_continue && body_pending {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
         if conn.write_raw(buf, wt).await.is_none() {
-            return Ok(gone(shard, 499));
+            return Ok(gone(&shard.metrics, 499));
         }
     }
 
@@ -560,8 +575,8 @@ async fn serve(
     // anything goes upstream; the answer's, in `relay` / `bridge` (none configured: one branch)
     if routing.routes.guards.active() {
         let key = grant.as_ref().and_then(|g| g.key_name());
-        conn.guard = routing.routes.guards.select(&route.name, key.as_deref());
-        if conn.guard.is_some() && op == Op::Completions {
+        req.guard = routing.routes.guards.select(&route.name, key.as_deref());
+        if req.guard.is_some() && op == Op::Completions {
             // a text prompt is not a message list the guardrails read: refuse, never pass
             return Err(Error::new(
                 Kind::InvalidBody,
@@ -569,7 +584,7 @@ async fn serve(
             )
             .into());
         }
-        if let Some(sess) = conn.guard.clone() {
+        if let Some(sess) = req.guard.clone() {
             if let Some(masked) = crate::guardrail::request::guard_request(&sess, dialect, &body)? {
                 body = masked;
                 let (metered, tenant) = (fields.metered, fields.tenant);
@@ -591,7 +606,16 @@ async fn serve(
         // (moved into its box once per request, byte for byte) that much larger with the
         // cache off too.
         match Box::pin(lookup(
-            c, conn, shard, route, call, &body, &fields, ask, &permit, keep_alive,
+            c,
+            conn,
+            &shard.cache_env(),
+            route,
+            call,
+            &body,
+            &fields,
+            ask,
+            &permit,
+            keep_alive,
         ))
         .await
         {
@@ -618,9 +642,10 @@ async fn serve(
         ..Tried::default()
     };
     let open_start = Instant::now();
+    let env = shard.env(req.guard.clone());
     let opened = forward::open::open(
         conn,
-        shard,
+        &env,
         routing,
         route,
         op,
@@ -644,7 +669,7 @@ async fn serve(
     // respond: relay the answer, or translate it back, in the client's dialect
     let outcome = respond::respond(
         conn,
-        shard,
+        &env,
         &mut opened,
         dialect,
         &fields,
@@ -662,7 +687,7 @@ async fn serve(
     }
     drop(opened);
     if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {
-        crate::cache::serve::store(c, conn, shard, m, outcome.status);
+        crate::cache::serve::store(c, conn, &shard.cache_env(), m, outcome.status);
     }
     drop(permit);
     Ok(outcome)
@@ -694,9 +719,9 @@ async fn local(
         ) => {
             let id = id.as_deref().map_err(|why| *why);
             let route = id.ok().and_then(|m| routing.routes.resolve(m));
-            (200, models::one(shape, id, route)?)
+            (200, crate::route::models::one(shape, id, route)?)
         }
-        _ => (200, crate::observe::scrape::render(shard).into_bytes()),
+        _ => (200, crate::pipeline::scrape::render(shard).into_bytes()),
     };
     let ct: &[u8] = if target == Target::Metrics {
         b"text/plain; version=0.0.4"

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::admit::{Budget, Held};
-use crate::control::config::responses::ResponsesConfig;
+use crate::config::responses::ResponsesConfig;
 use crate::dialect::references::{self, Expanded, PastTurn, Recall};
 use crate::error::{Error, Kind};
 use store::{Store, Stored};
@@ -239,14 +239,14 @@ impl Recall for Recaller<'_> {
 /// identified one, else the credential it presents, else the shared namespace (0). Call while
 /// the head is in `buf`.
 pub fn tenant_of(
-    shard: &crate::server::shard::Shard,
+    store: &ShardStore,
+    governance: &crate::governance::Governance,
     caller: crate::governance::Caller,
     head: &crate::http::RequestHead,
     buf: &[u8],
 ) -> u64 {
-    let store = &shard.responses;
     if let Some(i) = caller.key() {
-        if let Some((key, _)) = shard.governance.key(i) {
+        if let Some((key, _)) = governance.key(i) {
             return store.tenant(true, Some(key.name.as_bytes()));
         }
     }

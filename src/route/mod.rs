@@ -14,18 +14,18 @@
 //! Must not: do IO per request, hold runtime state (breakers, balancers, key cooldowns live in
 //! `forward`), or hold secrets anywhere but the prebuilt header lines.
 
-pub mod provider;
+pub mod models;
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use crate::control::config::Config;
-use crate::forward::policy::{Fallback, Policy};
-use crate::governance::Price;
-use crate::mock::Profile;
-use crate::route::provider::ProviderKind;
-use crate::upstream::endpoint::Endpoint;
-use crate::upstream::target;
+use crate::config::endpoint::Endpoint;
+use crate::config::policy::{Fallback, Policy};
+use crate::config::price::Price;
+use crate::config::provider::Profile;
+use crate::config::provider::ProviderKind;
+use crate::config::Config;
+use crate::http::target;
 
 /// One API key of a provider, as prebuilt header lines.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ pub struct RouteTable {
     providers: Vec<Rc<Provider>>,
     exact: HashMap<String, usize>,
     prefixes: Vec<(String, usize)>,
-    models: crate::pipeline::models::Catalog,
+    models: crate::route::models::Catalog,
     /// The compiled `[[guardrail]]`s and which models and keys use them (rebuilt with the
     /// table, so a reload changes them).
     pub guards: crate::guardrail::Guards,
@@ -133,6 +133,15 @@ impl RouteTable {
     /// The table for `cfg` with the indices of `prev` (the table it replaces): names that stay
     /// keep their index, removed ones stay retired, new ones are appended (see the module doc).
     pub fn build_after(cfg: &Config, prev: Option<&RouteTable>) -> RouteTable {
+        RouteTable::build_with(cfg, None, prev)
+    }
+
+    /// [`RouteTable::build_after`], with the providers' engine load cells from `engines`.
+    pub fn build_with(
+        cfg: &Config,
+        engines: Option<&crate::engine::Engines>,
+        prev: Option<&RouteTable>,
+    ) -> RouteTable {
         let mut table = RouteTable::default();
         let mut by_name: HashMap<&str, Rc<Provider>> = HashMap::new();
         let prev_providers = prev.map_or(&[][..], |p| &p.providers[..]);
@@ -147,7 +156,7 @@ impl RouteTable {
                 }
             };
             let mut prov = build_provider(p, index);
-            prov.engine = cfg.engines.cell(p.name.get_ref());
+            prov.engine = engines.and_then(|e| e.cell(p.name.get_ref()));
             let prov = Rc::new(prov);
             providers[index] = Some(prov.clone());
             by_name.entry(name).or_insert(prov);
@@ -244,8 +253,16 @@ impl RouteTable {
             table.routes[ri].chain = table.chain_of(ri);
         }
         table.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-        table.models = crate::pipeline::models::Catalog::build(&table.routes);
-        table.guards = crate::guardrail::Guards::build(cfg);
+        table.models = crate::route::models::Catalog::build(&table.routes);
+        table.guards = crate::guardrail::Guards::build(
+            &cfg.guardrails,
+            cfg.models
+                .iter()
+                .map(|m| (m.name.get_ref().as_str(), &m.guardrails[..])),
+            cfg.keys
+                .iter()
+                .map(|k| (k.name.get_ref().as_str(), &k.guardrails[..])),
+        );
         table
     }
 
@@ -292,16 +309,16 @@ impl RouteTable {
     /// The `GET /v1/models` body in OpenAI's shape (exact model names only; patterns cannot
     /// be listed).
     pub fn models_body(&self) -> &[u8] {
-        self.models.list(crate::pipeline::models::Shape::OpenAi)
+        self.models.list(crate::route::models::Shape::OpenAi)
     }
 
     /// The model lists in every SDK's shape (`models`).
-    pub fn catalog(&self) -> &crate::pipeline::models::Catalog {
+    pub fn catalog(&self) -> &crate::route::models::Catalog {
         &self.models
     }
 }
 
-fn build_provider(p: &crate::control::config::ProviderConfig, index: usize) -> Provider {
+fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
     let kind = *p.kind.get_ref();
     let mut keys: Vec<ApiKey> = p
         .key_refs()
@@ -382,6 +399,16 @@ pub fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
     h.extend_from_slice(key.as_bytes());
     h.extend_from_slice(b"\r\n");
     h
+}
+
+impl crate::observe::metrics::requests::Names for RouteTable {
+    fn model(&self, route: u32) -> Option<&str> {
+        self.route(route as usize).map(|r| &*r.name)
+    }
+
+    fn provider(&self, provider: u32) -> Option<&str> {
+        self.providers().get(provider as usize).map(|p| &*p.name)
+    }
 }
 
 #[cfg(test)]

@@ -1,18 +1,16 @@
 //! Starting the gateway: bind the listeners, build each shard's state (route table, upstream
 //! client, metrics) on its own thread, run its accept loop until shutdown.
 //!
-//! Also opens the state store (`state`), builds the key registry and its directory (the shards
-//! follow it), the published config and its `reload::Reloader` (SIGHUP, `POST /admin/reload`;
-//! the shards follow it through `shard::routing`), the per-address tables every shard shares
-//! (`peer`: connections per address on accept, unknown-key guesses), and starts the admin
-//! listener (`admin`) when `[admin]` is configured.
+//! Also opens the state store (`governance::state`), builds the key registry and its directory
+//! (the shards follow it), the published config and its `reload::Reloader` (SIGHUP, `POST
+//! /admin/reload`; the shards follow it through `forward::live`), the per-address tables every
+//! shard shares (`admit::peer`: connections per address on accept, unknown-key guesses), and
+//! starts the admin listener (`admin`) when `[admin]` is configured. `tls`: the TLS client
+//! listener. Threads, drivers and shutdown signals are `runtime`.
 //!
-//! Owns: building each `Shard` (see `shard::state`) and `Running` (the handle tests and
+//! Owns: building each `Shard` (see `pipeline::shard`) and `Running` (the handle tests and
 //! `main` hold). Must not: handle requests — that is `pipeline`.
 
-pub mod peer;
-pub mod shard;
-pub mod shutdown;
 pub mod tls;
 
 use std::io;
@@ -23,7 +21,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::admit::Admission;
-use crate::control::config::Config;
+use crate::config::Config;
+use crate::forward::live::LiveRouting;
 use crate::governance::registry::Registry;
 use crate::governance::{self, Governance, SpendBook};
 use crate::http::conn::{ClientConn, Limits, ReadBufs};
@@ -32,9 +31,9 @@ use crate::http::request_id::{self, IdGen};
 use crate::observe::accesslog::{AccessLog, ShardLog};
 use crate::observe::metrics::{MetricsHub, ShardMetrics};
 use crate::pipeline;
-use crate::server::shard::routing::LiveRouting;
-use crate::server::shard::{DriverChoice, Shard};
-use crate::server::shutdown::{LocalSignal, Shutdown};
+use crate::pipeline::shard::Shard;
+use crate::runtime::shutdown::{LocalSignal, Shutdown};
+use crate::runtime::{self, DriverChoice};
 use crate::upstream::Client;
 
 /// A started gateway.
@@ -65,7 +64,7 @@ pub struct Running {
     /// The request log export's writer (the same).
     request_log_writer: Option<JoinHandle<()>>,
     admin: Option<crate::control::admin::Admin>,
-    state: Option<Arc<crate::control::state::Store>>,
+    state: Option<Arc<crate::governance::state::Store>>,
 }
 
 impl Running {
@@ -104,11 +103,11 @@ impl Running {
 fn keys_and_state(
     cfg: &Config,
     book: &Arc<SpendBook>,
-) -> Result<(Registry, Option<Arc<crate::control::state::Store>>), String> {
-    let (store, stored) = match (&cfg.server.state_dir, crate::control::state::wanted(cfg)) {
+) -> Result<(Registry, Option<Arc<crate::governance::state::Store>>), String> {
+    let (store, stored) = match (&cfg.server.state_dir, crate::governance::state::wanted(cfg)) {
         (Some(dir), true) => {
             let (store, rows) =
-                crate::control::state::Store::open(std::path::Path::new(dir), Some(book))?;
+                crate::governance::state::Store::open(std::path::Path::new(dir), Some(book))?;
             (Some(Arc::new(store)), rows)
         }
         _ => (None, Vec::new()),
@@ -134,7 +133,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let n = cfg
         .server
         .shards
-        .unwrap_or_else(shard::available_cpus)
+        .unwrap_or_else(crate::util::cpus::available_cpus)
         .max(1);
     // Secure by default (before anything binds), then the keys, read and hashed once.
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
@@ -151,7 +150,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         true => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
         false => None,
     };
-    let (listeners, bound) = shard::bind_listeners(addr, n)?;
+    let (listeners, bound) = runtime::bind_listeners(addr, n)?;
     let tls_listeners = crate::server::tls::bind(&cfg, n)?;
     let tls_loopback = tls_listeners.as_ref().map(|t| t.addr.ip().is_loopback());
     let (tls_addr, tls_certs) = match &tls_listeners {
@@ -163,7 +162,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .providers
         .iter()
         .filter_map(|p| {
-            crate::upstream::endpoint::Endpoint::parse(p.base_url.as_ref()?.get_ref()).ok()
+            crate::config::endpoint::Endpoint::parse(p.base_url.as_ref()?.get_ref()).ok()
         })
         .collect();
     crate::upstream::resolve::global().prime(endpoints.iter().map(|e| (e.host.as_str(), e.port)));
@@ -191,10 +190,15 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let metrics_here = (loopback && tls_loopback.unwrap_or(true)) || cfg.server.metrics_on_main;
     let drain_timeout_ms = cfg.server.drain_timeout_ms;
     // engine load signals: one poller thread per engine provider (none without `engine`)
-    let mut cfg = cfg;
-    cfg.engines = crate::engine::Engines::start(&cfg, None);
+    let engines = crate::engine::Engines::start(&cfg, None);
     // what every shard follows: a reload publishes here (`reload`, `shard::routing`)
-    let published = Arc::new(crate::server::shard::routing::Published::new(cfg.clone()));
+    let published = Arc::new(crate::forward::live::Published::new(
+        crate::forward::live::Setup {
+            config: cfg.clone(),
+            engines,
+            routing_cells: Default::default(),
+        },
+    ));
     let cfg = Arc::new(cfg);
     let registry = Arc::new(std::sync::Mutex::new(registry));
     let shutdown = Shutdown::new();
@@ -226,12 +230,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         Some((log, writer)) => (Some(log), Some(writer)),
         None => (None, None),
     };
-    let telemetry = crate::observe::telemetry::Telemetry::start(
-        &cfg.telemetry,
-        hub.process.telemetry_spans.clone(),
-    )?
-    .map(|(t, _thread)| t);
-    let (request_log, request_log_writer) = match crate::observe::telemetry::requests::start(
+    let telemetry =
+        crate::telemetry::Telemetry::start(&cfg.telemetry, hub.process.telemetry_spans.clone())?
+            .map(|(t, _thread)| t);
+    let (request_log, request_log_writer) = match crate::telemetry::requests::start(
         cfg.log.requests_file.as_deref(),
         cfg.log.requests_file_max_bytes.bytes(),
         hub.process.request_log_dropped.clone(),
@@ -255,11 +257,11 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
     let pin = cfg.server.pin;
     // per client address, process-wide: open connections, and unknown keys presented
-    let peers = crate::server::peer::Addresses::new(
+    let peers = crate::admit::peer::Addresses::new(
         cfg.server.max_connections_per_address,
         cfg.server.max_connections as u64,
     );
-    let key_guesses = live_keys.then(|| Arc::new(crate::server::peer::Slowdown::new()));
+    let key_guesses = live_keys.then(|| Arc::new(crate::admit::peer::Slowdown::new()));
     let admin_edge = admin_plan
         .as_ref()
         .map(|(a, ..)| EdgePolicy::new(&[], a.ip().is_loopback(), &cfg.server.allowed_hosts));
@@ -277,7 +279,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .set(crate::observe::metrics::process::Extra(Arc::new(
             move |out: &mut String| for_scrape.render(out),
         )));
-    let handles = shard::spawn(
+    let handles = runtime::spawn(
         listeners,
         driver,
         pin,
@@ -307,7 +309,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 let s = &cfg.server;
                 // Each shard seeds its own p2c choices (state is per shard, never shared).
                 let seed = 0x9e37_79b9_7f4a_7c15 ^ id as u64;
-                let live = LiveRouting::new(&cfg, Some(published), 0, seed);
+                let live = LiveRouting::new(&published.load().1, Some(published), 0, seed);
                 let governance = governance.with_spend(&book, &live.peek().routes);
                 drop(book);
                 let admission = Admission::new(&cfg.admission, n).with_shard(id);
@@ -338,6 +340,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     ),
                     governance,
                     metrics: ShardMetrics::default(),
+                    guardrail_hits: Default::default(),
                     hub,
                     draining: LocalSignal::default(),
                     drain_expired: LocalSignal::default(),
@@ -356,7 +359,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     metrics_here,
                     cache,
                     cache_remote,
-                    telemetry: telemetry.map(crate::observe::telemetry::ShardTelemetry::new),
+                    telemetry: telemetry.map(crate::telemetry::ShardTelemetry::new),
                     mcp,
                 });
                 drop(cfg);
@@ -364,7 +367,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     t.start_shard(id, &shard, &sd);
                 }
                 if spin > Duration::ZERO {
-                    monoio::spawn(crate::server::shard::spin::run(spin));
+                    monoio::spawn(crate::runtime::spin::run(spin));
                 }
                 accept_loop(std_listener, shard, sd).await;
             }
@@ -423,11 +426,11 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     }
     let name = format!("shard {}", shard.id);
     let open = || shard.metrics.connections.get();
-    shard::accept_until(
+    runtime::accept_until(
         &name,
         std_listener,
         &shutdown,
-        shard::Drain {
+        runtime::Drain {
             started: &shard.draining,
             expired: Some(&shard.drain_expired),
             time: shard.drain_time,
@@ -435,7 +438,7 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         open,
         |stream, addr| {
             let mut conn = ClientConn::pooled(stream, &shard.read_bufs);
-            let peer = crate::server::peer::Peer::of(addr.ip());
+            let peer = crate::admit::peer::Peer::of(addr.ip());
             conn.peer = Some(peer);
             // Under the caps (the shard's, the address's), a connection holds
             // `connection_reserve` of the budget until it closes; one that does not fit is
@@ -476,9 +479,9 @@ async fn publish_metrics(shard: Rc<Shard>) {
     loop {
         shard.admission.log_tick();
         shard.responses.settle();
-        crate::answer::report::log_tick(&shard);
+        crate::forward::report::log_tick(&shard.env(None));
         let mut text = String::with_capacity(8192);
-        crate::observe::scrape::render_shard(&shard, &mut text);
+        crate::pipeline::scrape::render_shard(&shard, &mut text);
         shard.hub.publish(shard.id, text);
         monoio::time::sleep(Duration::from_secs(1)).await;
     }

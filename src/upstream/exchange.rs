@@ -11,11 +11,11 @@ use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 use monoio_rustls::TlsConnector;
 
 use super::conn::Conn;
-use super::endpoint::Endpoint;
 use super::pipe::PipeReader;
 use super::pool::{Pool, PoolKey};
 use super::resolve::ResolveError;
-use crate::control::config::UpstreamConfig;
+use crate::config::endpoint::Endpoint;
+use crate::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
@@ -138,7 +138,7 @@ impl Client {
     /// Send `req` and wait for the response head.
     pub async fn send(&self, req: &UpstreamRequest<'_>) -> Result<Exchange<'_>, Error> {
         let ep = req.endpoint;
-        super::target::check_head(req.path, &ep.host_header, req.headers)?;
+        crate::http::target::check_head(req.path, &ep.host_header, req.headers)?;
         let key = &ep.pool_key;
         let mut head = Vec::with_capacity(256 + req.headers.len());
         // written piece by piece (no `core::fmt`: this runs once per request)

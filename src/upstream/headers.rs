@@ -50,13 +50,13 @@
 
 use std::borrow::Cow;
 
+use crate::config::provider::ProviderKind;
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 use crate::http::head::Passed;
 use crate::http::request_id::RequestId;
+use crate::http::target;
 use crate::http::RequestHead;
-use crate::route::provider::ProviderKind;
-use crate::upstream::target;
 
 /// The `anthropic-version` sent to Anthropic providers when the client chose none (first line
 /// of their prebuilt header lines, see `route`).
@@ -293,10 +293,29 @@ fn strip_ci<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
     starts_with_ci(s, prefix).then(|| &s[prefix.len()..])
 }
 
+/// Keep only `retry-after` from the upstream's forwarded headers, for error answers rebuilt in
+/// the client's dialect on the passthrough path.
+pub fn retry_after(forward: &[u8]) -> Vec<u8> {
+    forward
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() > 12 && l[..12].eq_ignore_ascii_case(b"retry-after:"))
+        .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::http::head::parse;
+
+    #[test]
+    fn retry_after_is_kept() {
+        assert_eq!(
+            retry_after(b"x-request-id: 1\r\nRetry-After: 3\r\n"),
+            b"Retry-After: 3\r\n"
+        );
+        assert!(retry_after(b"x-request-id: 1\r\n").is_empty());
+    }
 
     fn capture(headers: &str) -> Result<ClientHeaders, Error> {
         let raw = format!("POST /v1/x HTTP/1.1\r\nHost: a\r\n{headers}\r\n");

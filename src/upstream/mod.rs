@@ -9,13 +9,11 @@
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
 
 pub mod conn;
-pub mod endpoint;
 pub mod exchange;
 pub mod headers;
 pub mod pipe;
 pub mod pool;
 pub mod resolve;
-pub mod target;
 pub mod tls;
 
 pub use exchange::{Client, Exchange, RespFraming, ResponseHead, UpstreamRequest};

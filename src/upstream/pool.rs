@@ -12,15 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::resolve::{self, LocalDns, ResolveError};
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PoolKey {
-    /// Shared with the endpoint it was made from (`Endpoint::pool_key`): a request copies the
-    /// key without an allocation.
-    pub host: std::sync::Arc<str>,
-    pub port: u16,
-    pub tls: bool,
-}
+pub use crate::config::endpoint::PoolKey;
 
 struct Idle {
     conn: Conn,

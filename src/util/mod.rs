@@ -5,8 +5,11 @@
 //! Owns: pure helpers with no knowledge of requests. Must not: import any other module of the
 //! crate.
 
+pub mod cpus;
+
 pub mod date;
 pub mod decimal;
 pub mod nesting;
+pub mod rng;
 pub mod sock;
 pub mod versioned;

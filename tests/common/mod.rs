@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::{fault::Plan, server::MockServer, Profile};
-use ringgate::server::shard::DriverChoice;
+use ringgate::runtime::DriverChoice;
 use ringgate::server::{self, Running};
 
 pub mod capture;

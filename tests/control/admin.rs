@@ -717,10 +717,10 @@ fn metrics_on_the_main_listener_only_on_loopback_or_when_asked_at(shards: usize)
 
 /// The stored ledger row of `key` (polled from the state file the gateway writes).
 fn stored_requests(dir: &Dir, key: &str) -> u64 {
-    let Ok(conn) = ringgate::control::state::db::open(&dir.0.join("state/state.db")) else {
+    let Ok(conn) = ringgate::governance::state::db::open(&dir.0.join("state/state.db")) else {
         return 0;
     };
-    ringgate::control::state::db::spend_rows(&conn, 0)
+    ringgate::governance::state::db::spend_rows(&conn, 0)
         .unwrap_or_default()
         .iter()
         .filter(|r| r.key == key)

@@ -344,7 +344,7 @@ fn twenty_reloads_under_load_fail_no_request() {
             config(&dir.0, up, step, server)
         };
         write(&path, &text);
-        let want = ringgate::control::config::text_hash(&text);
+        let want = ringgate::config::text_hash(&text);
         let before = gw.running_hash();
         if step % 2 == 1 {
             gw.sighup();
@@ -646,7 +646,7 @@ fn refusals(shards: usize, driver: &str, how: Trigger) {
     let nothing = format!("{cut_models}[reload]\nallow_empty = true\n");
     for text in [no_keys, nothing] {
         write(&path, &text);
-        let want = ringgate::control::config::text_hash(&text);
+        let want = ringgate::config::text_hash(&text);
         if let Some(v) = gw.reload_by(how, &want) {
             assert_eq!(v["http_status"], 200, "{ctx}: {v}");
         }

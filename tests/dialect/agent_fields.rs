@@ -12,7 +12,7 @@ mod common;
 
 use common::capture::Capture;
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 

@@ -614,7 +614,7 @@ fn paced_profile_sends_one_delta_every_20_ms() {
         "127.0.0.1:0".parse().unwrap(),
         ringgate::mock::Profile::Paced,
         1,
-        ringgate::server::shard::DriverChoice::IoUring,
+        ringgate::runtime::DriverChoice::IoUring,
     )
     .unwrap();
     let t0 = std::time::Instant::now();

@@ -11,7 +11,7 @@ mod common;
 
 use common::capture::Capture;
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::Profile;
 use ringgate::server::{self, Running};
 use serde_json::{json, Value};

@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 
 /// A Chat stream whose second event carries `extra` as an unknown member.
 fn stream_with(extra: &str) -> Vec<u8> {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{connect, fake_upstream, post, read_response, request, DRIVERS};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server::{self, Running};
 use serde_json::{json, Value};
 

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use serde_json::Value;
 
 const TOKEN_ENV: &str = "RG_KEY_DIRECTORY_TEST_TOKEN";

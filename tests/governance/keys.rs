@@ -432,8 +432,7 @@ provider = "local"
                 }
             );
             let gw =
-                ringgate::server::start(ringgate::control::config::Config::parse(&text).unwrap())
-                    .unwrap();
+                ringgate::server::start(ringgate::config::Config::parse(&text).unwrap()).unwrap();
             let all = format!("{}x-goog-api-key: {SECRET}\r\n", bearer(SECRET));
             for h in [
                 bearer(SECRET),

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::governance::keyring::Digest;
 use ringgate::mock::Profile;
 use ringgate::server;

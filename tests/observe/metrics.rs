@@ -91,7 +91,7 @@ fn two_shards(upstream: SocketAddr) -> ringgate::server::Running {
          [[model]]\nname = \"gpt-4o-mini\"\nprovider = \"local\"\ncache = \"exact\"\n\
          [[model]]\nname = \"alias\"\nprovider = \"local\"\nupstream_model = \"real-model\"\n"
     );
-    ringgate::server::start(ringgate::control::config::Config::parse(&text).unwrap()).unwrap()
+    ringgate::server::start(ringgate::config::Config::parse(&text).unwrap()).unwrap()
 }
 
 fn scrape(addr: SocketAddr) -> String {

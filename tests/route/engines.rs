@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{post, read_request, request, Response};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::engine::signal::{normalise, EngineKind, Sample};
 use ringgate::mock::engine::{EngineKind as SimKind, EngineSpec};
 use ringgate::server;

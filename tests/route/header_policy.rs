@@ -9,7 +9,7 @@ mod common;
 
 use common::capture::{Capture, Seen};
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server::{self, Running};
 
 const KEY_ENV: &str = "RINGGATE_HEADER_POLICY_KEY";

@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{connect, get, read_response, request, variants, Response, Variant, SHARDS};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::fault::{Fault, Plan, Rule};
 use ringgate::mock::server::MockServer;
 use ringgate::mock::{text, Profile};

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{post, request, Response, DRIVERS};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::fault::{Fault, Plan, Rule};
 use ringgate::mock::Profile;
 use ringgate::server::{self, Running};

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 
 /// A tiny blocking HTTPS upstream answering every request with a fixed chat completion.
 fn tls_upstream() -> (std::net::SocketAddr, String) {

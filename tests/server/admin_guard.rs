@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server::{self, Running};
 
 const TOKEN: &str = "admin-guard-token-9c8b7a6f5e4d3c2b";

@@ -332,7 +332,7 @@ fn embedded_default_serves_model_mock() {
 }
 
 fn embedded_default_serves_model_mock_at(shards: usize) {
-    let mut cfg = ringgate::control::config::Config::embedded();
+    let mut cfg = ringgate::config::Config::embedded();
     cfg.server.listen = toml::Spanned::new(0..0, "127.0.0.1:0".to_string());
     cfg.server.shards = Some(shards);
     let gw = ringgate::server::start(cfg).unwrap();

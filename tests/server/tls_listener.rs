@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::mock::Profile;
 use ringgate::server::{self, Running};
 

@@ -12,9 +12,9 @@
 //! `Retry-After` from a Gemini body's `RetryInfo` when the upstream sent no header.
 
 use super::*;
-use crate::answer::report::report_error_body;
 use crate::answer::vet::{self, ErrorBody};
 use crate::error::Side;
+use crate::forward::report::report_error_body;
 
 /// Largest upstream error body read; a larger one is replaced like an unusable one.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
@@ -22,14 +22,14 @@ const MAX_ERROR_BODY: usize = 1024 * 1024;
 /// The error answer of `ex` (its upstream speaks `up`) to a client of dialect `dialect`.
 pub(crate) async fn error_answer(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     ex: &mut Exchange<'_>,
     (provider, up): (&str, Dialect),
     dialect: Dialect,
     keep_alive: bool,
     permit: &Permit,
 ) -> Outcome {
-    let wt = shard.limits.write_timeout;
+    let wt = env.limits.write_timeout;
     let status = crate::dialect::error::client_status(up, dialect, ex.head.status);
     let same = up == dialect;
     let same_shape = same
@@ -38,13 +38,15 @@ pub(crate) async fn error_answer(
             (Dialect::Chat, Dialect::Responses) | (Dialect::Responses, Dialect::Chat)
         );
     let mut raw = Vec::new();
-    let read = read_body(shard, ex, &mut raw, permit).await;
+    let read = read_body(env, ex, &mut raw, permit).await;
     // Headers of a rebuilt answer: the forwarded ones (on a translated answer `respond` has
     // renamed them for the client, see `upstream::headers`), and a Retry-After from a Gemini
     // body's RetryInfo when there was none.
     let rebuilt_headers = |raw: &[u8], forward: &[u8]| -> Vec<u8> {
         let mut h = forward.to_vec();
-        if !same && up == Dialect::Gemini && crate::answer::bridge::retry_after(forward).is_empty()
+        if !same
+            && up == Dialect::Gemini
+            && crate::upstream::headers::retry_after(forward).is_empty()
         {
             if let Some(n) = crate::dialect::error::retry_delay_secs(raw) {
                 h.extend_from_slice(format!("retry-after: {n}\r\n").as_bytes());
@@ -76,22 +78,22 @@ pub(crate) async fn error_answer(
             }
             ErrorBody::Generic => {
                 let why = "an error body not in the client's dialect";
-                report_error_body(shard, &conn.request_id, provider, status, why, &raw)
+                report_error_body(env, &conn.request_id, provider, status, why, &raw)
             }
         },
         // The status arrived but its body did not (cut, stalled, too large): still an answer
         // with that status.
         Err(e) if e.side() == Side::Upstream => {
-            let e = report(shard, &conn.request_id, provider, &e);
+            let e = report(env, &conn.request_id, provider, &e);
             e.request_id.as_deref().unwrap_or_default().to_string()
         }
         // The drain's end, or no memory for the body.
         Err(e) => {
-            let shape = crate::answer::bridge::shape(dialect);
+            let shape = crate::answer::outcome::shape(dialect);
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
     };
-    let mut extra = crate::answer::bridge::retry_after(&ex.head.forward);
+    let mut extra = crate::upstream::headers::retry_after(&ex.head.forward);
     if extra.is_empty() && up == Dialect::Gemini {
         if let Some(n) = crate::dialect::error::retry_delay_secs(&raw) {
             extra.extend_from_slice(format!("retry-after: {n}\r\n").as_bytes());
@@ -118,13 +120,13 @@ fn answered(status: u16, keep_alive: bool) -> Outcome {
 /// Read the error body whole into `raw`: at most `MAX_ERROR_BODY`, its buffer charged to the
 /// permit as it grows; the drain's end stops it.
 async fn read_body(
-    shard: &Shard,
+    env: &Env<'_>,
     ex: &mut Exchange<'_>,
     raw: &mut Vec<u8>,
     permit: &Permit,
 ) -> Result<(), Error> {
     let mut charged = 0u64;
-    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
         let more = monoio::select! {
             r = ex.next(raw) => r?,

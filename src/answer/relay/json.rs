@@ -18,7 +18,7 @@ pub(super) async fn relay_json(
     conn: &mut ClientConn,
     up: Upstream<'_, '_, '_>,
     keep_alive: bool,
-    shard: &Shard,
+    env: &Env<'_>,
     rb: &mut StreamBuf,
     permit: &Permit,
 ) -> Outcome {
@@ -29,13 +29,13 @@ pub(super) async fn relay_json(
         mut grant,
         ..
     } = up;
-    let wt = shard.limits.write_timeout;
-    let shape = crate::answer::bridge::shape(dialect);
+    let wt = env.limits.write_timeout;
+    let shape = crate::answer::outcome::shape(dialect);
     let status = ex.head.status;
     let limit = rb.limit;
     let piece = &mut rb.buf;
     piece.clear();
-    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     // Fill the chunk: most answers end inside it.
     let mut more = true;
     while more && !ex.is_done() && piece.len() < limit {
@@ -46,12 +46,12 @@ pub(super) async fn relay_json(
         match next {
             Ok(m) => more = m,
             Err(e) => {
-                let e = report(shard, &conn.request_id, provider, &e);
+                let e = report(env, &conn.request_id, provider, &e);
                 return Outcome::error(conn, &e, shape, keep_alive, wt).await;
             }
         }
     }
-    if let Some(sess) = conn.guard.clone().filter(|s| !s.response.is_empty()) {
+    if let Some(sess) = env.guard.clone().filter(|s| !s.response.is_empty()) {
         let up = Upstream {
             ex,
             provider,
@@ -59,12 +59,12 @@ pub(super) async fn relay_json(
             grant,
             strip_usage: false,
         };
-        return guarded(conn, up, keep_alive, shard, (piece, more), permit, &sess).await;
+        return guarded(conn, up, keep_alive, env, (piece, more), permit, &sess).await;
     }
     let rid = conn.request_id;
     let invalid = |why: &str| {
         let e = Error::new(Kind::UpstreamProtocol, format!("upstream answer: {why}"));
-        report(shard, &rid, provider, &e)
+        report(env, &rid, provider, &e)
     };
     if !more || ex.is_done() {
         if let Err(why) = vet::json(piece) {
@@ -85,7 +85,7 @@ pub(super) async fn relay_json(
                 conn.out = back;
                 Outcome { status, keep_alive }
             }
-            None => gone(shard, status),
+            None => gone(env.metrics, status),
         };
     }
     let mut scan = vet::Scan::new();
@@ -117,7 +117,7 @@ pub(super) async fn relay_json(
         if !out.is_empty() {
             match conn.write_raw(std::mem::take(&mut out), wt).await {
                 Some(back) => out = back,
-                None => return gone(shard, status),
+                None => return gone(env.metrics, status),
             }
         }
         if !more {
@@ -138,7 +138,7 @@ pub(super) async fn relay_json(
                     .and_then(|()| if last { scan.finish() } else { Ok(()) })
                     .map_err(&invalid)
             }
-            Err(e) => Err(report(shard, &conn.request_id, provider, &e)),
+            Err(e) => Err(report(env, &conn.request_id, provider, &e)),
         };
         if checked.is_err() {
             // The head went out: the body can only be cut short (the client sees it unfinished).
@@ -159,7 +159,7 @@ async fn guarded(
     conn: &mut ClientConn,
     up: Upstream<'_, '_, '_>,
     keep_alive: bool,
-    shard: &Shard,
+    env: &Env<'_>,
     (piece, mut more): (&mut Vec<u8>, bool),
     permit: &Permit,
     sess: &crate::guardrail::Session,
@@ -171,8 +171,8 @@ async fn guarded(
         grant,
         ..
     } = up;
-    let wt = shard.limits.write_timeout;
-    let shape = crate::answer::bridge::shape(dialect);
+    let wt = env.limits.write_timeout;
+    let shape = crate::answer::outcome::shape(dialect);
     let status = ex.head.status;
     let mut body = std::mem::take(piece);
     let mut charged = 0u64;
@@ -180,7 +180,7 @@ async fn guarded(
         match ex.next(&mut body).await {
             Ok(m) => more = m,
             Err(e) => {
-                let e = report(shard, &conn.request_id, provider, &e);
+                let e = report(env, &conn.request_id, provider, &e);
                 *piece = body;
                 return Outcome::error(conn, &e, shape, keep_alive, wt).await;
             }
@@ -199,7 +199,7 @@ async fn guarded(
     if let Err(why) = vet::json(&body) {
         *piece = body;
         let e = Error::new(Kind::UpstreamProtocol, format!("upstream answer: {why}"));
-        let e = report(shard, &conn.request_id, provider, &e);
+        let e = report(env, &conn.request_id, provider, &e);
         return Outcome::error(conn, &e, shape, keep_alive, wt).await;
     }
     if let Some(g) = grant {

@@ -12,7 +12,7 @@
 //! stream whose usage chunk the gateway asked for on the client's behalf has that chunk taken
 //! out (`usage_chunk`), after its usage was read.
 //!
-//! A request with response guardrails (`conn.guard`) has its whole SSE events rewritten in
+//! A request with response guardrails (`Env::guard`) has its whole SSE events rewritten in
 //! flight before they are written (`guardrail::stream`: masked text, held-back tails charged to
 //! the permit; a `block` match ends the stream with the dialect's error event instead of the
 //! event that matched), and its JSON answer read whole and checked (`json::guarded`).
@@ -32,13 +32,13 @@ use std::time::Duration;
 
 use crate::admit::{Chunk, Permit};
 use crate::answer::outcome::{gone, Outcome};
-use crate::answer::report::{report, shutting_down};
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
+use crate::forward::report::{report, shutting_down};
+use crate::forward::Env;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
-use crate::server::shard::Shard;
 use crate::upstream::{Exchange, RespFraming};
 
 /// A stream's upstream read buffer: one pool chunk charged to the request's permit. Every
@@ -52,8 +52,8 @@ pub struct StreamBuf {
 }
 
 impl StreamBuf {
-    pub fn new(shard: &Shard, permit: &Permit) -> Result<StreamBuf, Error> {
-        let pool = shard.admission.pool();
+    pub fn new(env: &Env<'_>, permit: &Permit) -> Result<StreamBuf, Error> {
+        let pool = env.admission.pool();
         let mut chunk = pool
             .alloc(permit)
             .map_err(|r| Error::overloaded(r.as_str()))?;
@@ -83,7 +83,7 @@ pub const MAX_PENDING_EVENT: usize = 4 << 20;
 /// usage scan) and is finished just before the answer's last bytes go out.
 pub async fn passthrough(
     conn: &mut ClientConn,
-    shard: &Shard,
+    env: &Env<'_>,
     ex: &mut Exchange<'_>,
     (provider, dialect, strip_usage): (&str, Dialect, bool),
     keep_alive: bool,
@@ -93,7 +93,7 @@ pub async fn passthrough(
     if ex.head.status >= 400 {
         return errors::error_answer(
             conn,
-            shard,
+            env,
             ex,
             (provider, dialect),
             dialect,
@@ -102,12 +102,12 @@ pub async fn passthrough(
         )
         .await;
     }
-    let mut piece = match StreamBuf::new(shard, permit) {
+    let mut piece = match StreamBuf::new(env, permit) {
         Ok(b) => b,
         Err(e) => {
             let (shape, wt) = (
-                crate::answer::bridge::shape(dialect),
-                shard.limits.write_timeout,
+                crate::answer::outcome::shape(dialect),
+                env.limits.write_timeout,
             );
             return Outcome::error(conn, &e, shape, keep_alive, wt).await;
         }
@@ -120,9 +120,9 @@ pub async fn passthrough(
         strip_usage,
     };
     if vets_json(&up.ex.head) {
-        return json::relay_json(conn, up, keep_alive, shard, &mut piece, permit).await;
+        return json::relay_json(conn, up, keep_alive, env, &mut piece, permit).await;
     }
-    relay(conn, up, keep_alive, shard, &mut piece, permit).await
+    relay(conn, up, keep_alive, env, &mut piece, permit).await
 }
 
 /// A non-stream success answer with a JSON body: validated before it is relayed.
@@ -152,7 +152,7 @@ async fn relay(
     conn: &mut ClientConn,
     up: Upstream<'_, '_, '_>,
     keep_alive: bool,
-    shard: &Shard,
+    env: &Env<'_>,
     rb: &mut StreamBuf,
     permit: &Permit,
 ) -> Outcome {
@@ -163,14 +163,14 @@ async fn relay(
         mut grant,
         strip_usage,
     } = up;
-    let wt = shard.limits.write_timeout;
-    let shape = crate::answer::bridge::shape(dialect);
+    let wt = env.limits.write_timeout;
+    let shape = crate::answer::outcome::shape(dialect);
     let status = ex.head.status;
     let sse = ex.head.is_event_stream();
     let close_delimited = ex.head.framing == RespFraming::Close;
     // a stream that breaks still ends as a whole HTTP message (error event, chunked end): the
     // client's connection stays usable (closing it would race the client's next request on it)
-    let keep = keep_alive && !shard.draining.is_fired();
+    let keep = keep_alive && !env.draining.is_fired();
     let framing = match (ex.head.framing, sse) {
         (RespFraming::Length(n), false) => Framing::Length(n as usize),
         _ => Framing::Chunked,
@@ -189,12 +189,12 @@ async fn relay(
     let mut terminal = false;
     let mut head_sent = false;
     // the answer's guardrails (`guardrail::stream`): events rewritten in flight
-    let mut guard = match &conn.guard {
+    let mut guard = match &env.guard {
         Some(s) if sse => crate::guardrail::stream::StreamGuard::new(s, dialect),
         _ => None,
     };
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
-    let mut drain_over = std::pin::pin!(shard.drain_expired.wait());
+    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
         piece.clear();
         // For SSE, send the head at once (clients see the stream open); otherwise wait for the
@@ -202,7 +202,7 @@ async fn relay(
         if sse && !head_sent {
             match conn.write_raw(std::mem::take(&mut out), wt).await {
                 Some(back) => out = back,
-                None => return gone(shard, status),
+                None => return gone(env.metrics, status),
             }
             head_sent = true;
         }
@@ -213,7 +213,7 @@ async fn relay(
         let more = match next {
             Ok(m) => m,
             Err(e) => {
-                let e = report(shard, &conn.request_id, provider, &e);
+                let e = report(env, &conn.request_id, provider, &e);
                 if !head_sent {
                     // Nothing reached the client yet: a clean error response.
                     conn.out = out;
@@ -313,7 +313,7 @@ async fn relay(
                 };
                 if let Some(msg) = problem {
                     let e = report(
-                        shard,
+                        env,
                         &conn.request_id,
                         provider,
                         &Error::new(Kind::UpstreamProtocol, msg),
@@ -341,7 +341,7 @@ async fn relay(
         if !out.is_empty() {
             match conn.write_raw(std::mem::take(&mut out), wt).await {
                 Some(back) => out = back,
-                None => return gone(shard, status),
+                None => return gone(env.metrics, status),
             }
             head_sent = true;
         }

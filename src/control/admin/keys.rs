@@ -98,7 +98,7 @@ fn warn(view: &mut Value) {
     };
     let set = |f: &str| m.get(f).is_some_and(|v| !v.is_null());
     if set("budget_usd") && !set("max_in_flight") {
-        let w = crate::control::config::keys::UNCAPPED_BUDGET;
+        let w = crate::config::keys::UNCAPPED_BUDGET;
         m.insert("warnings".into(), Value::from(vec![w]));
     }
 }

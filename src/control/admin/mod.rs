@@ -53,7 +53,8 @@ use std::time::{Duration, Instant};
 use monoio::{LegacyDriver, RuntimeBuilder};
 use serde_json::Value;
 
-use crate::control::config::Config;
+use crate::admit::peer::{Addresses, Peer, Slowdown};
+use crate::config::Config;
 use crate::error::{Error, ErrorShape, Kind};
 use crate::governance::keyring::Digest;
 use crate::governance::registry::Registry;
@@ -62,15 +63,13 @@ use crate::http::conn::{ClientConn, Limits};
 use crate::http::edge::EdgePolicy;
 use crate::http::{BodyFraming, Method};
 use crate::observe::metrics::MetricsHub;
-use crate::server::peer::{Addresses, Peer, Slowdown};
-use crate::server::shutdown::Shutdown;
+use crate::runtime::shutdown::Shutdown;
 
 const MAX_BODY: u64 = 64 * 1024;
 const MAX_CONNECTIONS: u32 = 128;
 /// Admin connections one client address may hold open (IPv6: one /64).
 const MAX_PER_PEER: u32 = 8;
-/// Shortest admin token accepted on a non-loopback admin listener.
-pub const MIN_TOKEN_BYTES: usize = 16;
+pub use crate::config::admin_token::{weak_token, MIN_TOKEN_BYTES};
 const LIMITS: Limits = Limits {
     max_head: 16 * 1024,
     max_headers: 64,
@@ -141,36 +140,9 @@ pub fn plan(cfg: &Config) -> Result<Option<(SocketAddr, Option<Digest>, String)>
     Ok(Some((addr, raw.map(Digest::of), env)))
 }
 
-/// Why the admin token (`raw`, from `env`) may not guard a listener on `addr`: none at all,
-/// shorter than `MIN_TOKEN_BYTES` or only whitespace on a non-loopback address. What `serve`
-/// refuses to start with and a reload refuses to apply (`Config::validate`).
-pub fn weak_token(addr: SocketAddr, env: &str, raw: Option<&[u8]>) -> Option<String> {
-    if addr.ip().is_loopback() {
-        return None;
-    }
-    let Some(raw) = raw else {
-        return Some(format!(
-            "refusing to serve the admin API on {addr} without a token: anyone who can reach it could make keys and read usage. \
-             Set the env var {env} (admin.token_env) to a long random secret, or listen on a loopback address"
-        ));
-    };
-    let blank = raw.iter().all(u8::is_ascii_whitespace);
-    if raw.len() < MIN_TOKEN_BYTES || blank {
-        let what = match blank {
-            true => "only whitespace".to_string(),
-            false => format!("{} bytes long", raw.len()),
-        };
-        return Some(format!(
-            "refusing to serve the admin API on {addr} with a weak token: {env} is {what}; a non-loopback admin listener needs at least {MIN_TOKEN_BYTES} bytes that are not all whitespace \
-             (e.g. `openssl rand -hex 32`), or listen on a loopback address"
-        ));
-    }
-    None
-}
-
 /// Bind `addr` and serve on a thread of its own until `ctx.exit` fires.
 pub fn start(addr: SocketAddr, ctx: Ctx) -> io::Result<Admin> {
-    let (mut listeners, bound) = crate::server::shard::bind_listeners(addr, 1)?;
+    let (mut listeners, bound) = crate::runtime::bind_listeners(addr, 1)?;
     let listener = listeners
         .pop()
         .ok_or_else(|| io::Error::other("no admin listener"))?;

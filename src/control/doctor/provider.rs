@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Report;
-use crate::control::config::{redact_url, Config, ProviderConfig};
-use crate::route::provider::ProviderKind;
-use crate::upstream::endpoint::Endpoint;
+use crate::config::endpoint::Endpoint;
+use crate::config::provider::ProviderKind;
+use crate::config::{redact_url, Config, ProviderConfig};
 
 /// Each step's timeout (DNS, connect, handshake, the models request).
 const STEP: Duration = Duration::from_secs(3);
@@ -241,7 +241,7 @@ fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 fn key(p: &ProviderConfig) -> Option<(String, String)> {
     p.key_refs().into_iter().find_map(|(env, _)| {
         let v = std::env::var(env).ok()?;
-        crate::upstream::target::header_value(&v).ok()?;
+        crate::http::target::header_value(&v).ok()?;
         Some((env.to_string(), v))
     })
 }
@@ -257,7 +257,7 @@ fn models_path(kind: ProviderKind, ep: &Endpoint, p: &ProviderConfig) -> Option<
             let v = p
                 .api_version
                 .as_ref()
-                .map_or(crate::route::provider::DEFAULT_AZURE_API_VERSION, |v| {
+                .map_or(crate::config::provider::DEFAULT_AZURE_API_VERSION, |v| {
                     v.get_ref()
                 });
             format!("{base}/openai/models?api-version={v}")

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 
 use super::Report;
-use crate::control::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError};
 
 /// The config `serve` would run: `path`, else `RINGGATE_CONFIG`, else the built-in default;
 /// with the section title to report it under.
@@ -57,7 +57,7 @@ pub fn check(r: &mut Report, cfg: &Config) {
         bind_probe(r, "listen", addr);
     }
     if let (Some(a), Some(c), Some(k)) = (tls, &cfg.server.tls_cert, &cfg.server.tls_key) {
-        match crate::server::tls::server_config(c.get_ref().as_ref(), k.get_ref().as_ref()) {
+        match crate::http::certs::server_config(c.get_ref().as_ref(), k.get_ref().as_ref()) {
             Ok(_) => r.ok(format!(
                 "TLS certificate {} and key {} load (ALPN http/1.1)",
                 c.get_ref(),
@@ -83,7 +83,7 @@ pub fn check(r: &mut Report, cfg: &Config) {
 
 /// The state directory `serve` would open, checked as `serve` checks it (`state::check_dir`).
 fn state_dir(r: &mut Report, cfg: &Config) {
-    if !crate::control::state::wanted(cfg) {
+    if !crate::governance::state::wanted(cfg) {
         return;
     }
     let default = if cfg.server.state_dir.is_none() {
@@ -91,8 +91,8 @@ fn state_dir(r: &mut Report, cfg: &Config) {
     } else {
         ""
     };
-    match crate::control::state::serve_dir(cfg) {
-        Some(dir) => match crate::control::state::check_dir(&dir) {
+    match crate::governance::state::serve_dir(cfg) {
+        Some(dir) => match crate::governance::state::check_dir(&dir) {
             Ok(()) => r.ok(format!("state_dir {}{default} is usable", dir.display())),
             Err(e) => r.problem(
                 e,

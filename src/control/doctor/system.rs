@@ -6,8 +6,8 @@
 
 use super::{human, Report};
 use crate::admit::memlimit;
-use crate::control::config::Config;
-use crate::server::shard::{self, DriverChoice};
+use crate::config::Config;
+use crate::runtime::{self, DriverChoice};
 
 pub fn check(r: &mut Report, cfg: Option<&Config>) {
     r.section("system");
@@ -19,10 +19,10 @@ pub fn check(r: &mut Report, cfg: Option<&Config>) {
     let disabled = read("/proc/sys/kernel/io_uring_disabled").and_then(|v| v.parse::<u8>().ok());
     let seccomp = status_field("Seccomp").and_then(|v| v.parse::<u8>().ok());
     let choice = DriverChoice::resolve(cfg.map_or("auto", |c| c.server.driver.get_ref()));
-    let (driver, why) = shard::probe_driver(choice);
+    let (driver, why) = runtime::probe_driver(choice);
     let shards = cfg
         .and_then(|c| c.server.shards)
-        .unwrap_or_else(shard::available_cpus)
+        .unwrap_or_else(crate::util::cpus::available_cpus)
         .max(1);
     let context = format!(
         "kernel.io_uring_disabled = {}, seccomp {}",
@@ -135,7 +135,7 @@ pub fn check(r: &mut Report, cfg: Option<&Config>) {
 
     // CPUs
     let allowed = status_field("Cpus_allowed_list").unwrap_or_else(|| "?".into());
-    let cpus = shard::available_cpus();
+    let cpus = crate::util::cpus::available_cpus();
     let pin = cfg.is_none_or(|c| c.server.pin);
     let text = format!(
         "cpus: {cpus} usable (affinity {allowed}) → {shards} shard(s){}",

@@ -15,7 +15,7 @@
 
 use toml::Value;
 
-use crate::control::config::origin::Origin;
+use crate::config::origin::Origin;
 
 /// Top-level sections a reload applies.
 const LIVE: [&str; 6] = [

@@ -14,7 +14,7 @@
 //!
 //! Owns: `check`. Must not: read files or apply anything.
 
-use crate::control::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError};
 
 /// How to replace a config file so that no reload ever reads half of it.
 pub const ATOMIC: &str =

@@ -25,17 +25,16 @@
 
 pub mod diff;
 pub mod guard;
-pub mod redact;
 
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::control::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError};
+use crate::forward::live::{Published, Setup};
 use crate::governance::registry::Registry;
+use crate::http::certs::TlsCerts;
 use crate::observe::metrics::ProcessMetrics;
-use crate::server::shard::routing::Published;
-use crate::server::tls::TlsCerts;
 
 /// The outcome of one reload.
 #[derive(Debug, Clone)]
@@ -181,7 +180,7 @@ impl Reloader {
             changes: Vec::new(),
             warnings: Vec::new(),
         };
-        let path = running.origin.path.clone();
+        let path = running.config.origin.path.clone();
         let loaded = match &path {
             Some(p) => Config::load_text(&p.to_string_lossy()),
             None => Err(vec![ConfigError {
@@ -194,11 +193,11 @@ impl Reloader {
             .map_or_else(|| "(built-in)".into(), |p| p.display().to_string());
         let ends_nl = files.ends_nl;
         let staged = loaded.and_then(|(mut cfg, text)| {
-            let refused = guard::check(&running, ends_nl, &text, &cfg);
+            let refused = guard::check(&running.config, ends_nl, &text, &cfg);
             if !refused.is_empty() {
                 return Err(refused);
             }
-            running.origin.apply(&mut cfg);
+            running.config.origin.apply(&mut cfg);
             let tree = text.parse::<toml::Value>().map_err(|e| {
                 vec![ConfigError {
                     line: None,
@@ -256,10 +255,9 @@ impl Reloader {
             report.restart_needed.push("provider.ca_file".into());
         }
         // engine load signals: unchanged engines keep their cell and poller (`engine`)
-        let mut cfg = cfg;
-        cfg.engines = crate::engine::Engines::start(&cfg, Some(&running.engines));
+        let engines = crate::engine::Engines::start(&cfg, Some(&running.engines));
         // routing knowledge: the new tables find the cells of what they keep (`forward::shared`)
-        cfg.routing_cells = running.routing_cells.clone();
+        let routing_cells = running.routing_cells.clone();
         report.hash = cfg.hash.clone();
         report.ok = true;
         report.warnings = cfg.start_warnings();
@@ -267,7 +265,11 @@ impl Reloader {
         if let Some(c) = &self.cache {
             c.reconfigure(&cfg);
         }
-        report.generation = self.published.publish(cfg);
+        report.generation = self.published.publish(Setup {
+            config: cfg,
+            engines,
+            routing_cells,
+        });
         self.process.reloaded(Some(&hash));
         files.current = tree;
         files.hash = hash;
@@ -312,7 +314,7 @@ impl Reloader {
             // the listener stays (a restart-needed change); so does its certificate
             return Ok(None);
         };
-        crate::server::tls::certs::server_config(
+        crate::http::certs::server_config(
             std::path::Path::new(cert.get_ref()),
             std::path::Path::new(key.get_ref()),
         )
@@ -332,8 +334,9 @@ impl Reloader {
             Ok(f) => f,
             Err(p) => p.into_inner(),
         };
-        let (generation, cfg) = self.published.load();
-        let shown = redact::redact(&files.current);
+        let (generation, setup) = self.published.load();
+        let cfg = &setup.config;
+        let shown = crate::config::redact::redact(&files.current);
         json!({
             "hash": files.hash,
             "generation": generation,
@@ -359,7 +362,7 @@ mod tests {
         let path = dir.join("c.toml");
         std::fs::write(&path, A).unwrap();
         let (cfg, text) = Config::load_text(&path.to_string_lossy()).unwrap();
-        let published = Arc::new(Published::new(cfg.clone()));
+        let published = Arc::new(Published::new(Setup::plain(cfg.clone())));
         let process = Arc::new(ProcessMetrics::new(&cfg.hash));
         let r = Reloader::new(&cfg, Some(&text), published.clone(), process, None, None);
 
@@ -384,7 +387,7 @@ mod tests {
         let ok = r.reload("test");
         assert!(ok.ok, "{ok:?}");
         assert_eq!(ok.generation, 1);
-        assert_eq!(ok.hash, crate::control::config::text_hash(&b));
+        assert_eq!(ok.hash, crate::config::text_hash(&b));
         assert_eq!(
             ok.restart_needed,
             [
@@ -394,7 +397,7 @@ mod tests {
         );
         assert!(ok.changes.contains(&"model b added".to_string()), "{ok:?}");
         let (_, now) = published.load();
-        assert_eq!(now.models.len(), 2);
+        assert_eq!(now.config.models.len(), 2);
         let shown = r.running();
         assert_eq!(shown["hash"], ok.hash.as_str());
         assert_eq!(shown["restart_needed"][0], "server.listen");

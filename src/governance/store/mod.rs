@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Split};
 use monoio::net::TcpStream;
 
-use crate::control::config::limits::{LimitsConfig, RedisUrl};
+use crate::config::limits::{LimitsConfig, RedisUrl};
 use crate::observe::log::RateLimited;
 
 pub mod cluster;

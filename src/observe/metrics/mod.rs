@@ -27,17 +27,14 @@ pub mod expose;
 pub mod histogram;
 pub mod process;
 pub mod requests;
+pub mod tls;
 
 pub use expose::help;
 pub use process::ProcessMetrics;
 pub use requests::RequestMetrics;
 
-use crate::route::RouteTable;
-
 #[derive(Default)]
 pub struct ShardMetrics {
-    /// `ringgate_guardrail_hits_total` (see `guardrail::hits`).
-    pub guardrail: crate::guardrail::hits::Counters,
     /// Requests by endpoint, model, provider: counts, latency histograms, tokens.
     pub requests: RequestMetrics,
     pub in_flight: Cell<u64>,
@@ -50,8 +47,8 @@ pub struct ShardMetrics {
 
 impl ShardMetrics {
     /// This shard's request series and connection gauges (the latter with a `shard` label).
-    pub fn render(&self, shard: usize, routes: &RouteTable, out: &mut String) {
-        self.requests.render(routes, out);
+    pub fn render(&self, shard: usize, names: &dyn requests::Names, out: &mut String) {
+        self.requests.render(names, out);
         let g = [
             (
                 "ringgate_requests_in_flight",

@@ -20,7 +20,7 @@ pub struct ProcessMetrics {
     /// Request-log lines dropped (shared with the request log export).
     pub request_log_dropped: Arc<AtomicU64>,
     /// Trace spans by result (shared with the telemetry export, which counts them).
-    pub telemetry_spans: Arc<crate::observe::telemetry::Counts>,
+    pub telemetry_spans: Arc<SpanCounts>,
     /// Process-wide lines of a part that lives above this module (the response cache).
     pub extra: std::sync::OnceLock<Extra>,
     /// The MCP gateway's process-wide lines (`mcp::Hub`).
@@ -106,6 +106,31 @@ impl ProcessMetrics {
         self.telemetry_spans.render(out);
         for f in [self.extra.get(), self.mcp.get()].into_iter().flatten() {
             (f.0)(out);
+        }
+    }
+}
+
+/// Spans by what became of them (`ringgate_telemetry_spans_total{result}`).
+#[derive(Debug, Default)]
+pub struct SpanCounts {
+    pub exported: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl SpanCounts {
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        out.push_str(
+            "# HELP ringgate_telemetry_spans_total Trace spans: exported (the collector took them), dropped (queue full), failed (the collector refused them or could not be reached after retries).\n# TYPE ringgate_telemetry_spans_total counter\n",
+        );
+        for (r, n) in [
+            ("exported", &self.exported),
+            ("dropped", &self.dropped),
+            ("failed", &self.failed),
+        ] {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "ringgate_telemetry_spans_total{{result=\"{r}\"}} {n}");
         }
     }
 }

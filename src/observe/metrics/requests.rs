@@ -10,6 +10,13 @@
 //! Owns: `RequestMetrics`. Must not: allocate on the request path beyond a series' first
 //! request, or use atomics (one shard touches it, through its one `RefCell`).
 
+/// The names behind the route and provider indices a series is counted under (the route
+/// table the scrape runs on: `route::RouteTable`).
+pub trait Names {
+    fn model(&self, route: u32) -> Option<&str>;
+    fn provider(&self, provider: u32) -> Option<&str>;
+}
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -19,7 +26,6 @@ use super::escape;
 use super::expose::help;
 use super::histogram::{Histogram, LATENCY, OVERHEAD};
 use crate::observe::trace::{Endpoint, Trace};
-use crate::route::RouteTable;
 
 const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
 const NONE: u64 = 0x0fff_ffff;
@@ -124,7 +130,7 @@ impl RequestMetrics {
     }
 
     /// The families' headers, then every series (see the module doc).
-    pub fn render(&self, routes: &RouteTable, out: &mut String) {
+    pub fn render(&self, names: &dyn Names, out: &mut String) {
         help(
             out,
             REQUESTS,
@@ -164,13 +170,10 @@ impl RequestMetrics {
         let Ok(inner) = self.inner.try_borrow() else {
             return;
         };
-        let model = |r: Option<u32>| {
-            r.and_then(|r| routes.route(r as usize))
-                .map_or(String::new(), |r| escape(&r.name))
-        };
+        let model = |r: Option<u32>| r.and_then(|r| names.model(r)).map_or(String::new(), escape);
         let provider = |p: Option<u32>| {
-            p.and_then(|p| routes.providers().get(p as usize))
-                .map_or(String::new(), |p| escape(&p.name))
+            p.and_then(|p| names.provider(p))
+                .map_or(String::new(), escape)
         };
         for s in &inner.series {
             let (ep, m, p) = (s.endpoint.as_str(), model(s.route), provider(s.provider));

@@ -14,73 +14,27 @@
 //! `/readyz` answer; the rest are closed at once — a refusal cannot be written before a
 //! handshake.
 
-use std::cell::Cell;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
 use monoio::net::{TcpListener, TcpStream};
 
-use super::certs::Acceptors;
+use crate::admit::connection::TLS_CONNECTION_EXTRA;
 use crate::error::{Error, ErrorShape, Kind};
+use crate::http::certs::Acceptors;
 use crate::http::conn::ClientConn;
 use crate::http::stream::ClientStream;
+pub use crate::observe::metrics::tls::TlsStats;
 use crate::observe::metrics::{bump, dec};
 use crate::pipeline;
-use crate::server::shard::Shard;
-use crate::server::shutdown::Shutdown;
+use crate::pipeline::shard::Shard;
+use crate::runtime::shutdown::Shutdown;
 
-/// Budget charged per TLS connection on top of `connection_reserve`: monoio-rustls's two
-/// 16 KiB record buffers and rustls's connection state (measured: see docs/tls.md).
-pub const TLS_CONNECTION_EXTRA: u64 = 40 << 10;
 /// Over-the-cap connections per shard given a handshake (to answer health probes).
 const OVER_CAP_PROBES: u32 = 8;
 /// Handshake deadline for those.
 const OVER_CAP_HANDSHAKE: Duration = Duration::from_millis(1000);
-
-/// A shard's TLS counters (`/metrics`).
-#[derive(Default)]
-pub struct TlsStats {
-    pub handshakes: Cell<u64>,
-    pub timeouts: Cell<u64>,
-    pub errors: Cell<u64>,
-    pub plain_http: Cell<u64>,
-}
-
-impl TlsStats {
-    /// Counters without a `shard` label: the scrape sums them over shards.
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        crate::observe::metrics::help(
-            out,
-            "ringgate_tls_handshakes_total",
-            "counter",
-            "TLS handshakes completed on the TLS client listener.",
-        );
-        let _ = writeln!(
-            out,
-            "ringgate_tls_handshakes_total {}",
-            self.handshakes.get()
-        );
-        crate::observe::metrics::help(
-            out,
-            "ringgate_tls_handshake_failures_total",
-            "counter",
-            "Connections to the TLS listener closed before a completed handshake, by reason (timeout: the handshake deadline; error: a failed handshake or a first byte that is neither TLS nor HTTP; plain_http: answered 400).",
-        );
-        for (reason, v) in [
-            ("timeout", &self.timeouts),
-            ("error", &self.errors),
-            ("plain_http", &self.plain_http),
-        ] {
-            let _ = writeln!(
-                out,
-                "ringgate_tls_handshake_failures_total{{reason=\"{reason}\"}} {}",
-                v.get()
-            );
-        }
-    }
-}
 
 /// Accept TLS connections on `std_listener` until `shutdown` fires, then close it. Connections
 /// already accepted finish like plain ones (the shard's drain covers them: they are counted in
@@ -127,7 +81,7 @@ fn on_accept(
         return;
     }
     let _ = stream.set_nodelay(true);
-    let peer = crate::server::peer::Peer::of(addr.ip());
+    let peer = crate::admit::peer::Peer::of(addr.ip());
     let charge = shard.peers.enter(peer).and_then(|slot| {
         let c = shard.admission.connection().ok()?;
         let extra = shard

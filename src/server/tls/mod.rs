@@ -7,7 +7,6 @@
 //! requests are served — after the handshake a TLS connection is an ordinary `ClientConn`
 //! (`http::stream::ClientStream::Tls`) on the same pipeline.
 
-pub mod certs;
 pub mod listener;
 
 use std::io;
@@ -17,12 +16,12 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use certs::{server_config, TlsCerts};
+pub use crate::http::certs::{self, server_config, TlsCerts};
 pub use listener::TlsStats;
 
-use crate::control::config::Config;
-use crate::server::shard::Shard;
-use crate::server::shutdown::Shutdown;
+use crate::config::Config;
+use crate::pipeline::shard::Shard;
+use crate::runtime::shutdown::Shutdown;
 
 /// The bound TLS listeners (one per shard) and the certificate they serve.
 pub struct TlsListeners {
@@ -46,7 +45,7 @@ pub fn bind(cfg: &Config, n: usize) -> io::Result<Option<Arc<TlsListeners>>> {
     };
     let certs =
         TlsCerts::load(Path::new(cert.get_ref()), Path::new(key.get_ref())).map_err(invalid)?;
-    let (listeners, bound) = crate::server::shard::bind_listeners(addr, n)?;
+    let (listeners, bound) = crate::runtime::bind_listeners(addr, n)?;
     Ok(Some(Arc::new(TlsListeners {
         addr: bound,
         certs,

@@ -11,7 +11,7 @@
 use std::fmt::Write;
 
 use crate::observe::metrics::help;
-use crate::server::shard::Shard;
+use crate::pipeline::shard::Shard;
 
 /// The whole exposition, as served by `shard`.
 pub fn render(shard: &Shard) -> String {
@@ -36,7 +36,7 @@ pub fn render(shard: &Shard) -> String {
 pub fn render_shard(shard: &Shard, out: &mut String) {
     let routing = shard.live.peek();
     shard.metrics.render(shard.id, &routing.routes, out);
-    shard.metrics.guardrail.render(out);
+    shard.guardrail_hits.render(out);
     let id = shard.id;
     help(
         out,

@@ -158,7 +158,7 @@ pub fn parse_endpoint(url: &str) -> Result<OtlpEndpoint, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::config::Config;
+    use crate::config::Config;
 
     #[test]
     fn contract_shape_parses() {

@@ -23,8 +23,8 @@ use prost::Message;
 
 use super::proto::{self, KeyValue, Value};
 use super::Counts;
-use crate::control::config::telemetry::OtlpEndpoint;
-use crate::control::config::TelemetryConfig;
+use crate::config::telemetry::OtlpEndpoint;
+use crate::config::TelemetryConfig;
 
 pub const MAX_BATCH: usize = 512;
 pub const BATCH_WAIT: Duration = Duration::from_secs(1);

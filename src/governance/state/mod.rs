@@ -86,7 +86,7 @@ pub fn default_dir(config: Option<&Path>) -> Option<PathBuf> {
         .take(32)
         .collect();
     let stem = stem.trim_start_matches('.');
-    let hash = crate::control::config::text_hash(&canonical.to_string_lossy());
+    let hash = crate::config::text_hash(&canonical.to_string_lossy());
     Some(data.join(match stem.is_empty() {
         true => hash,
         false => format!("{stem}-{hash}"),
@@ -95,13 +95,13 @@ pub fn default_dir(config: Option<&Path>) -> Option<PathBuf> {
 
 /// Whether `serve` keeps state for `cfg` (the admin listener or keys are on; see
 /// `gateway::start`): only then is `state_dir` opened, and checked.
-pub fn wanted(cfg: &crate::control::config::Config) -> bool {
-    cfg.admin.is_some() || cfg.auth_mode() == crate::control::config::AuthMode::Keys
+pub fn wanted(cfg: &crate::config::Config) -> bool {
+    cfg.admin.is_some() || cfg.auth_mode() == crate::config::AuthMode::Keys
 }
 
 /// The state directory `ringgate serve` would use for `cfg`: its `server.state_dir`, else the
 /// default for its config file (`default_dir`).
-pub fn serve_dir(cfg: &crate::control::config::Config) -> Option<PathBuf> {
+pub fn serve_dir(cfg: &crate::config::Config) -> Option<PathBuf> {
     match &cfg.server.state_dir {
         Some(d) => Some(PathBuf::from(d)),
         None => default_dir(cfg.origin.path.as_deref()),

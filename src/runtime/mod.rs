@@ -1,9 +1,14 @@
-//! Shards: one pinned thread per core, each running its own monoio runtime on its own
-//! SO_REUSEPORT listener. Picks the I/O driver (io_uring with COOP_TASKRUN|SINGLE_ISSUER →
+//! The runtime under every server in the process (the gateway's shards, the admin listener,
+//! the mock): one pinned thread per core, each running its own monoio runtime on its own
+//! SO_REUSEPORT listener, the accept loop with its drain (`accept_until`), the shutdown
+//! signals (`shutdown`) and the optional idle spin (`spin`). Picks the I/O driver (io_uring with COOP_TASKRUN|SINGLE_ISSUER →
 //! plain io_uring → epoll) and says which one each shard got.
 //!
 //! Owns: listener creation (and refusing a port already in use), driver selection, pinning,
 //! thread lifecycle. Must not: know what is served — the caller passes a per-shard `main`.
+
+pub mod shutdown;
+pub mod spin;
 
 use std::future::Future;
 use std::io;
@@ -80,11 +85,6 @@ pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<(Vec<StdListener
         out.push(l);
     }
     Ok((out, bound))
-}
-
-/// Number of CPUs this process may run on.
-pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Start one thread per listener. `main(shard_id, listener, driver_name)` is that shard's
@@ -211,8 +211,8 @@ pub fn probe_driver(choice: DriverChoice) -> (&'static str, Vec<String>) {
 /// end); in-flight requests get `time` to finish; then `expired` fires (streams still running
 /// end properly — error event, chunked end) and they get a short grace to write that end.
 pub struct Drain<'a> {
-    pub started: &'a crate::server::shutdown::LocalSignal,
-    pub expired: Option<&'a crate::server::shutdown::LocalSignal>,
+    pub started: &'a crate::runtime::shutdown::LocalSignal,
+    pub expired: Option<&'a crate::runtime::shutdown::LocalSignal>,
     pub time: std::time::Duration,
 }
 
@@ -225,7 +225,7 @@ const CUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 pub async fn accept_until<F, O>(
     name: &str,
     std_listener: StdListener,
-    shutdown: &crate::server::shutdown::Shutdown,
+    shutdown: &crate::runtime::shutdown::Shutdown,
     drain: Drain<'_>,
     open: O,
     mut on_conn: F,

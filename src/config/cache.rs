@@ -114,7 +114,7 @@ pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
 
 #[cfg(test)]
 mod tests {
-    use crate::control::config::Config;
+    use crate::config::Config;
 
     /// The config contract, as written.
     #[test]

@@ -120,7 +120,7 @@ pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
         {
             out.push((s.name.span(), format!("duplicate mcp_server name {name:?}")));
         }
-        if let Err(e) = crate::upstream::endpoint::Endpoint::parse(s.url.get_ref()) {
+        if let Err(e) = crate::config::endpoint::Endpoint::parse(s.url.get_ref()) {
             out.push((s.url.span(), format!("{who}: url: {e}")));
         }
         if !(1..=600_000).contains(&s.timeout_ms) {
@@ -152,7 +152,7 @@ pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
                     format!("{who}: header {k:?} is set by the gateway (use bearer_env for Authorization)"),
                 ));
             }
-            if let Err(why) = crate::upstream::target::header_value(v) {
+            if let Err(why) = crate::http::target::header_value(v) {
                 out.push((s.name.span(), format!("{who}: header {k:?} value {why}")));
             }
         }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Config, ModelConfig, ProviderConfig};
-use crate::forward::policy::{BreakerSettings, Lb, Policy, Reason, RetrySet};
+use crate::config::policy::{BreakerSettings, Lb, Policy, Reason, RetrySet};
 
 /// Largest accepted `weight` (deployments and keys).
 pub const MAX_WEIGHT: i64 = 1_000_000;
@@ -236,7 +236,7 @@ impl Config {
             .max_retry_wait_ms
             .as_ref()
             .or(r.max_retry_wait_ms.as_ref())
-            .map_or(crate::forward::policy::MAX_RETRY_WAIT_MS, |t| *t.get_ref());
+            .map_or(crate::config::policy::MAX_RETRY_WAIT_MS, |t| *t.get_ref());
         Policy {
             lb: m.lb.or(r.lb).unwrap_or_default(),
             max_attempts: attempts.map_or(3, |a| (*a.get_ref()).clamp(1, MAX_ATTEMPTS) as u32),

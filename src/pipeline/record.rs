@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use crate::observe::accesslog::Entry;
 use crate::observe::trace::Trace;
+use crate::pipeline::shard::Shard;
 use crate::route::RouteTable;
-use crate::server::shard::Shard;
 
 /// Count the request `t` that ended now with `status`, after `bytes_out` bytes to its client.
 /// `routes` is the table the request ran on; `trace_id` its trace's, when it is traced.

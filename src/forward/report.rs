@@ -13,9 +13,9 @@
 use std::time::Instant;
 
 use crate::error::{Error, Kind, Side};
+use crate::forward::Env;
 use crate::http::request_id::RequestId;
 use crate::observe::metrics::bump;
-use crate::server::shard::Shard;
 
 /// The error that ends requests still running when the drain time is up.
 pub fn shutting_down() -> Error {
@@ -29,13 +29,13 @@ pub fn shutting_down() -> Error {
 /// logged (rate-limited: the request id, the provider's name, the error code and the full
 /// reason — never keys or bodies), and come back generic with the id (see
 /// [`Error::for_client`]): hosts, addresses and resolver output stay in the log.
-pub fn report(shard: &Shard, id: &RequestId, provider: &str, e: &Error) -> Error {
+pub fn report(env: &Env<'_>, id: &RequestId, provider: &str, e: &Error) -> Error {
     if e.side() != Side::Upstream {
         return e.clone();
     }
-    bump(&shard.metrics.upstream_errors);
+    bump(&env.metrics.upstream_errors);
     let id = id.as_str();
-    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+    if let Some(dropped) = env.upstream.failure_log.admit(Instant::now()) {
         crate::observe::log::info(format_args!(
             "upstream failure {id}: provider {provider}: {}: {}{}",
             e.code(),
@@ -51,7 +51,7 @@ pub fn report(shard: &Shard, id: &RequestId, provider: &str, e: &Error) -> Error
 /// returns the id for the client's generic error. Not counted again: `forward` counted the
 /// 5xx head.
 pub fn report_error_body(
-    shard: &Shard,
+    env: &Env<'_>,
     id: &RequestId,
     provider: &str,
     status: u16,
@@ -59,11 +59,11 @@ pub fn report_error_body(
     body: &[u8],
 ) -> String {
     let id = id.as_str();
-    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+    if let Some(dropped) = env.upstream.failure_log.admit(Instant::now()) {
         crate::observe::log::info(format_args!(
             "upstream failure {id}: provider {provider}: answered HTTP {status} with {why} ({} bytes: \"{}\"){}",
             body.len(),
-            crate::answer::vet::excerpt(body),
+            excerpt(body),
             not_logged(dropped)
         ));
     }
@@ -71,11 +71,11 @@ pub fn report_error_body(
 }
 
 /// Once a second: say how many upstream-failure lines the rate limit dropped, if any.
-pub fn log_tick(shard: &Shard) {
-    if let Some(n) = shard.upstream.failure_log.flush(Instant::now()) {
+pub fn log_tick(env: &Env<'_>) {
+    if let Some(n) = env.upstream.failure_log.flush(Instant::now()) {
         crate::observe::log::info(format_args!(
             "shard {}: {n} upstream failures not logged (rate limit)",
-            shard.id
+            env.id
         ));
     }
 }
@@ -90,13 +90,27 @@ fn not_logged(dropped: u64) -> String {
 
 /// An upstream that answered with a 5xx head: counted and logged like a failure (the answer
 /// itself still goes to the client, or to the next attempt).
-pub fn report_status(shard: &Shard, id: &RequestId, provider: &str, status: u16) {
-    bump(&shard.metrics.upstream_errors);
-    if let Some(dropped) = shard.upstream.failure_log.admit(Instant::now()) {
+pub fn report_status(env: &Env<'_>, id: &RequestId, provider: &str, status: u16) {
+    bump(&env.metrics.upstream_errors);
+    if let Some(dropped) = env.upstream.failure_log.admit(Instant::now()) {
         crate::observe::log::info(format_args!(
             "upstream failure {}: provider {provider}: answered HTTP {status}{}",
             id.as_str(),
             not_logged(dropped)
         ));
     }
+}
+
+/// A short, printable excerpt of an upstream body for a log line (control bytes escaped).
+pub fn excerpt(body: &[u8]) -> String {
+    const MAX: usize = 200;
+    let cut = body.get(..body.len().min(MAX)).unwrap_or_default();
+    let mut s: String = String::from_utf8_lossy(cut)
+        .chars()
+        .flat_map(char::escape_debug)
+        .collect();
+    if body.len() > MAX {
+        s.push('…');
+    }
+    s
 }

@@ -209,7 +209,7 @@ pub struct Policy {
     /// (breadth-first, each model once); the config rejects cycles.
     pub fallbacks: Vec<Fallback>,
     /// `lb = "load"` knobs (weights, affinity slack, `max_waiting`, `max_in_flight`).
-    pub load: crate::engine::load::LoadSettings,
+    pub load: LoadSettings,
 }
 
 impl Policy {
@@ -232,6 +232,28 @@ impl Default for Policy {
             max_retry_wait: Duration::from_millis(MAX_RETRY_WAIT_MS),
             fallbacks: Vec::new(),
             load: Default::default(),
+        }
+    }
+}
+
+/// A model's `lb = "load"` knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSettings {
+    /// Weights of the queue, KV and prefix scores (default 2, 2, 3).
+    pub weights: [f64; 3],
+    /// Prefix affinity counts while the queue is at most this much above the shortest.
+    pub affinity_slack: u32,
+    pub max_waiting: Option<u32>,
+    pub max_in_flight: Option<u32>,
+}
+
+impl Default for LoadSettings {
+    fn default() -> Self {
+        LoadSettings {
+            weights: [2.0, 2.0, 3.0],
+            affinity_slack: 4,
+            max_waiting: None,
+            max_in_flight: None,
         }
     }
 }

@@ -261,9 +261,9 @@ fn validate_key(cfg: &Config, i: usize, k: &KeyConfig, err: &mut Sink<'_>) {
     for m in k.models.iter().flatten() {
         let pat = m.get_ref();
         let rule = match pat.strip_suffix('*') {
-            Some(prefix) if !prefix.is_empty() => crate::upstream::target::model_prefix(prefix),
+            Some(prefix) if !prefix.is_empty() => crate::http::target::model_prefix(prefix),
             Some(_) => Ok(()),
-            None => crate::upstream::target::model_id(pat),
+            None => crate::http::target::model_id(pat),
         };
         if let Err(why) = rule {
             err(m.span(), format!("{who}: models entry {pat:?} {why}"));
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_example_file_parses() {
-        let c = Config::parse(include_str!("../../../examples/keys.toml")).unwrap();
+        let c = Config::parse(include_str!("../../examples/keys.toml")).unwrap();
         assert_eq!(c.auth_mode(), AuthMode::Keys);
         let k = &c.keys[0];
         assert_eq!(k.rpm.as_ref().map(|v| *v.get_ref()), Some(60));

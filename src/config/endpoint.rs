@@ -16,7 +16,7 @@ pub struct Endpoint {
     /// Value for the `Host` header (`host` or `host:port` when the port is not the default).
     pub host_header: String,
     /// The upstream pool's key for this endpoint's connections (built once, here).
-    pub pool_key: super::pool::PoolKey,
+    pub pool_key: PoolKey,
 }
 
 impl Endpoint {
@@ -25,7 +25,7 @@ impl Endpoint {
         Endpoint::parse_raw(url).map_err(|why| {
             format!(
                 "base_url {:?}{why}",
-                crate::control::config::redact_url(url).as_ref()
+                crate::config::redact_url(url).as_ref()
             )
         })
     }
@@ -72,11 +72,11 @@ impl Endpoint {
             return Err(" has no host".to_string());
         }
         // Host and path end up in every request head: only bytes `target` allows.
-        if let Err(why) = super::target::host(&host) {
+        if let Err(why) = crate::http::target::host(&host) {
             return Err(format!(": the host {why}"));
         }
         let base_path = path.trim_end_matches('/').to_string();
-        if let Err(why) = super::target::path_prefix(&base_path) {
+        if let Err(why) = crate::http::target::path_prefix(&base_path) {
             return Err(format!(": the path {why}"));
         }
         let host_header = match (host.contains(':'), port == default_port) {
@@ -85,7 +85,7 @@ impl Endpoint {
             (false, true) => host.clone(),
             (false, false) => format!("{host}:{port}"),
         };
-        let pool_key = super::pool::PoolKey {
+        let pool_key = PoolKey {
             host: host.as_str().into(),
             port,
             tls,
@@ -178,4 +178,14 @@ mod tests {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
     }
+}
+
+/// What an idle upstream connection is pooled under (`upstream::pool`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// Shared with the endpoint it was made from (`Endpoint::pool_key`): a request copies the
+    /// key without an allocation.
+    pub host: std::sync::Arc<str>,
+    pub port: u16,
+    pub tls: bool,
 }

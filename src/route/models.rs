@@ -16,9 +16,9 @@
 //! bodies. Must not: route requests or check keys (the pipeline gates these endpoints).
 
 use crate::error::{push_json_str, Error, ErrorShape, Kind};
+use crate::http::target::model_from_path;
 use crate::http::RequestHead;
 use crate::route::Route;
-use crate::upstream::target::model_from_path;
 
 /// Which SDK's shape a model endpoint answers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +196,7 @@ fn push_model(out: &mut Vec<u8>, shape: Shape, id: &str, owner: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::config::Config;
+    use crate::config::Config;
     use crate::http::head::parse;
     use crate::route::RouteTable;
     use serde_json::Value;

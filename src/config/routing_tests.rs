@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::forward::policy::{Lb, Reason, RetrySet};
+use crate::config::policy::{Lb, Reason, RetrySet};
 
 /// The issue's config contract, verbatim (issue 9, section 3).
 const CONTRACT: &str = r#"

@@ -5,6 +5,8 @@
 //! and the upstream path for an endpoint.
 //! Must not: build bodies or open connections (translation lives in `translate`, IO in `upstream`).
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -21,22 +23,9 @@ pub enum ProviderKind {
     Mock,
 }
 
+pub use crate::dialect::op::Op;
 use crate::dialect::Dialect;
-use crate::upstream::target;
-
-/// Operations a client can ask for (besides generation in its dialect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// Generate a reply (Chat, Responses, Messages, Gemini generateContent).
-    Generate,
-    /// Anthropic `count_tokens`, Gemini `countTokens`.
-    CountTokens,
-    /// OpenAI `embeddings`.
-    Embeddings,
-    /// OpenAI's legacy text `completions` (llama.cpp, vLLM and many local tools serve it):
-    /// passthrough to OpenAI-style providers only.
-    Completions,
-}
+use crate::http::target;
 
 /// Azure OpenAI `api-version` when the config does not give one.
 pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
@@ -118,6 +107,55 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::Mock => "mock",
+        }
+    }
+}
+
+/// Latency profile (see docs/bench-protocol.md "Mock profiles").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// Answer at once.
+    Instant,
+    /// Non-stream after 50 ms; streams send headers at once, the first content token at 50 ms,
+    /// and spread the output over a fixed 500 ms span.
+    Seed,
+    /// The bench protocol's S5 streams: non-stream at once; streams send one content delta
+    /// every 20 ms, the first at once (64 deltas = `max_tokens: 64`).
+    Paced,
+}
+
+/// Gap between deltas of the `paced` profile.
+pub const PACED_GAP: Duration = Duration::from_millis(20);
+
+impl Profile {
+    pub fn parse(s: &str) -> Option<Profile> {
+        match s {
+            "instant" => Some(Profile::Instant),
+            "seed" => Some(Profile::Seed),
+            "paced" => Some(Profile::Paced),
+            _ => None,
+        }
+    }
+
+    pub fn first_token_delay(self) -> Duration {
+        match self {
+            Profile::Instant | Profile::Paced => Duration::ZERO,
+            Profile::Seed => Duration::from_millis(50),
+        }
+    }
+
+    pub fn stream_span(self) -> Duration {
+        match self {
+            Profile::Instant | Profile::Paced => Duration::ZERO,
+            Profile::Seed => Duration::from_millis(500),
+        }
+    }
+
+    /// A fixed gap between content units (one unit per write), if the profile has one.
+    pub fn unit_gap(self) -> Option<Duration> {
+        match self {
+            Profile::Paced => Some(PACED_GAP),
+            _ => None,
         }
     }
 }

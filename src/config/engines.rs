@@ -7,9 +7,10 @@
 
 use std::ops::Range;
 
+use serde::Deserialize;
+
 use super::{Config, ModelConfig};
-use crate::engine::load::LoadSettings;
-use crate::forward::policy::Lb;
+use crate::config::policy::{Lb, LoadSettings};
 
 type Sink<'e> = dyn FnMut(Range<usize>, String) + 'e;
 
@@ -45,7 +46,7 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
             continue;
         }
         if let Some(u) = &p.metrics_url {
-            match crate::upstream::endpoint::Endpoint::parse(u.get_ref()) {
+            match crate::config::endpoint::Endpoint::parse(u.get_ref()) {
                 Ok(ep) if ep.tls => err(
                     u.span(),
                     format!(
@@ -120,6 +121,39 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
                     format!("model {name:?}: max_in_flight must be at least 1"),
                 );
             }
+        }
+    }
+}
+
+/// A provider's inference engine (`engine = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+    Llamacpp,
+    Ollama,
+    Tgi,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+            EngineKind::Llamacpp => "llamacpp",
+            EngineKind::Ollama => "ollama",
+            EngineKind::Tgi => "tgi",
+        }
+    }
+
+    /// The engine's usual load-signal path on the base URL's host (`None`: Ollama has none).
+    pub fn default_metrics_path(self) -> Option<&'static str> {
+        match self {
+            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Tgi => Some("/metrics"),
+            // on by default in llama-server (`/metrics` needs `--metrics`)
+            EngineKind::Llamacpp => Some("/slots"),
+            EngineKind::Ollama => None,
         }
     }
 }

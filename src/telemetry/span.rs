@@ -10,9 +10,9 @@ use sonic_rs::JsonValueTrait;
 
 use super::proto::{self, KeyValue, Value};
 use super::{Params, Request, ShardTelemetry};
+use crate::config::provider::ProviderKind;
 use crate::dialect::Dialect;
 use crate::observe::trace::Trace;
-use crate::route::provider::ProviderKind;
 use crate::route::RouteTable;
 
 /// `gen_ai.provider.name` of a provider kind (the semantic conventions' well-known values).
@@ -27,8 +27,8 @@ pub fn provider_name(kind: ProviderKind) -> &'static str {
 }
 
 /// `gen_ai.operation.name` of a call.
-pub fn operation(dialect: Dialect, op: crate::route::provider::Op) -> &'static str {
-    use crate::route::provider::Op;
+pub fn operation(dialect: Dialect, op: crate::config::provider::Op) -> &'static str {
+    use crate::config::provider::Op;
     match (dialect, op) {
         (_, Op::Embeddings) => "embeddings",
         (_, Op::CountTokens) => "count_tokens",

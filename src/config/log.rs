@@ -37,13 +37,7 @@ impl Default for LogConfig {
     }
 }
 
-/// Where access-log lines go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessLog {
-    Off,
-    Stdout,
-    File(String),
-}
+pub use crate::observe::accesslog::Target as AccessLog;
 
 impl LogConfig {
     pub fn access(&self) -> AccessLog {
@@ -84,7 +78,7 @@ impl LogConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::control::config::{AccessLog, Config};
+    use crate::config::{AccessLog, Config};
 
     #[test]
     fn access_log_contract() {

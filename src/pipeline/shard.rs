@@ -3,20 +3,22 @@
 //! accept and close, and on a keyed request one relaxed load unless its address is slowed).
 //! Lives in an `Rc` on its thread.
 //!
-//! Owns: the `Shard` struct. Must not: build itself from the config (that is `gateway`) or
-//! handle requests (that is `pipeline`).
+//! Owns: the `Shard` struct and the small views of it the stages take (`env`, `cache_env`):
+//! only `server` and `pipeline` see a whole `Shard`. Must not: build itself from the config
+//! (that is `server`) or handle requests (that is `pipeline`).
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::admit::Admission;
+use crate::forward::live::LiveRouting;
 use crate::governance::Governance;
 use crate::http::conn::{Limits, ReadBufs};
 use crate::http::edge::EdgePolicy;
 use crate::http::request_id::IdGen;
 use crate::observe::accesslog::ShardLog;
 use crate::observe::metrics::{MetricsHub, ShardMetrics};
-use crate::server::shard::routing::LiveRouting;
-use crate::server::shutdown::LocalSignal;
+use crate::runtime::shutdown::LocalSignal;
 use crate::upstream::Client;
 
 /// Everything one shard owns. Lives in an `Rc` on its thread.
@@ -34,6 +36,8 @@ pub struct Shard {
     /// Virtual keys and this shard's share of their limits.
     pub governance: Governance,
     pub metrics: ShardMetrics,
+    /// `ringgate_guardrail_hits_total` (see `guardrail::hits`).
+    pub guardrail_hits: crate::guardrail::hits::Counters,
     pub hub: MetricsHub,
     /// Fired when the process shuts down: idle connections close, in-flight ones finish.
     pub draining: LocalSignal,
@@ -44,16 +48,16 @@ pub struct Shard {
     pub over_cap: std::cell::Cell<u32>,
     /// Open connections, process-wide: in all (`server.max_connections`) and per client
     /// address (`server.max_connections_per_address`).
-    pub peers: std::sync::Arc<crate::server::peer::Addresses>,
+    pub peers: std::sync::Arc<crate::admit::peer::Addresses>,
     /// Addresses presenting unknown API keys, slowed down process-wide (`None`: keys are never
     /// checked, nothing to guess).
-    pub key_guesses: Option<std::sync::Arc<crate::server::peer::Slowdown>>,
+    pub key_guesses: Option<std::sync::Arc<crate::admit::peer::Slowdown>>,
     /// Client read buffers (idle connections hold none).
     pub read_bufs: ReadBufs,
     /// `Origin` allow-list and loopback `Host` rule, checked on every head before admission.
     pub edge: EdgePolicy,
     /// TLS listener counters (handshakes, failures by reason).
-    pub tls: crate::server::tls::TlsStats,
+    pub tls: crate::observe::metrics::tls::TlsStats,
     /// `server.drain_timeout_ms`: how long a stopping shard lets in-flight requests finish.
     pub drain_time: Duration,
     /// Request ids (`x-request-id`) for requests that bring none.
@@ -63,7 +67,7 @@ pub struct Shard {
     /// The request log export (`[log] requests_file`; off: nothing inside).
     pub request_log: ShardLog,
     /// The process-wide drain signal, read only by `/readyz` (503 from the moment it fires).
-    pub stopping: crate::server::shutdown::Shutdown,
+    pub stopping: crate::runtime::shutdown::Shutdown,
     /// The Responses state store of translated routes (process-wide, this shard's charge).
     pub responses: crate::responses_state::ShardStore,
     /// `/metrics` is served on this listener (loopback, or `server.metrics_on_main`).
@@ -73,7 +77,52 @@ pub struct Shard {
     /// This shard's connection to the cache's Redis (`[cache] store = "redis"`).
     pub cache_remote: Option<std::rc::Rc<crate::cache::redis::Remote>>,
     /// OTLP trace export (`[telemetry]`); `None` when off (one branch per request).
-    pub telemetry: Option<crate::observe::telemetry::ShardTelemetry>,
+    pub telemetry: Option<crate::telemetry::ShardTelemetry>,
     /// The MCP gateway's process-wide state (sessions, series), shared by every shard.
     pub mcp: std::sync::Arc<crate::mcp::Hub>,
+}
+
+impl Shard {
+    /// What the response cache reads of this shard.
+    pub fn cache_env(&self) -> crate::cache::serve::Env<'_> {
+        crate::cache::serve::Env {
+            fwd: self.env(None),
+            cache: self.cache.as_deref(),
+            remote: self.cache_remote.as_ref(),
+            live: &self.live,
+        }
+    }
+
+    /// What forwarding and the answer of one request read of this shard.
+    pub fn env(&self, guard: Option<Rc<crate::guardrail::Session>>) -> crate::forward::Env<'_> {
+        crate::forward::Env {
+            id: self.id,
+            limits: &self.limits,
+            admission: &self.admission,
+            upstream: &self.upstream,
+            metrics: &self.metrics,
+            draining: &self.draining,
+            drain_expired: &self.drain_expired,
+            responses: &self.responses,
+            guard,
+            telemetry: &self.telemetry,
+        }
+    }
+
+    /// The routing a request starting now uses (see the module doc); keep it to the request's
+    /// end.
+    #[inline]
+    pub fn routing(&self) -> Rc<crate::forward::live::Routing> {
+        let (r, fresh) = self.live.current();
+        if fresh {
+            self.routing_changed(&r);
+        }
+        r
+    }
+
+    /// A new table became current: per-index names elsewhere follow it.
+    #[cold]
+    fn routing_changed(&self, r: &crate::forward::live::Routing) {
+        self.governance.set_models(&r.routes);
+    }
 }

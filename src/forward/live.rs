@@ -17,13 +17,36 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::control::config::Config;
+use crate::config::Config;
 use crate::forward::ForwardState;
 use crate::route::RouteTable;
 use crate::util::versioned::Versioned;
 
-/// The published config every shard follows (`reload::Reloader` publishes into it).
-pub type Published = Versioned<Config>;
+/// What every shard follows (`reload::Reloader` publishes into it).
+pub type Published = Versioned<Setup>;
+
+/// One published generation: the config, and the runtime cells held beside it (the config
+/// itself is plain data).
+pub struct Setup {
+    pub config: Config,
+    /// The engine load-signal cells (started by the gateway, `engine::Engines::start`; empty
+    /// elsewhere).
+    pub engines: crate::engine::Engines,
+    /// The process's routing knowledge (breakers, latency, cooldowns, prefix indexes) every
+    /// shard's routing state points into (`forward::shared`); a reload passes the running one on.
+    pub routing_cells: crate::forward::shared::SharedRouting,
+}
+
+impl Setup {
+    /// `config` with no engines started and fresh routing knowledge.
+    pub fn plain(config: Config) -> Setup {
+        Setup {
+            config,
+            engines: Default::default(),
+            routing_cells: Default::default(),
+        }
+    }
+}
 
 /// One generation of a shard's routing: the table and its runtime state (balancers, breakers,
 /// key cooldowns, routing counters), built together. The state's knowledge (breakers, latency,
@@ -51,9 +74,9 @@ pub struct LiveRouting {
 
 impl LiveRouting {
     /// Start with the table built from `cfg` (generation `generation` of `source`).
-    pub fn new(cfg: &Config, source: Option<Arc<Published>>, generation: u64, seed: u64) -> Self {
-        let routes = RouteTable::build(cfg);
-        let forward = ForwardState::shared(&routes, &cfg.routing_cells, seed);
+    pub fn new(setup: &Setup, source: Option<Arc<Published>>, generation: u64, seed: u64) -> Self {
+        let routes = RouteTable::build_with(&setup.config, Some(&setup.engines), None);
+        let forward = ForwardState::shared(&routes, &setup.routing_cells, seed);
         LiveRouting {
             source,
             seen: Cell::new(generation),
@@ -98,11 +121,12 @@ impl LiveRouting {
     /// the previous one keep it until they end.
     #[cold]
     fn refresh(&self, src: &Published) -> bool {
-        let (generation, cfg) = src.load();
+        let (generation, setup) = src.load();
         let prev = self.peek();
-        let routes = RouteTable::build_after(&cfg, Some(&prev.routes));
+        let routes =
+            RouteTable::build_with(&setup.config, Some(&setup.engines), Some(&prev.routes));
         // built while `prev` is held: what the new table keeps finds its cells
-        let forward = ForwardState::shared(&routes, &cfg.routing_cells, self.seed ^ generation);
+        let forward = ForwardState::shared(&routes, &setup.routing_cells, self.seed ^ generation);
         let next = Rc::new(Routing {
             routes,
             forward,
@@ -125,25 +149,6 @@ impl LiveRouting {
     }
 }
 
-impl super::Shard {
-    /// The routing a request starting now uses (see the module doc); keep it to the request's
-    /// end.
-    #[inline]
-    pub fn routing(&self) -> Rc<Routing> {
-        let (r, fresh) = self.live.current();
-        if fresh {
-            self.routing_changed(&r);
-        }
-        r
-    }
-
-    /// A new table became current: per-index names elsewhere follow it.
-    #[cold]
-    fn routing_changed(&self, r: &Routing) {
-        self.governance.set_models(&r.routes);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,12 +163,17 @@ mod tests {
 
     #[test]
     fn a_request_keeps_its_snapshot_and_the_next_one_sees_the_new_table() {
-        let published = Arc::new(Published::new(cfg(&["a", "b"])));
-        let live = LiveRouting::new(&cfg(&["a", "b"]), Some(published.clone()), 0, 1);
+        let published = Arc::new(Published::new(Setup::plain(cfg(&["a", "b"]))));
+        let live = LiveRouting::new(
+            &Setup::plain(cfg(&["a", "b"])),
+            Some(published.clone()),
+            0,
+            1,
+        );
         let (before, fresh) = live.current();
         assert!(!fresh);
         assert!(before.routes.resolve("b").is_some());
-        published.publish(cfg(&["a", "c"]));
+        published.publish(Setup::plain(cfg(&["a", "c"])));
         let (after, fresh) = live.current();
         assert!(fresh, "the first request after a publish rebuilds");
         assert_eq!(after.generation, 1);
@@ -184,7 +194,7 @@ mod tests {
         assert!(!fresh);
         assert!(Rc::ptr_eq(&after, &again), "no rebuild without a publish");
         // re-adding a removed model takes its old index back
-        published.publish(cfg(&["b"]));
+        published.publish(Setup::plain(cfg(&["b"])));
         let (third, _) = live.current();
         assert_eq!(third.routes.resolve_index("b"), Some(1));
         assert!(third.routes.route(0).is_some_and(|r| r.retired));

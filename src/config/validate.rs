@@ -29,7 +29,9 @@ impl Config {
         for (span, e) in mcp::validate(self) {
             err(span, e);
         }
-        for (span, e) in crate::guardrail::config::validate(self) {
+        let refs = (self.models.iter().flat_map(|m| m.guardrails.iter()))
+            .chain(self.keys.iter().flat_map(|k| k.guardrails.iter()));
+        for (span, e) in crate::guardrail::config::validate(&self.guardrails, refs) {
             err(span, e);
         }
         if let Err(e) = self.listen_addr() {
@@ -73,9 +75,9 @@ impl Config {
             let raw = raw
                 .as_ref()
                 .map(|v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
-            if let Some(why) = raw.and_then(|r| {
-                crate::control::admin::weak_token(addr, a.token_env.get_ref(), Some(r))
-            }) {
+            if let Some(why) = raw
+                .and_then(|r| super::admin_token::weak_token(addr, a.token_env.get_ref(), Some(r)))
+            {
                 err(a.listen.span(), why);
             }
         }
@@ -194,7 +196,7 @@ impl Config {
                         prof.span(),
                         format!("provider {name:?}: profile is only for kind mock"),
                     );
-                } else if crate::mock::Profile::parse(prof.get_ref()).is_none() {
+                } else if crate::config::provider::Profile::parse(prof.get_ref()).is_none() {
                     err(
                         prof.span(),
                         format!(
@@ -278,7 +280,7 @@ impl Config {
         let shards = self
             .server
             .shards
-            .unwrap_or_else(crate::server::shard::available_cpus);
+            .unwrap_or_else(crate::util::cpus::available_cpus);
         let mut w = Vec::new();
         if self.models.is_empty() && !self.reload.allow_empty {
             w.push(

@@ -19,40 +19,17 @@ pub mod proto;
 pub mod requests;
 mod span;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::control::config::TelemetryConfig;
+use crate::config::TelemetryConfig;
 use context::{Context, Ids};
 
 pub use span::{operation, request_ended, Ended};
 
-/// Spans by what became of them (`ringgate_telemetry_spans_total{result}`).
-#[derive(Debug, Default)]
-pub struct Counts {
-    pub exported: AtomicU64,
-    pub dropped: AtomicU64,
-    pub failed: AtomicU64,
-}
-
-impl Counts {
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        out.push_str(
-            "# HELP ringgate_telemetry_spans_total Trace spans: exported (the collector took them), dropped (queue full), failed (the collector refused them or could not be reached after retries).\n# TYPE ringgate_telemetry_spans_total counter\n",
-        );
-        for (r, n) in [
-            ("exported", &self.exported),
-            ("dropped", &self.dropped),
-            ("failed", &self.failed),
-        ] {
-            let n = n.load(Ordering::Relaxed);
-            let _ = writeln!(out, "ringgate_telemetry_spans_total{{result=\"{r}\"}} {n}");
-        }
-    }
-}
+pub use crate::observe::metrics::process::SpanCounts as Counts;
 
 /// The process's trace export: the queue's sending side and its settings.
 pub struct Telemetry {
@@ -74,7 +51,7 @@ impl Telemetry {
         let Some(url) = &cfg.otlp_endpoint else {
             return Ok(None);
         };
-        let target = crate::control::config::telemetry::parse_endpoint(url)
+        let target = crate::config::telemetry::parse_endpoint(url)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let (tx, handle) = export::start(cfg, target, counts.clone())?;
         let ratio = cfg.sample_ratio.clamp(0.0, 1.0);

@@ -6,17 +6,24 @@
 //! Must not: open sockets, read secrets' values (only env-var *names* live here), or be consulted
 //! on the hot path (shards build their own route tables from it at start-up).
 
+pub mod endpoint;
+pub mod policy;
+pub mod price;
+pub mod provider;
+pub mod redact;
+
 use std::net::SocketAddr;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::admit::AdmissionConfig;
-use crate::forward::policy::Lb;
-use crate::route::provider::ProviderKind;
-use crate::upstream::endpoint::Endpoint;
-use crate::upstream::target;
+use crate::config::endpoint::Endpoint;
+use crate::config::policy::Lb;
+use crate::config::provider::ProviderKind;
+use crate::http::target;
 
+pub mod admin_token;
 pub mod cache;
 pub mod engines;
 pub mod keys;
@@ -86,14 +93,6 @@ pub struct Config {
     /// `[cache]`: the response cache (see `config::cache`, docs/cache.md).
     #[serde(default)]
     pub cache: CacheConfig,
-    /// The engine load-signal cells (started by the gateway, `engine::Engines::start`;
-    /// empty elsewhere).
-    #[serde(skip)]
-    pub engines: crate::engine::Engines,
-    /// The process's routing knowledge (breakers, latency, cooldowns, prefix indexes) every
-    /// shard's routing state points into (`forward::shared`); a reload passes the running one on.
-    #[serde(skip)]
-    pub routing_cells: crate::forward::shared::SharedRouting,
     /// `[[guardrail]]`: PII and secret detectors (see `guardrail`, docs/guardrails.md).
     #[serde(default, rename = "guardrail")]
     pub guardrails: Vec<crate::guardrail::config::GuardrailConfig>,
@@ -314,7 +313,7 @@ pub struct ProviderConfig {
     /// The self-hosted inference engine behind this provider (`vllm`, `sglang`, `llamacpp`,
     /// `ollama`, `tgi`): its load signal is polled for `lb = "load"` (see `engine`).
     #[serde(default)]
-    pub engine: Option<Spanned<crate::engine::signal::EngineKind>>,
+    pub engine: Option<Spanned<crate::config::engines::EngineKind>>,
     /// The engine's load-signal URL (`http://`); default: the engine's usual path on the
     /// base URL's host (`/metrics`; llama.cpp `/slots`; Ollama has none).
     #[serde(default)]
@@ -554,8 +553,6 @@ impl Config {
             routing: RoutingConfig::default(),
             providers: Vec::new(),
             models: Vec::new(),
-            engines: Default::default(),
-            routing_cells: Default::default(),
             keys: Vec::new(),
             limits: LimitsConfig::default(),
             fleet: Default::default(),
@@ -615,7 +612,7 @@ impl Config {
 
 /// `url` fit to display or log (userinfo and `key=`/secret query parameters masked): the one
 /// URL redactor, `reload::redact::url`.
-pub use crate::control::reload::redact::url as redact_url;
+pub use crate::config::redact::url as redact_url;
 
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
