@@ -532,7 +532,7 @@ mod monoio_rt {
         match variant {
             Variant::MonoioUringFlags => {
                 // Kernels < 5.19 reject these flags; the product falls back to the plain ring,
-                // then epoll (src/server/shard/). The bench reports the error instead.
+                // then epoll (src/runtime/). The bench reports the error instead.
                 let mut urb = io_uring::IoUring::builder();
                 urb.setup_coop_taskrun().setup_single_issuer();
                 RuntimeBuilder::<IoUringDriver>::new()

@@ -10,7 +10,7 @@ turn goes through drain → replace binary and config → start → ready (back 
 (`loadgen --windows-file`), so p99 is merged exactly per window (100 ms buckets).
 
 Drain modes (`--drain`):
-  sigterm  the gateway's own drain (src/server/shutdown.rs): SIGTERM closes the listener and idle
+  sigterm  the gateway's own drain (src/runtime/shutdown.rs): SIGTERM closes the listener and idle
            connections, in-flight requests and streams finish; HAProxy sees refused connects
            (retried on another node) and the failing health check. [default]
   haproxy  the load balancer drains first (runtime API `set server … state drain`, wait until
