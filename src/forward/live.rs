@@ -84,7 +84,7 @@ impl LiveRouting {
                 routes,
                 forward,
                 generation,
-                mcp: crate::mcp::Servers::build(cfg),
+                mcp: crate::mcp::Servers::build(&setup.config),
             })),
             seed,
         }
@@ -131,7 +131,7 @@ impl LiveRouting {
             routes,
             forward,
             generation,
-            mcp: crate::mcp::Servers::build(&cfg),
+            mcp: crate::mcp::Servers::build(&setup.config),
         });
         match self.current.try_borrow_mut() {
             Ok(mut cur) => {

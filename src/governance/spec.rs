@@ -242,7 +242,7 @@ fn mcp_tools(v: &Value) -> Result<Option<Vec<String>>, String> {
         let Some(pat) = t.as_str() else {
             return Err("mcp_tools entries must be strings".into());
         };
-        crate::control::config::keys::mcp_tool_pattern(pat)
+        crate::config::keys::mcp_tool_pattern(pat)
             .map_err(|why| format!("mcp_tools entry {pat:?} {why}"))?;
         out.push(pat.to_string());
     }

@@ -14,6 +14,7 @@ pub mod conn;
 pub mod edge;
 pub mod head;
 pub mod io;
+pub mod outcome;
 pub mod request_id;
 pub mod response;
 pub mod stream;

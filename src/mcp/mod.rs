@@ -41,7 +41,7 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn new(cfg: &crate::control::config::mcp::McpConfig) -> Hub {
+    pub fn new(cfg: &crate::config::mcp::McpConfig) -> Hub {
         Hub {
             sessions: session::Sessions::new(
                 cfg.max_sessions,

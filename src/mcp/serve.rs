@@ -19,15 +19,27 @@ use serde_json::{json, Value};
 use super::federate::{Called, Ctx};
 use super::jsonrpc::{self, Message, INVALID_REQUEST, METHOD_NOT_FOUND};
 use super::session::Missing;
-use crate::answer::outcome::Outcome;
+use crate::admit::Admission;
 use crate::error::{Error, Kind};
 use crate::governance::Grant;
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
+use crate::http::conn::Limits;
+use crate::http::outcome::Outcome;
 use crate::http::{BodyFraming, Method, RequestHead};
+use crate::observe::metrics::ShardMetrics;
 use crate::observe::trace::{McpCall, Trace};
-use crate::server::shard::routing::Routing;
-use crate::server::shard::Shard;
+use crate::upstream::Client;
+
+/// What one `/mcp` request reads of its shard (built by the pipeline; MCP never sees the shard).
+pub struct Env<'a> {
+    pub hub: &'a super::Hub,
+    pub servers: &'a super::Servers,
+    pub limits: &'a Limits,
+    pub admission: &'a Admission,
+    pub upstream: &'a Client,
+    pub metrics: &'a ShardMetrics,
+}
 
 /// Revisions the gateway speaks to clients, oldest first.
 pub const PROTOCOLS: [&str; 2] = ["2025-03-26", "2025-06-18"];
@@ -79,8 +91,7 @@ impl McpHead {
 pub async fn serve(
     conn: &mut ClientConn,
     head: &RequestHead,
-    shard: &Shard,
-    routing: &Routing,
+    env: &Env<'_>,
     grant: Option<&Grant<'_>>,
     mh: McpHead,
     trace: &mut Trace,
@@ -88,8 +99,8 @@ pub async fn serve(
 ) -> Result<Outcome, Error> {
     let owner = grant.and_then(|g| g.key_name().map(|n| n.to_string()));
     let owner = owner.as_deref();
-    let hub = &*shard.mcp;
-    let wt = shard.limits.write_timeout;
+    let hub = env.hub;
+    let wt = env.limits.write_timeout;
     match head.method {
         Method::Post => {}
         Method::Delete if head.body == BodyFraming::None => {
@@ -113,7 +124,7 @@ pub async fn serve(
             }));
             // close the servers' sessions too (best effort, each within its timeout)
             for u in ups {
-                let (Some(s), Some(uid)) = (routing.mcp.get(&u.server), u.id.as_deref()) else {
+                let (Some(s), Some(uid)) = (env.servers.get(&u.server), u.id.as_deref()) else {
                     continue;
                 };
                 let call = super::client::Call {
@@ -122,7 +133,7 @@ pub async fn serve(
                     protocol: Some(&u.protocol),
                     body: b"",
                 };
-                let send = super::client::send(&shard.upstream, s, &call, 64 * 1024, None);
+                let send = super::client::send(env.upstream, s, &call, 64 * 1024, None);
                 let _ = monoio::time::timeout(s.timeout, send).await;
             }
             let ok = conn
@@ -150,8 +161,8 @@ pub async fn serve(
         BodyFraming::Length(n) => n,
         _ => 0,
     };
-    let max_body = shard.admission.max_body();
-    let permit = shard.admission.admit(declared).await.map_err(|r| match r {
+    let max_body = env.admission.max_body();
+    let permit = env.admission.admit(declared).await.map_err(|r| match r {
         crate::admit::Reject::BodyTooLarge => Error::new(
             Kind::BodyTooLarge,
             format!("request body of {declared} bytes is over the {max_body}-byte limit"),
@@ -162,11 +173,15 @@ pub async fn serve(
     if head.expect_continue && body_pending {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
         if conn.write_raw(buf, wt).await.is_none() {
-            return Ok(crate::answer::outcome::gone(shard, 499));
+            crate::observe::metrics::bump(&env.metrics.client_disconnects);
+            return Ok(Outcome {
+                status: 499,
+                keep_alive: false,
+            });
         }
     }
     let head_len = if body_pending { head.len } else { 0 };
-    let deadline = Instant::now() + shard.limits.body_timeout;
+    let deadline = Instant::now() + env.limits.body_timeout;
     let body = read_body(
         &mut conn.stream,
         &mut conn.buf,
@@ -243,9 +258,9 @@ pub async fn serve(
     let sid = std::str::from_utf8(sid).unwrap_or_default();
     let tools = grant.and_then(|g| g.mcp_tools());
     let ctx = Ctx {
-        up: &shard.upstream,
+        up: env.upstream,
         hub,
-        servers: &routing.mcp,
+        servers: env.servers,
         session: sid,
         tools: tools.as_deref(),
         permit: &permit,

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::control::config::Config;
-use crate::upstream::endpoint::Endpoint;
+use crate::config::endpoint::Endpoint;
+use crate::config::Config;
 
 /// One `[[mcp_server]]`, ready to be spoken to.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ impl Servers {
             let mut lines = Vec::new();
             if let Some(env) = &s.bearer_env {
                 match std::env::var(env) {
-                    Ok(v) if crate::upstream::target::header_value(&v).is_ok() => {
+                    Ok(v) if crate::http::target::header_value(&v).is_ok() => {
                         lines.extend_from_slice(b"authorization: Bearer ");
                         lines.extend_from_slice(v.as_bytes());
                         lines.extend_from_slice(b"\r\n");

@@ -487,16 +487,15 @@ async fn serve(
     }
     if let Some(mh) = mcp_head {
         let g = grant.as_ref();
-        let out = crate::mcp::serve::serve(
-            conn,
-            head,
-            shard,
-            routing,
-            g,
-            mh,
-            &mut req.trace,
-            &mut req.keep,
-        );
+        let env = crate::mcp::serve::Env {
+            hub: &shard.mcp,
+            servers: &routing.mcp,
+            limits: &shard.limits,
+            admission: &shard.admission,
+            upstream: &shard.upstream,
+            metrics: &shard.metrics,
+        };
+        let out = crate::mcp::serve::serve(conn, head, &env, g, mh, &mut req.trace, &mut req.keep);
         return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use common::{key_digest_hex, post, request, variants};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server;
 
 const SECRET: &str = "rg-completions-test-3f2a1b0c9d8e7f6a5b4c";

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::{post, request};
 use llama::{until, Held, Llama, ALIAS};
-use ringgate::control::config::Config;
+use ringgate::config::Config;
 use ringgate::server;
 
 /// A gateway in front of `engines` (providers `eng0`, `eng1`, …) serving model `smollm2`

@@ -18,9 +18,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::Report;
-use crate::control::config::{Config, ProviderConfig};
+use crate::config::endpoint::Endpoint;
+use crate::config::{Config, ProviderConfig};
 use crate::engine::signal::{normalise, EngineKind};
-use crate::upstream::endpoint::Endpoint;
 
 const STEP: Duration = Duration::from_secs(3);
 const MAX_BODY: usize = 4 << 20;
