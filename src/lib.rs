@@ -30,8 +30,8 @@
 //!
 //! Imports run one way, down this order (no cycles, checked by `.ci/cycles.py`): `util`,
 //! `error` < `admit` < `http` < `dialect` < `observe` < `guardrail` < `config` < `runtime` <
-//! `upstream` < `engine` < `route` < `governance` < `responses_state` < `mock` < `telemetry` < `forward` <
-//! `answer` < `cache` < `pipeline` < `control` < `server`.
+//! `upstream` < `engine` < `route` < `governance` < `responses_state` < `mock` < `telemetry` <
+//! `mcp` < `forward` < `answer` < `cache` < `pipeline` < `control` < `server`.
 
 // `unsafe` is denied everywhere but `upstream::pipe` (the one documented module; see its doc).
 #![deny(unsafe_code)]
