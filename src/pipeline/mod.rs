@@ -13,6 +13,7 @@
 //! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
 //! `forward`, `respond`).
 
+pub mod classify;
 pub mod record;
 pub mod scrape;
 pub mod shard;
@@ -30,40 +31,14 @@ use crate::governance::{Caller, Gate};
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
-use crate::http::{BodyFraming, Method, RequestHead};
+use crate::http::{BodyFraming, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
 use crate::route::models::Ask;
 use crate::upstream::headers::ClientHeaders;
 use crate::{answer::respond, dialect::extract, dialect::gemini_call, forward};
-
-/// What a request head asks for, decided before any body byte is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// A provider API call in the client's dialect.
-    Api(Dialect, Op),
-    /// The model list (`GET /v1/models`, `/v1beta/models`).
-    Models,
-    /// One model (`GET /v1/models/{id}`, `/v1beta/models/{id}`).
-    Model,
-    Healthz,
-    Readyz,
-    Metrics,
-    /// `/mcp`: the MCP gateway (`mcp::serve`).
-    Mcp,
-}
-
-impl Target {
-    /// What the caller's virtual key must allow (see `governance`).
-    fn gate(self) -> Gate {
-        match self {
-            Target::Api(..) | Target::Mcp => Gate::Limits,
-            Target::Models | Target::Model => Gate::Key,
-            Target::Healthz | Target::Readyz | Target::Metrics => Gate::Open,
-        }
-    }
-}
+use classify::{classify, model_id_in, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).
 fn endpoint_of(t: Option<Target>) -> Endpoint {
@@ -762,53 +737,5 @@ fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
             format!("request body of {declared} bytes is over the {max_body}-byte limit"),
         ),
         other => Error::overloaded(other.as_str()),
-    }
-}
-
-fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
-    let target = match path {
-        b"/v1/chat/completions" | b"/chat/completions" => Target::Api(Dialect::Chat, Op::Generate),
-        b"/v1/responses" | b"/responses" => Target::Api(Dialect::Responses, Op::Generate),
-        b"/v1/messages" => Target::Api(Dialect::Messages, Op::Generate),
-        b"/v1/messages/count_tokens" => Target::Api(Dialect::Messages, Op::CountTokens),
-        b"/v1/embeddings" | b"/embeddings" => Target::Api(Dialect::Chat, Op::Embeddings),
-        b"/v1/completions" | b"/completions" => Target::Api(Dialect::Chat, Op::Completions),
-        b"/v1/models" | b"/models" => Target::Models,
-        b"/healthz" => Target::Healthz,
-        b"/readyz" => Target::Readyz,
-        b"/metrics" => Target::Metrics,
-        // every method: `mcp::serve` answers GET and others with 405 in JSON-RPC's shape
-        b"/mcp" => return Ok(Target::Mcp),
-        _ => match gemini_call::route(path) {
-            Some(gemini_call::Route::Call { op, .. }) => Target::Api(Dialect::Gemini, op),
-            Some(gemini_call::Route::Model(_)) if method == Method::Get => Target::Model,
-            Some(gemini_call::Route::List) => Target::Models,
-            _ => {
-                return Err(Error::new(
-                    Kind::NotFound,
-                    format!("no route for {}", String::from_utf8_lossy(path)),
-                ))
-            }
-        },
-    };
-    let want = if matches!(target, Target::Api(..)) {
-        Method::Post
-    } else {
-        Method::Get
-    };
-    if method != want {
-        return Err(Error::new(
-            Kind::MethodNotAllowed,
-            "method not allowed on this path",
-        ));
-    }
-    Ok(target)
-}
-
-/// The id part of a model lookup path (`/v1/models/{id}`, `/v1beta/models/{id}`).
-fn model_id_in(path: &[u8]) -> Option<&[u8]> {
-    match gemini_call::route(path) {
-        Some(gemini_call::Route::Model(id)) => Some(id),
-        _ => None,
     }
 }
