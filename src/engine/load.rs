@@ -10,9 +10,9 @@
 //!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
 //!   the gateway's own in-flight count as their queue, and so do engines whose signal URL
 //!   answers 404/501 (up, unsignalled: never dropped for a missing flag). llama.cpp's `/slots` has no queue
-//!   series: there `q` = what is occupied (busy slots + this gateway's sends since the poll, at
-//!   least this gateway's in-flight requests) beyond the slots, and the busy share stands in
-//!   for KV (`queue_of_slots`). When no candidate has a usable signal
+//!   series: there `q` = what is occupied (this gateway's in-flight requests there, plus the
+//!   slots the page showed busy beyond what the gateway had in flight when it arrived) beyond
+//!   the slots, and the busy share stands in for KV (`queue_of_slots`). When no candidate has a usable signal
 //!   (every polled engine down or stale: a broken metrics page), all of them are routed so, by
 //!   the gateway's own view, instead of shedding forever; `ringgate_engine_blind_routes_total`
 //!   counts it and the poller logs it once per outage.
@@ -79,13 +79,16 @@ struct Cand {
     in_flight: u32,
 }
 
-/// A `/slots` signal (llama.cpp: busy slots, no queue series): what is occupied is at least
-/// the busy slots plus what this gateway sent since the poll, and at least what this gateway
-/// has in flight there (running or queued); beyond the slots, it waits. Returns (waiting,
-/// queue score input, busy share 0..=1 in place of KV).
+/// A `/slots` signal (llama.cpp: busy slots, no queue series). What this gateway sent and has
+/// not seen finish is running or queued there (`in_flight`, exact and current); the page adds
+/// the busy slots that were not this gateway's when it was read (busy beyond our in-flight
+/// then: other clients). Beyond the slots, it waits. Not `busy + sent since the poll`: the
+/// page lags by up to a poll, and our requests it shows busy may have ended since — that
+/// made an engine just drained of short requests look busier than one with a real queue.
+/// Returns (waiting, queue score input, busy share 0..=1 in place of KV).
 fn queue_of_slots(v: &View) -> (u32, f64, f64) {
-    let unseen = v.sent_since.min(v.in_flight);
-    let occupied = v.running.saturating_add(unseen).max(v.in_flight);
+    let others = v.running.saturating_sub(v.in_flight_at_poll);
+    let occupied = others.saturating_add(v.in_flight);
     let waiting = occupied.saturating_sub(v.slots);
     let busy = (f64::from(occupied) / f64::from(v.slots.max(1))).min(1.0);
     (waiting, f64::from(waiting), busy)
@@ -138,6 +141,7 @@ impl LoadPicker {
                 kv: None,
                 slots: 0,
                 in_flight: local_in_flight,
+                in_flight_at_poll: 0,
                 sent_since: 0,
                 tokens_since: 0,
             },
@@ -189,6 +193,7 @@ impl LoadPicker {
                     kv: None,
                     slots: 0,
                     in_flight: v.in_flight,
+                    in_flight_at_poll: 0,
                     sent_since: 0,
                     tokens_since: 0,
                 };
@@ -472,6 +477,29 @@ mod tests {
         assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
         b.start(10);
         assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Full);
+    }
+
+    #[test]
+    fn a_slots_page_that_lags_does_not_count_our_finished_requests_twice() {
+        // eng0: both slots busy with our long jobs, two more of ours queued (4 in flight);
+        // eng1: its last page showed both slots busy with our two short requests, which have
+        // ended since; three new ones are on their way. eng1 holds 3 (1 waiting), eng0 4
+        // (2 waiting): the fourth goes to eng1 too (busy + sent-since said 5 there)
+        let a = slots_cell(2, 2, 4);
+        let b = slots_cell(2, 2, 2);
+        b.end();
+        b.end();
+        let p = picker(vec![a.clone(), b.clone()], LoadSettings::default());
+        let rng = Rng::new(9);
+        for _ in 0..3 {
+            assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+            b.start(10);
+        }
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        // busy slots that were not ours when the page came (another client) still count
+        let c = slots_cell(2, 2, 0);
+        let p = picker(vec![c, slots_cell(0, 2, 1)], LoadSettings::default());
+        assert_eq!(p.pick(100, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
     }
 
     #[test]

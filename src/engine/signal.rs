@@ -4,7 +4,8 @@
 //!
 //! llama.cpp's `/slots` lists slots, not its queue (deferred requests are not on that page):
 //! a `/slots` sample has `slots > 0` and `waiting = 0`, and `load` estimates the queue from the
-//! gateway's own in-flight count (`queue_of`). Its busy share is published as busy slots,
+//! gateway's own in-flight count (`queue_of_slots`; the cell keeps that count as it was when
+//! the page arrived, so the busy slots that were not this gateway's can be told apart). Its busy share is published as busy slots,
 //! never as KV usage (llama.cpp reports no KV series).
 //!
 //! `EngineCell` is a handful of atomics, not a locked snapshot: the poller stores the fields
@@ -173,6 +174,9 @@ pub struct EngineCell {
     slots: AtomicU32,
     /// Requests of this gateway on the engine now.
     in_flight: AtomicU32,
+    /// `in_flight` when the last poll's page arrived: how many of the busy slots it reports
+    /// were (at most) this gateway's own.
+    in_flight_at_poll: AtomicU32,
     /// Requests / prompt tokens sent, ever, and their values at the last poll.
     sent: AtomicU64,
     sent_at_poll: AtomicU64,
@@ -199,6 +203,8 @@ pub struct View {
     /// Slots of a `/slots` signal (0: the signal has a queue series, or none).
     pub slots: u32,
     pub in_flight: u32,
+    /// `in_flight` when the last poll's page arrived.
+    pub in_flight_at_poll: u32,
     /// Requests / prompt tokens this gateway sent since the last poll.
     pub sent_since: u32,
     pub tokens_since: u64,
@@ -218,6 +224,7 @@ impl EngineCell {
             kv_millionths: AtomicU32::new(KV_NONE),
             slots: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
+            in_flight_at_poll: AtomicU32::new(0),
             sent: AtomicU64::new(0),
             sent_at_poll: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
@@ -235,6 +242,8 @@ impl EngineCell {
         let kv = s.kv.map_or(KV_NONE, |k| (k * 1e6) as u32);
         self.kv_millionths.store(kv, Relaxed);
         self.slots.store(s.slots, Relaxed);
+        self.in_flight_at_poll
+            .store(self.in_flight.load(Relaxed), Relaxed);
         self.sent_at_poll.store(self.sent.load(Relaxed), Relaxed);
         self.tokens_at_poll
             .store(self.tokens.load(Relaxed), Relaxed);
@@ -306,6 +315,7 @@ impl EngineCell {
             kv: (kv != KV_NONE).then(|| f64::from(kv) / 1e6),
             slots: self.slots.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
+            in_flight_at_poll: self.in_flight_at_poll.load(Relaxed),
             sent_since: sent.saturating_sub(self.sent_at_poll.load(Relaxed)) as u32,
             tokens_since: tokens.saturating_sub(self.tokens_at_poll.load(Relaxed)),
         }
