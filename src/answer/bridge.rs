@@ -21,6 +21,7 @@ use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::responses_state::Remember;
+use crate::upstream::bedrock::events::ConverseEvents;
 use crate::upstream::{Exchange, RespFraming};
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
@@ -41,7 +42,7 @@ pub async fn translated(
     pname: &str,
     up: Dialect,
     client: Dialect,
-    (client_model, stream_requested, include_usage): (&str, bool, bool),
+    (client_model, stream_requested, include_usage, converse): (&str, bool, bool, bool),
     keep_alive: bool,
     permit: &Permit,
     mut grant: Option<&mut Grant<'_>>,
@@ -81,7 +82,14 @@ pub async fn translated(
                 }
             }
         }
-        let out = dialect::response_to_chat(up, &raw).and_then(|chat| {
+        let chat = if converse {
+            // Bedrock Converse: its answer names no id or time; the request's id and now
+            let id = format!("chatcmpl-{}", conn.request_id.as_str());
+            dialect::converse::response_to_chat(&raw, &id, unix_now())
+        } else {
+            dialect::response_to_chat(up, &raw)
+        };
+        let out = chat.and_then(|chat| {
             if let Some(g) = grant.as_deref_mut() {
                 give(g.usage(), dialect::chat_usage(&chat));
                 g.finish();
@@ -140,11 +148,23 @@ pub async fn translated(
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
+    let frames = if converse {
+        let id = format!("chatcmpl-{}", conn.request_id.as_str());
+        let usage_chunk = include_usage && client == Dialect::Chat;
+        Frames::Converse(Box::new(ConverseEvents::new(
+            &id,
+            unix_now(),
+            client_model,
+            usage_chunk,
+        )))
+    } else {
+        Frames::Sse(SseDecoder::new())
+    };
     let outcome = stream(
         conn,
         env,
         ex,
-        (pname, up, client),
+        (pname, up, client, frames),
         (&mut tr, grant.as_deref_mut(), remember),
         keep_alive,
         (&mut rb, permit),
@@ -156,6 +176,49 @@ pub async fn translated(
         give(g.usage(), tr.usage());
     }
     outcome
+}
+
+/// Where a translated stream's upstream events come from: SSE, or Bedrock's event-stream
+/// frames converted to hub Chat events (`upstream::bedrock::events`).
+enum Frames {
+    Sse(SseDecoder),
+    Converse(Box<ConverseEvents>),
+}
+
+impl Frames {
+    fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Frames::Sse(d) => d.feed(bytes),
+            Frames::Converse(d) => d.feed(bytes),
+        }
+    }
+
+    fn finish(&mut self) {
+        match self {
+            Frames::Sse(d) => d.finish(),
+            Frames::Converse(d) => d.finish(),
+        }
+    }
+
+    fn next_event(&mut self) -> Result<Option<dialect::SseEvent>, String> {
+        match self {
+            Frames::Sse(d) => Ok(d.next_event()),
+            Frames::Converse(d) => d.next_event(),
+        }
+    }
+
+    fn pending_bytes(&self) -> usize {
+        match self {
+            Frames::Sse(d) => d.pending_bytes(),
+            Frames::Converse(d) => d.pending_bytes(),
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Hand a translator's usage to the request's usage record (nothing when none was reported).
@@ -178,7 +241,7 @@ async fn stream(
     conn: &mut ClientConn,
     env: &Env<'_>,
     ex: &mut crate::upstream::Exchange<'_>,
-    (provider, up, client): (&str, Dialect, Dialect),
+    (provider, up, client, mut decoder): (&str, Dialect, Dialect, Frames),
     (tr, mut grant, mut remember): (
         &mut StreamTranslator,
         Option<&mut Grant<'_>>,
@@ -201,7 +264,6 @@ async fn stream(
         Some(back) => out = back,
         None => return gone(env.metrics, 200),
     }
-    let mut decoder = SseDecoder::new();
     let limit = rb.limit;
     let piece = &mut rb.buf;
     let mut events = Vec::with_capacity(16 * 1024);
@@ -247,7 +309,15 @@ async fn stream(
             decoder.finish();
         }
         let mut failed = None;
-        while let Some(ev) = decoder.next_event() {
+        loop {
+            let ev = match decoder.next_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(format!("malformed upstream stream: {e}"));
+                    break;
+                }
+            };
             if up == Dialect::Gemini && ev.data.contains("\"finishReason\"") {
                 finish_seen = true;
             }

@@ -50,8 +50,17 @@ pub async fn respond(
             let up = (provider, client, strip_usage);
             relay::passthrough(conn, env, ex, up, keep_alive, permit, grant).await
         }
-        Mode::Translate { up, include_usage } => {
-            let want = (fields.model.as_str(), fields.stream, include_usage);
+        Mode::Translate {
+            up,
+            include_usage,
+            converse,
+        } => {
+            let want = (
+                fields.model.as_str(),
+                fields.stream,
+                include_usage,
+                converse,
+            );
             let remember = opened.remember.take();
             // Boxed: a translation's state is large, and inline it would make every request's
             // future (moved into its box once per request) that much larger, passthrough too.

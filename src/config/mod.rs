@@ -25,6 +25,7 @@ use crate::http::target;
 
 pub mod admin_token;
 pub mod cache;
+pub mod cloud;
 pub mod engines;
 pub mod keys;
 pub mod limits;
@@ -324,6 +325,32 @@ pub struct ProviderConfig {
     /// A signal older than this counts as saturated (default max(1000, 3 × poll_ms)).
     #[serde(default)]
     pub stale_ms: Option<Spanned<u64>>,
+    /// `kind = "bedrock"`: the AWS region (the endpoint's and SigV4's signing region).
+    #[serde(default)]
+    pub region: Option<Spanned<String>>,
+    /// `kind = "bedrock"`: a role assumed (STS `AssumeRole`) with the chain's credentials.
+    #[serde(default)]
+    pub role_arn: Option<Spanned<String>>,
+    /// `kind = "bedrock"`: the STS endpoint (default `https://sts.{region}.amazonaws.com`).
+    #[serde(default)]
+    pub sts_url: Option<Spanned<String>>,
+    /// `kind = "vertex"`: the Google Cloud project.
+    #[serde(default)]
+    pub project: Option<Spanned<String>>,
+    /// `kind = "vertex"`: the location (`us-central1`, `global`, …).
+    #[serde(default)]
+    pub location: Option<Spanned<String>>,
+    /// `kind = "vertex"`: a service-account (or authorized-user) JSON key file; else
+    /// `GOOGLE_APPLICATION_CREDENTIALS`, else the metadata server.
+    #[serde(default)]
+    pub credentials_file: Option<Spanned<String>>,
+    /// `kind = "vertex"`: the OAuth token endpoint (default: the key file's `token_uri`).
+    #[serde(default)]
+    pub token_url: Option<Spanned<String>>,
+    /// `kind = "vertex"`: `anthropic` or `google` for every model of this provider (default:
+    /// `claude*` models are Anthropic's, the rest Google's).
+    #[serde(default)]
+    pub publisher: Option<crate::config::provider::Publisher>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

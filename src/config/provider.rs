@@ -19,6 +19,11 @@ pub enum ProviderKind {
     Anthropic,
     Gemini,
     Azure,
+    /// AWS Bedrock's Converse API (SigV4 or a Bedrock API key; `upstream::bedrock`).
+    Bedrock,
+    /// Google Vertex AI: Gemini models (`publishers/google`) and Anthropic models
+    /// (`publishers/anthropic`, `rawPredict`), with OAuth tokens (`upstream::vertex`).
+    Vertex,
     /// The in-process mock (no network): what the embedded default config serves.
     Mock,
 }
@@ -38,7 +43,22 @@ impl ProviderKind {
             ProviderKind::OpenAiCompatible | ProviderKind::Azure => client == Dialect::Chat,
             ProviderKind::Anthropic => client == Dialect::Messages,
             ProviderKind::Gemini => client == Dialect::Gemini,
+            // Vertex: the publisher decides (`for_model`); Bedrock speaks Converse only
+            ProviderKind::Vertex | ProviderKind::Bedrock => false,
             ProviderKind::Mock => true,
+        }
+    }
+
+    /// The kind whose wire format serves `model` at this provider: a Vertex model speaks
+    /// Anthropic's Messages (`publisher = "anthropic"`, or a `claude*` model) or Gemini's;
+    /// every other kind is itself.
+    pub fn for_model(self, model: &str, publisher: Option<Publisher>) -> ProviderKind {
+        match self {
+            ProviderKind::Vertex => match Publisher::of(model, publisher) {
+                Publisher::Anthropic => ProviderKind::Anthropic,
+                Publisher::Google => ProviderKind::Gemini,
+            },
+            k => k,
         }
     }
 
@@ -46,7 +66,9 @@ impl ProviderKind {
     pub fn native(self) -> Dialect {
         match self {
             ProviderKind::Anthropic => Dialect::Messages,
-            ProviderKind::Gemini => Dialect::Gemini,
+            ProviderKind::Gemini | ProviderKind::Vertex => Dialect::Gemini,
+            // Converse converts at the hub's edge (`dialect::converse`): the hub is what it speaks
+            ProviderKind::Bedrock => Dialect::Chat,
             _ => Dialect::Chat,
         }
     }
@@ -80,6 +102,27 @@ impl ProviderKind {
                     (_, false) => ":generateContent",
                 });
             }
+            (ProviderKind::Bedrock, _, _) => {
+                p.push_str("/model/");
+                target::push_segment(&mut p, model);
+                p.push_str(if stream {
+                    "/converse-stream"
+                } else {
+                    "/converse"
+                });
+            }
+            (ProviderKind::Vertex, _, _) => {
+                // `base` is `/v1/projects/{project}/locations/{location}` (`vertex_base`);
+                // a `claude*` model reaching here is sent to Google's publisher path only when
+                // the deployment says `publisher = "google"` (the caller picks the kind).
+                p.push_str("/publishers/google/models/");
+                target::push_segment(&mut p, model);
+                p.push_str(match (op, stream) {
+                    (Op::CountTokens, _) => ":countTokens",
+                    (_, true) => ":streamGenerateContent?alt=sse",
+                    (_, false) => ":generateContent",
+                });
+            }
             (ProviderKind::Azure, op, _) => {
                 p.push_str("/openai/deployments/");
                 target::push_segment(&mut p, model);
@@ -106,10 +149,49 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
+            ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
             ProviderKind::Mock => "mock",
         }
     }
 }
+
+/// Who publishes a Vertex model: its path (`publishers/{p}`) and wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Publisher {
+    Anthropic,
+    Google,
+}
+
+impl Publisher {
+    /// The configured publisher, else the model's: `claude*` → Anthropic, anything else Google.
+    pub fn of(model: &str, configured: Option<Publisher>) -> Publisher {
+        configured.unwrap_or(if model.starts_with("claude") {
+            Publisher::Anthropic
+        } else {
+            Publisher::Google
+        })
+    }
+}
+
+/// The Vertex Anthropic path below `base` (`/v1/projects/{p}/locations/{l}`):
+/// `…/publishers/anthropic/models/{m}:rawPredict` or `:streamRawPredict`.
+pub fn vertex_anthropic_path(base: &str, model: &str, op: Op, stream: bool) -> String {
+    let mut p = String::with_capacity(base.len() + model.len() + 48);
+    p.push_str(base);
+    p.push_str("/publishers/anthropic/models/");
+    target::push_segment(&mut p, model);
+    p.push_str(match (op, stream) {
+        (Op::CountTokens, _) => ":countTokens",
+        (_, true) => ":streamRawPredict",
+        (_, false) => ":rawPredict",
+    });
+    p
+}
+
+/// The `anthropic_version` a Vertex Anthropic body carries (in the body, not a header).
+pub const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// Latency profile (see docs/bench-protocol.md "Mock profiles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

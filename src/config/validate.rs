@@ -140,8 +140,9 @@ impl Config {
                 err(p.name.span(), format!("duplicate provider name {name:?}"));
             }
             let kind = *p.kind.get_ref();
+            crate::config::cloud::check(p, name, &mut err);
             match (&p.base_url, kind) {
-                (None, ProviderKind::Mock) => {}
+                (None, ProviderKind::Mock | ProviderKind::Bedrock | ProviderKind::Vertex) => {}
                 (Some(u), ProviderKind::Mock) => err(
                     u.span(),
                     format!("provider {name:?}: kind mock takes no base_url"),

@@ -28,6 +28,8 @@ pub mod op;
 pub mod anthropic;
 mod cache;
 mod chat_chunk;
+pub mod converse;
+pub mod converse_stream;
 pub mod error;
 pub mod extensions;
 pub mod gemini;

@@ -469,6 +469,11 @@ async fn attempt<'s>(
     if !trace_lines.is_empty() {
         headers.to_mut().extend_from_slice(trace_lines);
     }
+    if let Some(auth) = &provider.cloud {
+        // Bedrock's SigV4 (over this exact target, host and body) or Vertex's OAuth token
+        auth.authorize(&endpoint.host_header, path, &planned.body, headers.to_mut())
+            .await?;
+    }
     let req = UpstreamRequest {
         endpoint,
         path,

@@ -33,7 +33,13 @@ pub enum Mode {
     /// gateway asked for the usage chunk, the client did not: it is taken out.
     Passthrough { strip_usage: bool },
     /// Another dialect: translated back through the hub (`up` is what the upstream speaks).
-    Translate { up: Dialect, include_usage: bool },
+    /// `converse`: the upstream is Bedrock's Converse (`up` is then the hub, Chat: its JSON
+    /// answers and event-stream frames convert to Chat first, `dialect::converse`).
+    Translate {
+        up: Dialect,
+        include_usage: bool,
+        converse: bool,
+    },
 }
 
 /// Where the attempt goes.
@@ -70,8 +76,10 @@ pub fn plan<'b>(
     body: &'b [u8],
     fields: &RoutingFields,
 ) -> Result<Plan<'b>, Error> {
-    let kind = provider.kind;
     let model = upstream_model.unwrap_or(&fields.model);
+    // Vertex serves each model in its publisher's wire format (Anthropic's or Gemini's)
+    let kind = provider.kind.for_model(model, provider.publisher);
+    let vertex = provider.kind == ProviderKind::Vertex;
     let passthrough = |target: Target, body: Cow<'b, [u8]>| Plan {
         mode: Mode::Passthrough { strip_usage: false },
         target,
@@ -93,6 +101,11 @@ pub fn plan<'b>(
     // (A Gemini model lives in the URL, never in the body.)
     let rename = upstream_model.filter(|m| *m != fields.model && client != Dialect::Gemini);
     let path = |op: Op, dialect: Dialect| {
+        if vertex && kind == ProviderKind::Anthropic {
+            let base = provider.base_path();
+            return crate::config::provider::vertex_anthropic_path(base, model, op, fields.stream);
+        }
+        let kind = if vertex { ProviderKind::Vertex } else { kind };
         kind.path(
             provider.base_path(),
             op,
@@ -108,7 +121,9 @@ pub fn plan<'b>(
             ..passthrough(Target::Mock, Cow::Owned(splice(body, fields, None, true)))
         }),
         (ProviderKind::Mock, _) => Ok(passthrough(Target::Mock, Cow::Borrowed(body))),
-        (kind, Op::CountTokens) if !kind.speaks(client) => {
+        (kind, Op::CountTokens)
+            if !kind.speaks(client) || (vertex && kind == ProviderKind::Anthropic) =>
+        {
             // Only a provider of the client's own dialect counts exactly (Anthropic for
             // Messages, Gemini for Gemini); elsewhere answer with the documented estimate.
             let n = dialect::estimate_tokens(body);
@@ -132,6 +147,16 @@ pub fn plan<'b>(
                 kind.as_str()
             ),
         )),
+        (ProviderKind::Anthropic, op) if vertex && kind.speaks(client) => Ok(Plan {
+            // Anthropic on Vertex: the model is in the path, the version in the body
+            mode: Mode::Passthrough { strip_usage: false },
+            ..passthrough(
+                Target::Http {
+                    path: path(op, client),
+                },
+                Cow::Owned(vertex_anthropic_body(body)?),
+            )
+        }),
         (kind, op) if kind.speaks(client) => {
             let body = if rename.is_some() || ask_usage {
                 Cow::Owned(splice(body, fields, rename, ask_usage))
@@ -174,13 +199,25 @@ pub fn plan<'b>(
                 .and_then(|o| o.get("include_usage"))
                 .and_then(|v| v.as_bool())
                 .unwrap_or(false);
-            let mut out = dialect::chat_to_request(up, &chat, model).map_err(invalid)?;
+            let converse = kind == ProviderKind::Bedrock;
+            let mut out = if converse {
+                dialect::converse::chat_to_request(&chat).map_err(invalid)?
+            } else {
+                dialect::chat_to_request(up, &chat, model).map_err(invalid)?
+            };
             drop(chat);
             if up == Dialect::Chat && provider.no_stream_options {
                 out = strip_stream_options(out);
             }
+            if vertex && up == Dialect::Messages {
+                out = vertex_anthropic_body(&out)?;
+            }
             Ok(Plan {
-                mode: Mode::Translate { up, include_usage },
+                mode: Mode::Translate {
+                    up,
+                    include_usage,
+                    converse,
+                },
                 target: Target::Http {
                     path: path(Op::Generate, up),
                 },
@@ -241,6 +278,24 @@ fn splice(body: &[u8], fields: &RoutingFields, rename: Option<&str>, ask_usage: 
 
 const INCLUDE_USAGE: &[u8] = b"{\"include_usage\":true}";
 
+/// A Messages body for Anthropic on Vertex: without `model` (it is in the path), with
+/// `anthropic_version` (`vertex-2023-10-16` unless the body names one), as Anthropic's Vertex
+/// SDK sends it.
+fn vertex_anthropic_body(body: &[u8]) -> Result<Vec<u8>, Error> {
+    let bad =
+        |e: serde_json::Error| Error::new(Kind::InvalidBody, format!("invalid JSON body: {e}"));
+    let mut v: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(bad)?;
+    v.shift_remove("model");
+    if !v.contains_key("anthropic_version") {
+        v.insert(
+            "anthropic_version".into(),
+            crate::config::provider::VERTEX_ANTHROPIC_VERSION.into(),
+        );
+    }
+    serde_json::to_vec(&v).map_err(bad)
+}
+
 /// Quirk `no_stream_options`: engines that reject the field get the body without it.
 fn strip_stream_options(body: Vec<u8>) -> Vec<u8> {
     match serde_json::from_slice::<serde_json::Value>(&body) {
@@ -273,6 +328,8 @@ mod tests {
             api_version: None,
             no_stream_options: quirk,
             engine: None,
+            cloud: None,
+            publisher: None,
         }
     }
 
@@ -329,7 +386,8 @@ mod tests {
             p.mode,
             Mode::Translate {
                 up: Dialect::Messages,
-                include_usage: true
+                include_usage: true,
+                converse: false,
             }
         );
         let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();

@@ -55,6 +55,11 @@ pub struct Provider {
     /// The engine's load signal (`engine = …` and a started `engine::Engines`), shared by
     /// every shard.
     pub engine: Option<std::sync::Arc<crate::engine::signal::EngineCell>>,
+    /// `kind = "bedrock"` (SigV4) and `"vertex"` (OAuth): the per-request authorisation,
+    /// shared by every shard (`upstream::cloud`); `None` for other kinds and Bedrock API keys.
+    pub cloud: Option<crate::upstream::auth::Auth>,
+    /// `kind = "vertex"`: the configured publisher (else the model name decides).
+    pub publisher: Option<crate::config::provider::Publisher>,
 }
 
 impl Provider {
@@ -320,8 +325,12 @@ impl RouteTable {
 
 fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
     let kind = *p.kind.get_ref();
-    let mut keys: Vec<ApiKey> = p
-        .key_refs()
+    let mut refs = p.key_refs();
+    if kind == ProviderKind::Bedrock && refs.is_empty() {
+        // the AWS SDKs' Bedrock API key variable, used when set
+        refs.push((crate::upstream::auth::BEDROCK_KEY_ENV, 1));
+    }
+    let mut keys: Vec<ApiKey> = refs
         .into_iter()
         .filter_map(|(env, weight)| {
             let key = api_key(env)?;
@@ -339,14 +348,19 @@ fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
             auth_headers: auth_headers(kind, None),
         });
     }
+    let keyed = keys.iter().any(|k| k.env.is_some());
+    let cloud = crate::upstream::auth::Auth::for_provider(p, keyed);
     Provider {
         name: p.name.get_ref().clone(),
         index,
         kind,
-        endpoint: p
-            .base_url
-            .as_ref()
-            .and_then(|u| Endpoint::parse(u.get_ref()).ok()),
+        endpoint: match crate::config::cloud::base_url(p) {
+            Some(u) => Endpoint::parse(&u).ok(),
+            None => p
+                .base_url
+                .as_ref()
+                .and_then(|u| Endpoint::parse(u.get_ref()).ok()),
+        },
         auth_headers: keys[0].auth_headers.clone(),
         keys,
         mock_profile: p
@@ -357,6 +371,8 @@ fn build_provider(p: &crate::config::ProviderConfig, index: usize) -> Provider {
         api_version: p.api_version.as_ref().map(|v| v.get_ref().clone()),
         no_stream_options: p.quirks.iter().any(|q| q == "no_stream_options"),
         engine: None,
+        cloud,
+        publisher: p.publisher,
     }
 }
 
@@ -391,7 +407,9 @@ pub fn auth_headers(kind: ProviderKind, key: Option<&str>) -> Vec<u8> {
         ProviderKind::Azure => ("api-key", ""),
         ProviderKind::Anthropic => ("x-api-key", ""),
         ProviderKind::Gemini => ("x-goog-api-key", ""),
-        ProviderKind::Mock => return h,
+        // a Bedrock API key (else SigV4, `upstream::bedrock`); Vertex: OAuth tokens only
+        ProviderKind::Bedrock => ("authorization", "Bearer "),
+        ProviderKind::Mock | ProviderKind::Vertex => return h,
     };
     h.extend_from_slice(name.as_bytes());
     h.extend_from_slice(b": ");

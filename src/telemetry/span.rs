@@ -22,6 +22,8 @@ pub fn provider_name(kind: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Gemini => "gcp.gemini",
         ProviderKind::Azure => "azure.ai.openai",
+        ProviderKind::Bedrock => "aws.bedrock",
+        ProviderKind::Vertex => "gcp.vertex_ai",
         ProviderKind::Mock => "ringgate.mock",
     }
 }

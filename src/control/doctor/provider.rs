@@ -262,7 +262,8 @@ fn models_path(kind: ProviderKind, ep: &Endpoint, p: &ProviderConfig) -> Option<
                 });
             format!("{base}/openai/models?api-version={v}")
         }
-        ProviderKind::Mock => return None,
+        // signed or token-authorised APIs: the doctor's plain GET cannot list them
+        ProviderKind::Mock | ProviderKind::Bedrock | ProviderKind::Vertex => return None,
     })
 }
 
