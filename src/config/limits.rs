@@ -51,8 +51,16 @@ pub struct LimitsConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FleetConfig {
-    /// `"keys"`, `"responses"` (neither is built yet: refused with a clear error).
+    /// `"keys"` (runtime keys shared through the store, `governance::fleet`), `"responses"`
+    /// (not built yet: refused with a clear error).
     pub share: Vec<Spanned<String>>,
+}
+
+impl FleetConfig {
+    /// `share` contains `"keys"`.
+    pub fn keys(&self) -> bool {
+        self.share.iter().any(|s| s.get_ref() == "keys")
+    }
 }
 
 impl Default for LimitsConfig {
@@ -368,15 +376,21 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
             format!("limits.mode {other:?}: expected \"exact\" or \"leased\""),
         ),
     }
+    let mut seen: Vec<&str> = Vec::new();
     for s in &cfg.fleet.share {
         match s.get_ref().as_str() {
-            "keys" | "responses" => err(
+            "responses" => err(
                 s.span(),
-                format!(
-                    "fleet.share {:?} is not built yet (issue 24): keys and Responses state stay per node",
-                    s.get_ref()
-                ),
+                "fleet.share \"responses\" is not built yet (issue 24): Responses state stays per node".into(),
             ),
+            "keys" if !l.shared() => err(
+                s.span(),
+                "fleet.share \"keys\" needs the shared store: set [limits] store = \"redis\"".into(),
+            ),
+            v @ "keys" if seen.contains(&v) => {
+                err(s.span(), format!("fleet.share lists {v:?} twice"))
+            }
+            v @ "keys" => seen.push(v),
             other => err(
                 s.span(),
                 format!("fleet.share {other:?}: expected \"keys\" or \"responses\""),
@@ -503,5 +517,15 @@ mod tests {
         .unwrap_err();
         let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
         assert_eq!(lines, [Some(4), Some(5), Some(7)], "{errs:?}");
+        let c =
+            Config::parse("[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"keys\"]\n").unwrap();
+        assert!(c.fleet.keys());
+        // keys need the shared store; a share listed twice
+        let errs = Config::parse("[fleet]\nshare = [\"keys\"]\n").unwrap_err();
+        assert!(errs[0].message.contains("store = \"redis\""), "{errs:?}");
+        let errs =
+            Config::parse("[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"keys\", \"keys\"]\n")
+                .unwrap_err();
+        assert!(errs[0].message.contains("twice"), "{errs:?}");
     }
 }

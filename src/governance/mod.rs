@@ -14,6 +14,8 @@
 //!   the slots that changed since its view (O(changes × log n), not O(keys)), keeping each
 //!   key's state by slot (a key keeps its slot, by name, for the process's life) and giving
 //!   new keys their `SpendBook` ledger.
+//! - **Shared keys** (`[fleet] share = ["keys"]`, `fleet`): runtime keys live in the limits
+//!   store too; a fleet thread follows its change feed into the registry (docs/fleet.md).
 //! - **Secure by default** (`exposure`): a non-loopback listener with no keys refuses to start
 //!   unless `auth = "none"` is written explicitly.
 //! - **Limits per key, across shards** (`counters`). A key's `rpm`, `tpm` and `max_in_flight`
@@ -75,6 +77,7 @@ pub(crate) mod credential;
 pub mod directory;
 mod estimate;
 pub mod exposure;
+pub mod fleet;
 mod grant;
 pub mod keyring;
 mod metrics;

@@ -204,6 +204,21 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
+    // shared keys: the fleet thread follows the store's keys into the registry
+    if let (true, Some(s)) = (cfg.fleet.keys() && live_keys, &store) {
+        let sink = Arc::new(governance::registry::Sink(registry.clone()));
+        let fleet =
+            governance::fleet::Fleet::start(s.clone(), sink, exit.clone()).map_err(invalid)?;
+        if let Ok(mut r) = registry.lock() {
+            r.with_fleet(fleet.clone());
+        }
+        let _ = hub
+            .process
+            .fleet
+            .set(crate::observe::metrics::process::Extra(Arc::new(
+                move |out: &mut String| fleet.render(out),
+            )));
+    }
     let cache = crate::cache::Cache::build(&cfg, n).map(Arc::new);
     if let Some(c) = &cache {
         let c = c.clone();

@@ -12,7 +12,7 @@
 mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
-#[path = "redis_fleet/harness.rs"]
+#[path = "../common/redis.rs"]
 mod harness;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

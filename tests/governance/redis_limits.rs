@@ -10,228 +10,18 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+#[path = "../common/redis.rs"]
+mod redis;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{connect, get, request, Response};
+use redis::{Gateway, Redis, RedisOpts};
 
 const SECRET: &str = "rg-redis-test-7d1e0c5b9a8f4e3d2c1b0a9f8e7d6c5b";
 const FREE: &str = "rg-redis-test-free-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!("rg-redis-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A `redis-server` on a free port; killed on drop.
-struct Redis {
-    port: u16,
-    dir: PathBuf,
-    password: Option<&'static str>,
-    child: Option<Child>,
-}
-
-impl Redis {
-    fn start(password: Option<&'static str>) -> Redis {
-        let mut r = Redis {
-            port: free_port(),
-            dir: temp_dir("server"),
-            password,
-            child: None,
-        };
-        r.restart();
-        r
-    }
-
-    /// Start (again) on the same port.
-    fn restart(&mut self) {
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--loglevel", "warning", "--dir"])
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(p) = self.password {
-            cmd.args(["--requirepass", p]);
-        }
-        let child = cmd.spawn().unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}): apt-get install -y redis-server")
-        });
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                if let Ok(r) = resp(&mut s, &["PING"]) {
-                    // NOAUTH when a password is required: it answers
-                    if r.starts_with("PONG") || r.contains("NOAUTH") {
-                        return;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come up on port {}", self.port);
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self, db: u32) -> String {
-        match self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),
-            None => format!("redis://127.0.0.1:{}/{db}", self.port),
-        }
-    }
-
-    /// One command on a fresh connection (after AUTH and SELECT `db`); the reply as text.
-    fn cmd(&self, db: u32, args: &[&str]) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        if let Some(p) = self.password {
-            assert_eq!(resp(&mut s, &["AUTH", p]).unwrap(), "OK");
-        }
-        assert_eq!(resp(&mut s, &["SELECT", &db.to_string()]).unwrap(), "OK");
-        resp(&mut s, args).unwrap()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Send one command, read one simple reply (status, error, integer, bulk; arrays as their
-/// element count).
-fn resp(s: &mut TcpStream, args: &[&str]) -> std::io::Result<String> {
-    let mut out = format!("*{}\r\n", args.len());
-    for a in args {
-        out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s.write_all(out.as_bytes())?;
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line)?;
-    let line = line.trim_end().to_string();
-    match line.split_at(1) {
-        ("$", n) if n != "-1" => {
-            let mut body = vec![0u8; n.parse::<usize>().unwrap() + 2];
-            r.read_exact(&mut body)?;
-            Ok(String::from_utf8_lossy(&body[..body.len() - 2]).into_owned())
-        }
-        ("$", _) => Ok("(nil)".into()),
-        (_, rest) => Ok(rest.to_string()),
-    }
-}
-
-/// A gateway process (the real binary) with its stderr kept for assertions; killed on drop.
-struct Gateway {
-    addr: SocketAddr,
-    child: Child,
-    log: Arc<Mutex<String>>,
-    dir: PathBuf,
-}
-
-impl Gateway {
-    fn start(config: &str) -> Gateway {
-        let dir = temp_dir("gw");
-        let path = dir.join("ringgate.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ringgate"))
-            .arg("--config")
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-                    }
-                }
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("gateway did not start: {}", log.lock().unwrap());
-            }
-        };
-        Gateway {
-            addr,
-            child,
-            log,
-            dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn metric(&self, name: &str) -> u64 {
-        common::metric(self.addr, name)
-    }
-
-    /// Poll `/metrics` until `name` sums to `want`.
-    fn wait_metric(&self, name: &str, want: u64) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let mut last = 0;
-        while Instant::now() < deadline {
-            last = self.metric(name);
-            if last == want {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("{name} = {last}, want {want}\n{}", self.log());
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A gateway config: `shards`, the `[limits]` lines, the mock `profile`, the key's limit lines.
 fn config(shards: usize, driver: &str, limits: &str, profile: &str, key_limits: &str) -> String {
@@ -313,7 +103,7 @@ fn header_u64(r: &Response, name: &str) -> u64 {
 
 #[test]
 fn two_gateways_share_one_rpm_window() {
-    let redis = Redis::start(None);
+    let redis = Redis::start(RedisOpts::default());
     let limits = shared(&redis, "local", "");
     // one process with one shard (epoll), one with two (io_uring): no per-shard split
     let a = Gateway::start(&config(1, "epoll", &limits, "instant", "rpm = 20"));
@@ -368,7 +158,7 @@ fn in_flight_is_shared_and_a_crashed_process_frees_its_slots() {
 }
 
 fn in_flight_is_shared_and_a_crashed_process_frees_its_slots_at(shards: usize) {
-    let redis = Redis::start(None);
+    let redis = Redis::start(RedisOpts::default());
     // a lease of 1 s: a killed process's slots are freed within ~1 s
     let limits = shared(&redis, "local", "redis_lease_ms = 1000");
     let cfg = config(shards, "epoll", &limits, "paced", "max_in_flight = 1");
@@ -449,7 +239,10 @@ fn tpm_is_shared_and_the_url_password_and_db_are_used_and_never_logged() {
 }
 
 fn tpm_is_shared_and_the_url_password_and_db_are_used_and_never_logged_at(shards: usize) {
-    let redis = Redis::start(Some("s3cret-pw"));
+    let redis = Redis::start(RedisOpts {
+        password: Some("s3cret-pw"),
+        ..Default::default()
+    });
     let limits = format!(
         "store = \"redis\"\nredis_url = \"{}\"\n",
         redis.url(3) // password and database 3
@@ -477,15 +270,15 @@ fn tpm_is_shared_and_the_url_password_and_db_are_used_and_never_logged_at(shards
     // A reconciles its reservation with the real usage (sent without waiting): in db 3
     let key = format!("ringgate:tpm:team-a:{w}");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while redis.cmd(3, &["GET", &key]) != used1.to_string() {
+    while redis.cmd_db(3, &["GET", &key]) != used1.to_string() {
         assert!(
             Instant::now() < deadline,
             "{}",
-            redis.cmd(3, &["GET", &key])
+            redis.cmd_db(3, &["GET", &key])
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(redis.cmd(0, &["EXISTS", &key]), "0", "not in db 0");
+    assert_eq!(redis.cmd_db(0, &["EXISTS", &key]), "0", "not in db 0");
     // B sees A's tokens
     let b2 = r#"{"model":"gpt-4o-mini","messages":[],"max_tokens":10}"#;
     let r = request(b.addr, &chat(SECRET, b2));
@@ -502,7 +295,7 @@ fn tpm_is_shared_and_the_url_password_and_db_are_used_and_never_logged_at(shards
     let retry = header_u64(&r, "retry-after");
     assert!((1..=60).contains(&retry));
     // the key's TTL is set (windows expire)
-    let ttl: i64 = redis.cmd(3, &["PTTL", &key]).parse().unwrap();
+    let ttl: i64 = redis.cmd_db(3, &["PTTL", &key]).parse().unwrap();
     assert!((1..=120_000).contains(&ttl), "{ttl}");
     for g in [&a, &b] {
         let log = g.log();
@@ -520,7 +313,7 @@ fn redis_stopped_local_mode_keeps_serving_and_catches_up_when_it_is_back() {
 }
 
 fn redis_stopped_local_mode_keeps_serving_and_catches_up_when_it_is_back_at(shards: usize) {
-    let mut redis = Redis::start(None);
+    let mut redis = Redis::start(RedisOpts::default());
     let limits = shared(&redis, "local", "");
     let a = Gateway::start(&config(shards, "epoll", &limits, "instant", "rpm = 20"));
     let b = Gateway::start(&config(shards, "io_uring", &limits, "instant", "rpm = 20"));
@@ -559,7 +352,7 @@ fn redis_stopped_local_mode_keeps_serving_and_catches_up_when_it_is_back_at(shar
     b.wait_metric("ringgate_limit_store_up", shards as u64);
     // caught up: the 5 + 5 admitted locally during the outage count in this window
     let key = format!("ringgate:rpm:team-a:{w}");
-    assert_eq!(redis.cmd(0, &["GET", &key]), "10");
+    assert_eq!(redis.cmd_db(0, &["GET", &key]), "10");
     // each shard catches up what it admitted (the 5 between them) and says so once per state
     // change (up at start, up again now)
     let log = a.log();
@@ -594,7 +387,7 @@ fn closed_mode_refuses_limited_keys_with_503_while_the_store_is_down() {
 }
 
 fn closed_mode_refuses_limited_keys_with_503_while_the_store_is_down_at(shards: usize) {
-    let mut redis = Redis::start(None);
+    let mut redis = Redis::start(RedisOpts::default());
     let limits = shared(&redis, "closed", "");
     let a = Gateway::start(&config(shards, "epoll", &limits, "instant", "rpm = 100"));
     a.wait_metric("ringgate_limit_store_up", shards as u64);
@@ -710,7 +503,7 @@ fn a_budget_spent_through_one_gateway_is_spent_for_the_fleet() {
 }
 
 fn a_budget_spent_through_one_gateway_is_spent_for_the_fleet_at(shards: usize) {
-    let redis = Redis::start(None);
+    let redis = Redis::start(RedisOpts::default());
     let limits = shared(&redis, "local", "");
     // 1,000 USD per 1M tokens: a request of ~100 tokens costs ~0.1 USD, over the 0.05 budget
     let cfg = config(
@@ -737,14 +530,14 @@ fn a_budget_spent_through_one_gateway_is_spent_for_the_fleet_at(shards: usize) {
     let key = format!("ringgate:spend:team-a:day:{}", now - now % 86_400);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let v = redis.cmd(0, &["GET", &key]);
+        let v = redis.cmd_db(0, &["GET", &key]);
         if v.parse::<u64>().is_ok_and(|n| n >= 50_000_000) {
             break;
         }
         assert!(Instant::now() < deadline, "{key} = {v}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let ttl: i64 = redis.cmd(0, &["PTTL", &key]).parse().unwrap();
+    let ttl: i64 = redis.cmd_db(0, &["PTTL", &key]).parse().unwrap();
     assert!(ttl > 86_400_000, "a day's counter lives two days: {ttl}");
     // B has spent nothing itself, but the key has: refused like A would
     for gw in [&b, &a] {

@@ -2,7 +2,8 @@
 //!
 //! Tables: `keys` (one row per key made through the admin API, and one per revoked config key:
 //! the SHA-256 of the secret, the settings as JSON, created/updated/revoked Unix seconds — never
-//! a secret), `spend` (the ledger: per key name × model × period start, absolute requests,
+//! a secret; with shared keys also `fleet_ver`, the fleet store's version of the row, and
+//! `pending`, changed here while the store was away), `spend` (the ledger: per key name × model × period start, absolute requests,
 //! tokens in/out and nano-USD — each flush overwrites a row with its current totals), `meta`
 //! (schema version).
 //!
@@ -58,6 +59,10 @@ pub struct KeyRow {
     pub created: i64,
     pub updated: i64,
     pub revoked: Option<i64>,
+    /// Shared keys: the fleet store's version of this row (`None`: never in the store).
+    pub fleet_ver: Option<i64>,
+    /// Shared keys: changed here while the store was away (pushed when it is back).
+    pub pending: bool,
 }
 
 /// A change to the `keys` table.
@@ -81,6 +86,13 @@ pub enum KeyWrite {
         id: i64,
         at: i64,
     },
+    /// The inner change, then its row's fleet columns (shared keys: the store's version, and
+    /// whether the change is still to be pushed), in the same transaction.
+    Marked {
+        write: Box<KeyWrite>,
+        fleet_ver: Option<i64>,
+        pending: bool,
+    },
 }
 
 /// Open (creating when missing) `path`, readable by its owner only.
@@ -95,6 +107,17 @@ pub fn open(path: &Path) -> Result<Connection, String> {
         .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
         .and_then(|_| conn.execute_batch(SCHEMA))
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // shared keys (issue 24): two columns older files lack (older readers ignore them)
+    if conn
+        .prepare("SELECT fleet_ver, pending FROM keys LIMIT 0")
+        .is_err()
+    {
+        conn.execute_batch(
+            "ALTER TABLE keys ADD COLUMN fleet_ver INTEGER;
+             ALTER TABLE keys ADD COLUMN pending INTEGER NOT NULL DEFAULT 0;",
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let version: Option<String> = conn
         .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
         .optional()
@@ -155,7 +178,8 @@ fn newer(path: &Path, v: &str) -> String {
 pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>, String> {
     let mut st = conn
         .prepare(
-            "SELECT id, name, source, sha256, spec, created, updated, revoked FROM keys ORDER BY id",
+            "SELECT id, name, source, sha256, spec, created, updated, revoked, fleet_ver, pending
+             FROM keys ORDER BY id",
         )
         .map_err(|e| e.to_string())?;
     let rows = st
@@ -174,6 +198,8 @@ pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>, String> {
                 created: r.get(5)?,
                 updated: r.get(6)?,
                 revoked: r.get(7)?,
+                fleet_ver: r.get(8)?,
+                pending: r.get::<_, i64>(9)? != 0,
             })
         })
         .map_err(|e| e.to_string())?;
@@ -214,6 +240,16 @@ fn write_key_row(conn: &Connection, w: &KeyWrite) -> Result<i64, String> {
             .prepare_cached("UPDATE keys SET revoked = ?2, updated = ?2 WHERE id = ?1")
             .and_then(|mut st| st.execute(params![id, at]))
             .map(|_| *id),
+        KeyWrite::Marked {
+            write,
+            fleet_ver,
+            pending,
+        } => {
+            let id = write_key_row(conn, write)?;
+            conn.prepare_cached("UPDATE keys SET fleet_ver = ?2, pending = ?3 WHERE id = ?1")
+                .and_then(|mut st| st.execute(params![id, fleet_ver, i64::from(*pending)]))
+                .map(|_| id)
+        }
     };
     r.map_err(|e| e.to_string())
 }
@@ -315,6 +351,52 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_old_file_gets_the_fleet_columns_and_marked_writes_set_them() {
+        let dir = std::env::temp_dir().join(format!("rg-db-fleet-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("t.db");
+        let _ = std::fs::remove_file(&path);
+        {
+            // a file of the schema before shared keys: no fleet columns
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(&SCHEMA.replace("CREATE UNIQUE INDEX", "CREATE INDEX"))
+                .unwrap();
+            c.execute("INSERT INTO meta (k, v) VALUES ('schema', '1')", [])
+                .unwrap();
+            c.execute(
+                "INSERT INTO keys (name, source, sha256, spec, created, updated) VALUES ('old', 'api', x'00', '{}', 1, 1)",
+                [],
+            )
+            .unwrap();
+        }
+        let c = open(&path).unwrap();
+        let rows = keys(&c).unwrap();
+        assert_eq!((rows[0].fleet_ver, rows[0].pending), (None, false));
+        let id = write_key(
+            &c,
+            &KeyWrite::Marked {
+                write: Box::new(KeyWrite::Insert {
+                    name: "new".into(),
+                    source: "api",
+                    sha256: [3; 32],
+                    spec: "{}".into(),
+                    at: 2,
+                    revoked: None,
+                }),
+                fleet_ver: Some(41),
+                pending: true,
+            },
+        )
+        .unwrap();
+        let row = keys(&c).unwrap().into_iter().find(|r| r.id == id).unwrap();
+        assert_eq!(
+            (row.name.as_str(), row.fleet_ver, row.pending),
+            ("new", Some(41), true)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

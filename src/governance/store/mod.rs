@@ -204,6 +204,8 @@ pub struct Store {
     reply_log: RateLimited,
     /// `redis_cluster = true`: the slot map and a connection per master (`pipe` is unused).
     cluster: Option<cluster::Cluster>,
+    /// The fleet's connection (`governance::fleet`), not a shard's: its own log lines.
+    fleet: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -229,6 +231,15 @@ impl Store {
             fallbacks: Default::default(),
             connects: Cell::new(0),
             reply_log: RateLimited::new(1),
+            fleet: false,
+        }
+    }
+
+    /// The fleet thread's connection (`governance::fleet`): same settings, its own log lines.
+    pub fn for_fleet(s: Settings) -> Store {
+        Store {
+            fleet: true,
+            ..Store::new(s, 0)
         }
     }
 
@@ -560,6 +571,21 @@ impl Store {
             .await
     }
 
+    /// One plain command routed by `key` (on a Cluster), waited for until `deadline`: for
+    /// commands whose key is not their second word (`EVAL script n key ...`).
+    pub async fn call_at(
+        &self,
+        key: &[u8],
+        args: &[Arg<'_>],
+        deadline: Instant,
+    ) -> Result<Reply, Fault> {
+        if !self.up.get() {
+            return Err(Fault::Down);
+        }
+        self.exchange(key, &|out, _| resp::command(out, args), deadline)
+            .await
+    }
+
     /// Queue one plain command without waiting for its reply (false: not connected).
     pub fn send_command(&self, args: &[Arg<'_>]) -> bool {
         let Ok(node) = self.target(key_of(args)) else {
@@ -688,6 +714,18 @@ impl Store {
         }
         self.logged.set(Some(up));
         let (shard, url) = (self.shard, &self.s.url);
+        if self.fleet {
+            match up {
+                true => crate::observe::log::info(format_args!(
+                    "fleet: store {url} up: keys are shared{detail}"
+                )),
+                false => crate::observe::log::info(format_args!(
+                    "fleet: store {url} unavailable ({}); serving the keys this node holds, changes made here reach the fleet when it is back",
+                    self.reason.borrow()
+                )),
+            }
+            return;
+        }
         if up {
             let kind = match &self.cluster {
                 Some(c) => format!(" (Cluster of {} masters)", c.nodes.borrow().len()),

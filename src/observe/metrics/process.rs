@@ -25,6 +25,8 @@ pub struct ProcessMetrics {
     pub extra: std::sync::OnceLock<Extra>,
     /// The MCP gateway's process-wide lines (`mcp::Hub`).
     pub mcp: std::sync::OnceLock<Extra>,
+    /// Shared keys' process-wide lines (`governance::fleet`).
+    pub fleet: std::sync::OnceLock<Extra>,
 }
 
 /// Renders more process-wide lines.
@@ -104,7 +106,10 @@ impl ProcessMetrics {
         let dropped = self.request_log_dropped.load(Ordering::Relaxed);
         let _ = writeln!(out, "ringgate_request_log_dropped_total {dropped}");
         self.telemetry_spans.render(out);
-        for f in [self.extra.get(), self.mcp.get()].into_iter().flatten() {
+        for f in [self.extra.get(), self.mcp.get(), self.fleet.get()]
+            .into_iter()
+            .flatten()
+        {
             (f.0)(out);
         }
     }

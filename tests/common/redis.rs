@@ -1,6 +1,9 @@
-//! The fleet tests' parts: real `redis-server` processes (plain, TLS with a test CA made by
-//! rcgen, an ACL user) on free ports in temp dirs, and real gateway processes (the binary)
-//! with their stderr kept for assertions. Everything started here is killed on drop.
+//! The shared-store tests' parts (`redis_limits`, `redis_fleet`, `fleet_keys`): real
+//! `redis-server` processes (plain, a `requirepass` password, TLS with a test CA made by rcgen,
+//! an ACL user, Cluster nodes) on free ports in temp dirs, and real gateway processes (the
+//! binary) with their stderr kept for assertions. Everything started here is killed on drop.
+//! Include it next to `common` (it uses `crate::common::metric`).
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -56,6 +59,8 @@ pub struct RedisOpts {
     pub acl: Option<(&'static str, &'static str)>,
     /// `--cluster-enabled yes`.
     pub cluster: bool,
+    /// `--requirepass` (the default user's password).
+    pub password: Option<&'static str>,
 }
 
 /// A `redis-server` on a free port; killed on drop.
@@ -116,6 +121,9 @@ impl Redis {
                 "+@all",
             ]);
         }
+        if let Some(p) = self.opts.password {
+            cmd.args(["--requirepass", p]);
+        }
         if self.opts.cluster {
             // the bus port given explicitly (port + 10000 may not exist or be taken)
             cmd.args(["--cluster-enabled", "yes", "--cluster-port"])
@@ -159,7 +167,29 @@ impl Redis {
         if let Some((user, pass)) = self.opts.acl {
             resp(&mut s, &["AUTH", user, pass])?;
         }
+        if let Some(p) = self.opts.password {
+            resp(&mut s, &["AUTH", p])?;
+        }
         resp(&mut s, args)
+    }
+
+    /// One command in database `db` (after `SELECT`).
+    pub fn cmd_db(&self, db: u32, args: &[&str]) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if let Some(p) = self.opts.password {
+            assert_eq!(resp(&mut s, &["AUTH", p]).unwrap(), "OK");
+        }
+        assert_eq!(resp(&mut s, &["SELECT", &db.to_string()]).unwrap(), "OK");
+        resp(&mut s, args).unwrap()
+    }
+
+    /// `redis://[:password@]127.0.0.1:<port>/<db>` (plain servers).
+    pub fn url(&self, db: u32) -> String {
+        match self.opts.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),
+            None => format!("redis://127.0.0.1:{}/{db}", self.port),
+        }
     }
 
     pub fn cmd(&self, args: &[&str]) -> String {
@@ -274,6 +304,13 @@ impl Gateway {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// The admin listener's address (from its start-up line).
+    pub fn admin(&self) -> SocketAddr {
+        let l = self.wait_log("admin listening on http://");
+        let rest = l.split("admin listening on http://").nth(1).unwrap();
+        rest.split_whitespace().next().unwrap().parse().unwrap()
     }
 
     pub fn metric(&self, name: &str) -> u64 {

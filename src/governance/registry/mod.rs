@@ -19,8 +19,17 @@
 //! - Secrets: `rg-` + 48 hex digits (192 bits from the OS, `ring::rand::SystemRandom`), shown
 //!   once in the create answer; only the SHA-256 is kept.
 //!
+//! Shared keys (`[fleet] share = ["keys"]`, `fleet`): an API key's change goes to the fleet's
+//! store first (`governance::fleet`; the store's script decides), then to the state store, then
+//! into the snapshot; records other nodes wrote arrive through `apply_fleet` (the store wins,
+//! a local revocation is never undone). Config keys stay this node's.
+//!
 //! Owns: `Registry`. Must not: run on a shard (it is the admin thread's, behind a mutex), or
 //! keep a secret.
+
+mod fleet;
+
+pub use fleet::Sink;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -28,6 +37,7 @@ use std::sync::Arc;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Map, Value};
 
+use super::fleet::Fleet;
 use super::keyring::{Digest, Keyring};
 use super::spec::KeySpec;
 use super::Directory;
@@ -67,6 +77,10 @@ pub struct Record {
     pub revoked: Option<i64>,
     /// The state store row (API keys).
     pub row: Option<i64>,
+    /// Shared keys: the fleet store's version this record is (or was last) in step with.
+    pub fleet: Option<u64>,
+    /// Shared keys: changed here while the store was away (pushed when it is back).
+    pub pending: bool,
 }
 
 impl Record {
@@ -94,6 +108,12 @@ pub struct Registry {
     /// they take the snapshot; this makes it right before any request arrives).
     book: Option<Arc<SpendBook>>,
     rng: SystemRandom,
+    /// Shared keys: the fleet thread's handle (`None`: keys are this node's).
+    fleet: Option<Arc<Fleet>>,
+    /// `on_store_error = "closed"`: with the store away, key changes are refused (503).
+    closed: bool,
+    /// Whether this process shares its API keys (`[fleet] share` has "keys").
+    shared: bool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -148,6 +168,8 @@ impl Registry {
                     updated: None,
                     revoked,
                     row: None,
+                    fleet: None,
+                    pending: false,
                 });
             }
             for r in stored
@@ -173,7 +195,13 @@ impl Registry {
                     updated: Some(r.updated),
                     revoked: None,
                     row: Some(r.id),
+                    fleet: r.fleet_ver.map(|v| v as u64),
+                    // shared keys: a key the store never held is pushed at the first connect
+                    pending: r.pending || (cfg.fleet.keys() && r.fleet_ver.is_none()),
                 });
+            }
+            if cfg.fleet.keys() {
+                fleet::pending_revocations(stored, &mut records, &mut by_name);
             }
         }
         let ever = !cfg.keys.is_empty() || stored.iter().any(|r| r.source == "api");
@@ -202,6 +230,9 @@ impl Registry {
             store,
             book: None,
             rng: SystemRandom::new(),
+            fleet: None,
+            closed: cfg.limits.closed(),
+            shared: cfg.fleet.keys(),
         };
         Ok((reg, log))
     }
@@ -383,6 +414,8 @@ impl Registry {
             updated: Some(now),
             revoked: None,
             row: None,
+            fleet: None,
+            pending: false,
         };
         // a name keeps its slot (a revoked one made again); a new name takes the next slot
         let slot = self
@@ -391,14 +424,18 @@ impl Registry {
             .copied()
             .unwrap_or(self.records.len());
         let ring = self.stage(&self.ring, slot, &rec)?;
-        rec.row = self.persist(KeyWrite::Insert {
-            name: name.clone(),
-            source: "api",
-            sha256: digest.0,
-            spec: rec.spec.to_json(),
-            at: now,
-            revoked: None,
-        })?;
+        self.share(&mut rec, None)?;
+        rec.row = self.persist(self.mark(
+            &rec,
+            KeyWrite::Insert {
+                name: name.clone(),
+                source: "api",
+                sha256: digest.0,
+                spec: rec.spec.to_json(),
+                at: now,
+                revoked: None,
+            },
+        ))?;
         self.put(slot, rec);
         if !self.checked {
             self.checked = true;
@@ -432,12 +469,16 @@ impl Registry {
         rec.spec.apply(body, &[]).map_err(invalid)?;
         rec.updated = Some(now);
         let ring = self.stage(&self.ring, i, &rec)?;
+        self.share(&mut rec, old.fleet)?;
         if let Some(id) = rec.row {
-            self.persist(KeyWrite::Update {
-                id,
-                spec: rec.spec.to_json(),
-                at: now,
-            })?;
+            self.persist(self.mark(
+                &rec,
+                KeyWrite::Update {
+                    id,
+                    spec: rec.spec.to_json(),
+                    at: now,
+                },
+            ))?;
         }
         self.put(i, rec);
         self.commit(ring, &[i]);
@@ -467,7 +508,14 @@ impl Registry {
         rec.revoked = Some(now);
         rec.updated = Some(now);
         let ring = self.stage(&self.ring, i, &rec)?;
+        if rec.source == Source::Api {
+            self.share(&mut rec, old.fleet)?;
+        }
         if let Some(w) = write {
+            let w = match rec.source {
+                Source::Api => self.mark(&rec, w),
+                Source::Config => w,
+            };
             self.persist(w)?;
         }
         let mut v = view(&rec);
@@ -561,6 +609,8 @@ impl Registry {
                 updated: None,
                 revoked: None,
                 row: None,
+                fleet: None,
+                pending: false,
             };
             let (i, rec) = match self.by_name.get(name.as_str()) {
                 Some(&i) => match self.records.get(i) {
@@ -633,146 +683,12 @@ fn view(r: &Record) -> Value {
     m.insert("created".into(), time(r.created));
     m.insert("updated".into(), time(r.updated));
     m.insert("usable".into(), Value::from(r.digest.is_some()));
+    if r.pending {
+        // shared keys: made here while the store was away; reaches the fleet when it is back
+        m.insert("fleet_pending".into(), Value::from(true));
+    }
     Value::Object(m)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(text: &str) -> Map<String, Value> {
-        serde_json::from_str::<Value>(text)
-            .unwrap()
-            .as_object()
-            .unwrap()
-            .clone()
-    }
-
-    #[test]
-    fn create_patch_revoke_publish_snapshots_with_stable_slots() {
-        let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"; // "test"
-        let cfg = Config::parse(&format!(
-            "[[key]]\nname = \"cfg\"\nkey_sha256 = \"{hex}\"\n"
-        ))
-        .unwrap();
-        let (mut reg, _) = Registry::build(&cfg, &[], None).unwrap();
-        let dir = reg.directory();
-        assert!(reg.checked());
-        let (v, secret) = reg.create(&body(r#"{"name":"a","rpm":5}"#), 100).unwrap();
-        assert!(secret.starts_with("rg-") && secret.len() == 51, "{secret}");
-        assert_eq!(v["source"], "api");
-        assert!(!v.to_string().contains(&secret[3..]));
-        let (_, ring) = dir.load();
-        assert_eq!(ring.lookup(secret.as_bytes()), Some(1));
-        assert_eq!(ring.lookup(b"test"), Some(0));
-        // duplicates, unknowns, bad names, config keys
-        let e = reg.create(&body(r#"{"name":"a"}"#), 101).unwrap_err();
-        assert_eq!(e.status(), 409);
-        assert_eq!(
-            reg.create(&body(r#"{"name":"a b"}"#), 101)
-                .unwrap_err()
-                .status(),
-            400
-        );
-        assert_eq!(
-            reg.create(&body(r#"{"rpm":1}"#), 101).unwrap_err().status(),
-            400
-        );
-        assert_eq!(reg.patch("nope", &body("{}"), 1).unwrap_err().status(), 404);
-        assert_eq!(
-            reg.patch("cfg", &body(r#"{"rpm":1}"#), 1)
-                .unwrap_err()
-                .status(),
-            409
-        );
-        let v = reg
-            .patch("a", &body(r#"{"rpm":7,"enabled":false}"#), 102)
-            .unwrap();
-        assert_eq!(
-            (v["rpm"].as_u64(), v["enabled"].as_bool()),
-            (Some(7), Some(false))
-        );
-        assert_eq!(dir.load().1.keys.get(1).unwrap().rpm, Some(7));
-        // revoke: gone from lookups and listings, slot kept; the name can be made again
-        reg.revoke("a", 103).unwrap();
-        assert_eq!(dir.load().1.lookup(secret.as_bytes()), None);
-        assert_eq!(reg.page(None, 100).unwrap().0.len(), 1);
-        let (_, again) = reg.create(&body(r#"{"name":"a"}"#), 104).unwrap();
-        let ring = dir.load().1;
-        assert_eq!(
-            (ring.keys.len(), ring.lookup(again.as_bytes())),
-            (2, Some(1))
-        );
-        reg.revoke("cfg", 105).unwrap();
-        assert_eq!(dir.load().1.lookup(b"test"), None);
-        assert_eq!(reg.revoke("cfg", 106).unwrap_err().status(), 404);
-    }
-
-    #[test]
-    fn a_change_shares_every_other_key_with_the_last_snapshot() {
-        let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
-        let dir = reg.directory();
-        for i in 0..2_000 {
-            let b = body(&format!(r#"{{"name":"k{i}","rpm":{}}}"#, i + 1));
-            reg.create(&b, 1).unwrap();
-        }
-        let (_, before) = dir.load();
-        reg.create(&body(r#"{"name":"new"}"#), 2).unwrap();
-        reg.patch("k7", &body(r#"{"rpm":99}"#), 3).unwrap();
-        reg.revoke("k9", 4).unwrap();
-        let (_, after) = dir.load();
-        assert_eq!((before.keys.len(), after.keys.len()), (2_000, 2_001));
-        // no key was copied or compiled again but the three that changed
-        for i in 0..2_000 {
-            let (a, b) = (before.keys.get(i).unwrap(), after.keys.get(i).unwrap());
-            assert_eq!(std::ptr::eq(a, b), ![7, 9].contains(&i), "slot {i}");
-        }
-        assert_eq!(after.keys.get(7).unwrap().rpm, Some(99));
-        assert_eq!(after.keys.get(2_000).unwrap().name.as_ref(), "new");
-        assert_eq!(after.usable(), 2_000);
-    }
-
-    #[test]
-    fn pages_follow_slot_order_after_a_name() {
-        let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
-        for i in 0..2_000 {
-            reg.create(&body(&format!(r#"{{"name":"k{i}"}}"#)), 1)
-                .unwrap();
-        }
-        reg.create(&body(r#"{"name":"new"}"#), 2).unwrap();
-        reg.revoke("k9", 4).unwrap();
-        // after a name (a revoked one still marks its place); revoked keys are not listed
-        let (page, more) = reg.page(Some("k8"), 3).unwrap();
-        let names: Vec<&str> = page.iter().map(|k| k["name"].as_str().unwrap()).collect();
-        assert_eq!((names, more), (vec!["k10", "k11", "k12"], true));
-        let (page, more) = reg.page(Some("k9"), 1).unwrap();
-        assert_eq!((page[0]["name"].as_str(), more), (Some("k10"), true));
-        let (page, more) = reg.page(Some("k1999"), 1000).unwrap();
-        assert_eq!(
-            (page.len(), page[0]["name"].as_str(), more),
-            (1, Some("new"), false)
-        );
-        assert_eq!(reg.page(Some("nobody"), 10).unwrap_err().status(), 400);
-    }
-
-    #[test]
-    fn auth_turns_on_with_the_first_key_and_none_refuses_keys() {
-        let (mut reg, _) = Registry::build(&Config::parse("").unwrap(), &[], None).unwrap();
-        assert!(!reg.checked() && !reg.directory().load().1.checked);
-        reg.create(&body(r#"{"name":"first"}"#), 1).unwrap();
-        assert!(reg.checked() && reg.directory().load().1.checked);
-        reg.revoke("first", 2).unwrap();
-        assert!(
-            reg.directory().load().1.checked,
-            "revoking the last key keeps keys on"
-        );
-        let none = Config::parse("[server]\nauth = \"none\"\n").unwrap();
-        let (mut reg, _) = Registry::build(&none, &[], None).unwrap();
-        assert_eq!(
-            reg.create(&body(r#"{"name":"x"}"#), 1)
-                .unwrap_err()
-                .status(),
-            409
-        );
-    }
-}
+mod tests;
