@@ -32,6 +32,7 @@ shards = 2
 [limits]
 redis_url = "redis://127.0.0.1:{port}/0"
 redis_prefix = "rgtest:"
+redis_timeout_ms = 2000
 
 [cache]
 enabled = true

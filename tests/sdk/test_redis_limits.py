@@ -62,6 +62,8 @@ shards = {shards}
 [limits]
 store = "redis"
 redis_url = "redis://127.0.0.1:{port}/{shards}"
+# generous: on a loaded CI box a 50 ms reply deadline (the default) falls back to local counters
+redis_timeout_ms = 2000
 on_store_error = "local"
 
 [[provider]]
