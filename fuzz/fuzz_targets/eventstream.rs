@@ -34,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
     let (a, b) = input.split_at(split);
     assert_eq!(whole, decode(&[a, b]), "split at {split}");
     for f in &whole.0 {
-        let enc = encode(&[(":message-type", &f.message_type), (":event-type", &f.kind)], &f.payload);
+        let enc = encode(
+            &[(":message-type", &f.message_type), (":event-type", &f.kind)],
+            &f.payload,
+        );
         let (back, err) = decode(&[&enc]);
         assert!(err.is_none());
         assert_eq!((&back[0].kind, &back[0].payload), (&f.kind, &f.payload));
