@@ -12,7 +12,8 @@
 //!   answers 404/501 (up, unsignalled: never dropped for a missing flag). llama.cpp's `/slots` has no queue
 //!   series: there `q` = what is occupied (this gateway's in-flight requests there, plus the
 //!   slots the page showed busy beyond what the gateway had in flight when it arrived) beyond
-//!   the slots, and the busy share stands in for KV (`queue_of_slots`). When no candidate has a usable signal
+//!   the slots, plus the queued requests of other clients its `/metrics` reported (when
+//!   polled: `poller`), and the busy share stands in for KV (`View::slots_queue`). When no candidate has a usable signal
 //!   (every polled engine down or stale: a broken metrics page), all of them are routed so, by
 //!   the gateway's own view, instead of shedding forever; `ringgate_engine_blind_routes_total`
 //!   counts it and the poller logs it once per outage.
@@ -77,21 +78,6 @@ struct Cand {
     matched: usize,
     /// This gateway's requests on it (all shards): the tie-breaker.
     in_flight: u32,
-}
-
-/// A `/slots` signal (llama.cpp: busy slots, no queue series). What this gateway sent and has
-/// not seen finish is running or queued there (`in_flight`, exact and current); the page adds
-/// the busy slots that were not this gateway's when it was read (busy beyond our in-flight
-/// then: other clients). Beyond the slots, it waits. Not `busy + sent since the poll`: the
-/// page lags by up to a poll, and our requests it shows busy may have ended since — that
-/// made an engine just drained of short requests look busier than one with a real queue.
-/// Returns (waiting, queue score input, busy share 0..=1 in place of KV).
-fn queue_of_slots(v: &View) -> (u32, f64, f64) {
-    let others = v.running.saturating_sub(v.in_flight_at_poll);
-    let occupied = others.saturating_add(v.in_flight);
-    let waiting = occupied.saturating_sub(v.slots);
-    let busy = (f64::from(occupied) / f64::from(v.slots.max(1))).min(1.0);
-    (waiting, f64::from(waiting), busy)
 }
 
 impl LoadPicker {
@@ -204,7 +190,7 @@ impl LoadPicker {
             let stale = !blind && self.stale(*d, v);
             let unseen = v.sent_since.min(v.in_flight);
             let (waiting_est, q, util) = if v.slots > 0 {
-                queue_of_slots(v)
+                v.slots_queue()
             } else {
                 let queued = if v.waiting > 0 { unseen } else { 0 };
                 let kv = v.kv.map_or(0.0, |k| {

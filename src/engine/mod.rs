@@ -148,7 +148,7 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
         ),
         (
             "ringgate_engine_waiting",
-            "Requests waiting at the engine (last poll; llama.cpp /slots lists no queue: 0)",
+            "Requests waiting at the engine (last poll; llama.cpp: this gateway's requests beyond its slots, plus other clients' deferred ones when /metrics is polled)",
         ),
         (
             "ringgate_engine_running",
@@ -180,6 +180,7 @@ pub fn render<'a>(cells: &[(&'a str, &'a EngineCell)], out: &mut String) {
             let v = cell.view(now);
             let value = match name {
                 "ringgate_engine_up" => f64::from(u8::from(v.up)),
+                "ringgate_engine_waiting" if v.slots > 0 => f64::from(v.slots_queue().0),
                 "ringgate_engine_waiting" => f64::from(v.waiting),
                 "ringgate_engine_running" => f64::from(v.running),
                 "ringgate_engine_kv_usage" => match v.kv {

@@ -8,13 +8,22 @@
 //! but does not serve that page: llama-server without `--metrics`) is no signal, not a dead
 //! engine: `EngineCell::no_signal`, routed by the gateway's own in-flight count.
 //!
+//! llama.cpp with a `/metrics` URL (`llama-server --metrics`): every GET of `/metrics` restarts
+//! the window its throughput gauges (`prompt_tokens_seconds`, `predicted_tokens_seconds`)
+//! average over, so polling it every `poll_ms` leaves an operator's Prometheus reading ~0
+//! (docs/engines.md has the measurement). The poller reads `/slots` (same host) every poll
+//! instead — busy slots, no side effects — and `/metrics` only while every slot is busy (the
+//! only time llama.cpp defers a request) and at most once per `METRICS_EVERY`, for
+//! `requests_deferred` (the other clients' queue; this gateway's own is its in-flight count).
+//! An engine without `/slots` (`--no-slots`: 404/501) is polled on `/metrics` as configured.
+//!
 //! When the model's engines have no usable signal and `load` routes by the gateway's own view
 //! (`EngineCell::routed_blind`), the poller says so once per outage in the log.
 //!
 //! A poller holds its cell weakly: when the last route table using the cell is gone (the
 //! gateway stopped, or a reload dropped the provider), the thread ends at its next tick.
 //!
-//! Owns: `Target`, `spawn`, `fetch`. Must not: touch shard state or parse more than the
+//! Owns: `Target`, `spawn`, `fetch`, `METRICS_EVERY`. Must not: touch shard state or parse more than the
 //! engine's page (that is `signal`/`prom`).
 
 use std::io::{self, Read, Write};
@@ -23,8 +32,42 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::prom::MAX_PAGE;
-use super::signal::{normalise, now_ms, EngineCell};
+use super::signal::{normalise, now_ms, EngineCell, EngineKind, Sample};
 use crate::config::endpoint::Endpoint;
+
+/// llama.cpp `/metrics` with `/slots` beside it: read `/metrics` at most this often (and only
+/// while every slot is busy), so an operator's scrapes keep most of their gauges' window.
+pub const METRICS_EVERY: Duration = Duration::from_secs(1);
+
+/// llama.cpp polled on `/slots` with `/metrics` (the configured URL) read now and then.
+struct Beside {
+    slots: Endpoint,
+    /// `/slots` answers (false after a 404/501: poll `/metrics` as configured).
+    usable: bool,
+    last_metrics: Option<Instant>,
+    /// `requests_deferred` at the last `/metrics` read.
+    deferred: u32,
+    /// `/metrics` said 404/501 (logged once).
+    metrics_missing: bool,
+}
+
+impl Beside {
+    fn of(kind: EngineKind, ep: &Endpoint) -> Option<Beside> {
+        if kind != EngineKind::Llamacpp {
+            return None;
+        }
+        let base = ep.base_path.strip_suffix("/metrics")?;
+        let mut slots = ep.clone();
+        slots.base_path = format!("{base}/slots");
+        Some(Beside {
+            slots,
+            usable: true,
+            last_metrics: None,
+            deferred: 0,
+            metrics_missing: false,
+        })
+    }
+}
 
 /// Where and how often to poll one engine.
 #[derive(Debug, Clone)]
@@ -50,6 +93,7 @@ pub fn spawn(target: Target, cell: &Arc<EngineCell>) -> io::Result<()> {
 
 fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
     let slots = ep.base_path.ends_with("/slots");
+    let mut beside = cell.upgrade().and_then(|c| Beside::of(c.kind, &ep));
     let mut addr: Option<SocketAddr> = None;
     let mut failing = false;
     // blind routes (no usable signal, `load`) seen so far, and whether this outage's are logged
@@ -64,14 +108,24 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                 .ok()
                 .and_then(|mut a| a.next());
         }
-        let got = match addr {
-            Some(a) => fetch(a, &ep, target.timeout),
-            None => Err(io::Error::other("cannot resolve the metrics host")),
+        let sample = match (addr, beside.as_mut()) {
+            (None, _) => Err(io::Error::other("cannot resolve the metrics host")),
+            (Some(a), Some(b)) if b.usable => {
+                let s = poll_beside(a, &ep, b, c.kind, &target);
+                if !b.usable {
+                    crate::observe::log::info(format_args!(
+                        "engine {}: no /slots beside {}; polling /metrics every poll_ms (its \
+                         throughput gauges then average over one poll only)",
+                        target.provider, target.url
+                    ));
+                }
+                s
+            }
+            (Some(a), _) => fetch(a, &ep, target.timeout).and_then(|page| {
+                normalise(c.kind, &page, slots)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            }),
         };
-        let sample = got.and_then(|page| {
-            normalise(c.kind, &page, slots)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-        });
         match sample {
             Ok(s) => {
                 c.publish(s, now_ms());
@@ -121,6 +175,59 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
         drop(c);
         std::thread::sleep(target.poll.saturating_sub(t0.elapsed()));
     }
+}
+
+/// One poll of a llama.cpp engine with `/slots` beside its `/metrics` (see the module doc):
+/// `/slots` always, `/metrics` while every slot is busy and `METRICS_EVERY` has passed.
+fn poll_beside(
+    a: SocketAddr,
+    metrics: &Endpoint,
+    b: &mut Beside,
+    kind: EngineKind,
+    target: &Target,
+) -> io::Result<Sample> {
+    let timeout = target.timeout;
+    let page = match fetch(a, &b.slots, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+            b.usable = false;
+            let page = fetch(a, metrics, timeout)?;
+            return normalise(kind, &page, false)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        other => other?,
+    };
+    let mut s =
+        normalise(kind, &page, true).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if s.running < s.slots {
+        // a free slot: llama.cpp defers nothing
+        b.deferred = 0;
+    } else if b.last_metrics.is_none_or(|t| t.elapsed() >= METRICS_EVERY) {
+        b.last_metrics = Some(Instant::now());
+        let read = fetch(a, metrics, timeout).and_then(|page| {
+            normalise(kind, &page, false).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        });
+        match read {
+            Ok(m) => {
+                b.deferred = m.waiting;
+                b.metrics_missing = false;
+            }
+            // `/slots` answered: the engine is up; its queue is judged by the gateway's own
+            // in-flight count until `/metrics` answers (`doctor` names the flag)
+            Err(e) => {
+                if !b.metrics_missing {
+                    crate::observe::log::info(format_args!(
+                        "engine {}: {} unreadable ({e}); its queue is judged by this \
+                         gateway's in-flight count",
+                        target.provider, target.url
+                    ));
+                }
+                b.metrics_missing = true;
+                b.deferred = 0;
+            }
+        }
+    }
+    s.waiting = b.deferred;
+    Ok(s)
 }
 
 /// GET the page (status 200 required; chunked or length-framed or read to close).

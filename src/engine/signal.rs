@@ -4,8 +4,10 @@
 //!
 //! llama.cpp's `/slots` lists slots, not its queue (deferred requests are not on that page):
 //! a `/slots` sample has `slots > 0` and `waiting = 0`, and `load` estimates the queue from the
-//! gateway's own in-flight count (`queue_of_slots`; the cell keeps that count as it was when
-//! the page arrived, so the busy slots that were not this gateway's can be told apart). Its busy share is published as busy slots,
+//! gateway's own in-flight count (`View::slots_queue`; the cell keeps that count as it was when
+//! the page arrived, so the busy slots that were not this gateway's can be told apart). With
+//! `/metrics` configured the poller adds its `requests_deferred` to a `/slots` sample as
+//! `waiting` (read only while every slot is busy: see `poller`). Its busy share is published as busy slots,
 //! never as KV usage (llama.cpp reports no KV series).
 //!
 //! `EngineCell` is a handful of atomics, not a locked snapshot: the poller stores the fields
@@ -35,8 +37,9 @@ pub struct Sample {
     pub running: u32,
     /// 0..=1; `None` when the engine reports none (llama.cpp, TGI).
     pub kv: Option<f64>,
-    /// llama.cpp `/slots`: the number of slots (`running` of them busy); 0 for a page with a
-    /// queue series (the queue is then `waiting`).
+    /// llama.cpp `/slots`: the number of slots (`running` of them busy; `waiting` then is
+    /// what `/metrics` reported deferred, 0 without it); 0 for a page with a queue series (the
+    /// queue is then `waiting`).
     pub slots: u32,
 }
 
@@ -208,6 +211,29 @@ pub struct View {
     /// Requests / prompt tokens this gateway sent since the last poll.
     pub sent_since: u32,
     pub tokens_since: u64,
+}
+
+impl View {
+    /// A `/slots` signal's queue (llama.cpp: busy slots, no queue series). What this gateway
+    /// sent and has not seen finish is running or queued there (`in_flight`, exact and
+    /// current); the page adds the busy slots that were not this gateway's when it was read
+    /// (busy beyond our in-flight then: other clients). Beyond the slots, it waits — plus the
+    /// deferred requests `/metrics` reported beyond our own queued ones then (`waiting`, 0
+    /// without `/metrics`). Not `busy + sent since the poll`: the page lags by up to a poll,
+    /// and our requests it shows busy may have ended since — that made an engine just drained
+    /// of short requests look busier than one with a real queue.
+    /// Returns (waiting, queue score input, busy share 0..=1 in place of KV).
+    pub fn slots_queue(&self) -> (u32, f64, f64) {
+        let others_running = self.running.saturating_sub(self.in_flight_at_poll);
+        let ours_queued = self.in_flight_at_poll.saturating_sub(self.running);
+        let others_queued = self.waiting.saturating_sub(ours_queued);
+        let occupied = others_running.saturating_add(self.in_flight);
+        let waiting = occupied
+            .saturating_sub(self.slots)
+            .saturating_add(others_queued);
+        let busy = (f64::from(occupied) / f64::from(self.slots.max(1))).min(1.0);
+        (waiting, f64::from(waiting), busy)
+    }
 }
 
 impl EngineCell {
