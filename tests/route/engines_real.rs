@@ -6,11 +6,18 @@
 //! - every slot and queue full (`max_waiting`) → 429 + Retry-After in the client's dialect,
 //!   with nothing sent to an engine;
 //! - an engine killed mid-stream → the client's stream ends with an error event, new requests
-//!   go to the survivor; restarted → back in rotation once its `/health` is 200;
-//! - `POST /v1/completions` through the gateway to the engine.
+//!   go to the survivor; restarted → back in rotation within one poll of its `/health` turning
+//!   200 (at most the poll already on its way fails after that);
+//! - `POST /v1/completions` through the gateway to the engine;
+//! - `doctor` catches a 501 signal URL (no `--metrics`) and a model-name mismatch (no `--alias`);
+//! - with shared system prompts the engines' own cached-prompt counters (`/metrics`
+//!   `prompt_tokens_cached_total`, each answer's `usage.prompt_tokens_details.cached_tokens`;
+//!   `/slots`' `n_prompt_tokens_cache` is reset once a task ends) show `lb = "load"`
+//!   reusing more of their prompt caches than p2c.
 //!
 //! Skipped (with a message) without `LLAMA_SERVER` / `LLAMA_MODEL`; `.ci/run` sets them and
-//! `RINGGATE_REQUIRE_LLAMA`, so there they run. The tests run one at a time (`llama::serial`:
+//! `RINGGATE_REQUIRE_LLAMA`, so there they run. The tests run one at a time (`llama::serial`
+//! inside one process, the nextest group `llama` across processes:
 //! the engines share CPU 1); the gateway runs at 1 and 2 shards where the test is not too slow.
 
 #[path = "../common/mod.rs"]
@@ -29,6 +36,16 @@ use ringgate::server;
 /// A gateway in front of `engines` (providers `eng0`, `eng1`, …) serving model `smollm2`
 /// with `lb = "load"` and `model_extra`; the engine config is the default one.
 fn gateway_for(shards: usize, engines: &[SocketAddr], model_extra: &str) -> server::Running {
+    gateway_lb(shards, engines, "load", model_extra)
+}
+
+/// As `gateway_for`, balanced by `lb`.
+fn gateway_lb(
+    shards: usize,
+    engines: &[SocketAddr],
+    lb: &str,
+    model_extra: &str,
+) -> server::Running {
     common::quiet_logs();
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\n\n[routing]\nmax_attempts = 2\n"
@@ -41,7 +58,7 @@ fn gateway_for(shards: usize, engines: &[SocketAddr], model_extra: &str) -> serv
         deps.push(format!("{{ provider = \"eng{i}\" }}"));
     }
     text.push_str(&format!(
-        "\n[[model]]\nname = \"{ALIAS}\"\ndeployments = [ {} ]\nlb = \"load\"\n{model_extra}\n",
+        "\n[[model]]\nname = \"{ALIAS}\"\ndeployments = [ {} ]\nlb = \"{lb}\"\n{model_extra}\n",
         deps.join(", ")
     ));
     let cfg = Config::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
@@ -83,7 +100,7 @@ fn a_busy_engine_gets_few_of_the_new_requests() {
     let engines = [Llama::start(&paths, &[]), Llama::start(&paths, &[])];
     // model `pinned` goes to eng0 only: how one engine gets busy with the gateway's own jobs
     let pinned = format!(
-        "\n[[model]]\nname = \"pinned\"\nupstream_model = \"{ALIAS}\"\ndeployments = [ {{ provider = \"eng0\" }} ]\n"
+        "\n[[model]]\nname = \"pinned\"\ndeployments = [ {{ provider = \"eng0\", upstream_model = \"{ALIAS}\" }} ]\n"
     );
     for shards in common::shard_counts() {
         let gw = gateway_for(shards, &[engines[0].addr, engines[1].addr], &pinned);
@@ -95,9 +112,17 @@ fn a_busy_engine_gets_few_of_the_new_requests() {
             "eng0's slots never filled"
         );
         // short requests in bursts of four: every slot is busy most of the time, so a pick by
-        // busy slots alone is a coin toss; the gateway's in-flight count says eng0 queues
+        // busy slots alone is a coin toss; the gateway's in-flight count says eng0 queues.
+        // Each burst starts once the last one has ended at the gateway (its in-flight count on
+        // eng1 back to 0): "new" requests, not ones racing the previous burst's ends
         let mut by = [0usize; 2];
         for round in 0..4 {
+            common::wait_metric(
+                gw.addr,
+                "ringgate_engine_in_flight{provider=\"eng1\"",
+                0,
+                "the last burst has ended",
+            );
             let addr = gw.addr;
             let burst: Vec<_> = (0..4)
                 .map(|k| std::thread::spawn(move || short_chat(addr, round * 4 + k)))
@@ -245,11 +270,29 @@ fn a_killed_engine_ends_the_stream_with_an_error_and_a_restarted_one_comes_back(
         }
         let down = format!("ringgate_engine_up{{provider=\"eng{victim}\"");
         common::wait_metric(gw.addr, &down, 0, "the killed engine is down");
+        // back within one poll of its /health turning 200: after that moment at most the one
+        // poll already on its way (it saw the engine still loading) fails; the next one is
+        // good. Counted in polls, not timed
+        let failed =
+            format!("ringgate_engine_polls_total{{provider=\"eng{victim}\",result=\"failed\"}}");
+        let polls = |gw: SocketAddr| {
+            let m = request(gw, &common::get("/metrics")).text();
+            common::metric_in(&m, &failed)
+        };
         engines[victim].restart();
         let healthy_at = Instant::now();
+        let failed_at_health = polls(gw.addr);
         common::metric_until(gw.addr, &down, "the restarted engine is back", |v| v == 1);
         let back = healthy_at.elapsed();
-        eprintln!("back in rotation {back:?} after its /health was 200 (poll_ms = 100)");
+        let failed_after = polls(gw.addr) - failed_at_health;
+        eprintln!(
+            "back in rotation {back:?} after its /health was 200 (poll_ms = 100), {failed_after} \
+             failed poll(s) after that"
+        );
+        assert!(
+            failed_after <= 1,
+            "{failed_after} polls failed after the engine's /health was 200"
+        );
         // and it serves again: two at once go one to each (least in flight breaks the tie)
         let mut by = [0usize; 2];
         for round in 0..3 {
@@ -342,6 +385,171 @@ fn text_completions_reach_the_engine_with_its_usage() {
             "{v}"
         );
         assert_eq!(r.header("x-ringgate-provider"), Some("eng0"));
+        gw.stop();
+    }
+}
+
+/// System prompt `i` of the affinity test: ~1,200 bytes (~250 tokens), distinct from its first
+/// words on (the chat template puts it first, so its tokens lead the engine's prompt).
+fn system_prompt(i: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "policy", "order", "refund", "account", "shipping", "invoice", "warranty", "support",
+        "escalate", "customer", "region", "tier", "premium", "return", "carrier", "tracking",
+    ];
+    let mut text = format!("You are assistant number {i} of the Acme help desk. ");
+    let mut x = 2_654_435_761u64.wrapping_mul(i as u64 + 1);
+    while text.len() < 1_200 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(WORDS[(x % 16) as usize]);
+        text.push(' ');
+    }
+    text
+}
+
+#[test]
+fn the_engines_own_cache_counters_show_affinity_reusing_more_of_the_prompt_cache() {
+    let Some(paths) = llama::paths() else { return };
+    let _serial = llama::serial();
+    // five shared system prompts, each sent four times with a new user turn, one request at a
+    // time (so the queues are equal and only the prefix decides): `lb = "load"` keeps each
+    // prompt on the engine that has it cached; p2c (the default) sends it to either. The
+    // engines (default flags: 2 slots and the 8 GiB host prompt cache each) count what they
+    // took from their caches. p2c would match the affinity's count only if every prompt's
+    // four sends fell on one engine: (1/8)^5 ≈ 3e-5 were its picks random; they follow
+    // latency (a cold prompt's slow answer sends the next request to the other engine), and
+    // an odd number of prompts keeps a strict alternation from pinning each prompt by accident
+    const PROMPTS: usize = 5;
+    const ROUNDS: usize = 4;
+    let prompts: Vec<String> = (0..PROMPTS).map(system_prompt).collect();
+    for shards in common::shard_counts() {
+        let mut got = Vec::new();
+        for lb in ["load", "p2c"] {
+            // fresh engines for each balancer: cold caches
+            let engines = [
+                Llama::start(&paths, &["--metrics"]),
+                Llama::start(&paths, &["--metrics"]),
+            ];
+            let gw = gateway_lb(shards, &[engines[0].addr, engines[1].addr], lb, "");
+            wait_polled(gw.addr, 2);
+            let mut from_answers = 0i64;
+            for round in 0..ROUNDS {
+                for (i, system) in prompts.iter().enumerate() {
+                    let body = serde_json::json!({
+                        "model": ALIAS, "max_tokens": 1, "temperature": 0,
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": format!("Question {round} for desk {i}: where is my order?")},
+                        ],
+                    });
+                    let r = request(gw.addr, &post("/v1/chat/completions", &body.to_string()));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    // the engine's own count for this request (llama-server's usage; its
+                    // /slots resets a slot's counters once the task is done)
+                    from_answers += r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+                        .as_i64()
+                        .unwrap_or(0);
+                }
+            }
+            let counter = |e: &Llama, name: &str| common::metric_in(&e.get("/metrics").1, name);
+            let cached: u64 = engines
+                .iter()
+                .map(|e| counter(e, "llamacpp:prompt_tokens_cached_total"))
+                .sum();
+            let processed: u64 = engines
+                .iter()
+                .map(|e| counter(e, "llamacpp:prompt_tokens_total"))
+                .sum();
+            eprintln!(
+                "lb = {lb}: engines' prompt_tokens_cached_total {cached}, prompt_tokens_total \
+                 (processed) {processed}, answers' usage.prompt_tokens_details.cached_tokens summed \
+                 {from_answers}"
+            );
+            got.push((cached, processed, from_answers));
+            gw.stop();
+        }
+        let ((load_cached, load_processed, load_answers), (p2c_cached, p2c_processed, p2c_answers)) =
+            (got[0], got[1]);
+        assert!(
+            load_cached > p2c_cached && load_processed < p2c_processed,
+            "affinity reused no more of the cache: load {:?}, p2c {:?}",
+            got[0],
+            got[1]
+        );
+        assert!(
+            load_answers > p2c_answers,
+            "per answer: load {load_answers}, p2c {p2c_answers}"
+        );
+    }
+}
+
+/// A float sample of an engine's `/metrics` page (`None`: not on the page).
+fn sample_of(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn polling_metrics_leaves_the_engines_gauges_to_its_scrapers_and_reads_its_queue() {
+    let Some(paths) = llama::paths() else { return };
+    let _serial = llama::serial();
+    let e = Llama::start(&paths, &["--metrics"]);
+    let ok_polls = "ringgate_engine_polls_total{provider=\"eng0\",result=\"ok\"}";
+    for shards in common::shard_counts() {
+        let mut text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nshards = {shards}\npin = false\n\n[[provider]]\nname = \"eng0\"\nkind = \"openai-compatible\"\nengine = \"llamacpp\"\nbase_url = \"http://{0}/v1\"\nmetrics_url = \"http://{0}/metrics\"\n",
+            e.addr
+        );
+        text.push_str(&format!(
+            "\n[[model]]\nname = \"{ALIAS}\"\nprovider = \"eng0\"\nlb = \"load\"\n"
+        ));
+        let gw = server::start(Config::parse(&text).unwrap()).unwrap();
+        wait_polled(gw.addr, 1);
+        // llama-server averages its throughput gauges over the window since the last GET of
+        // /metrics: a request ends, the gateway polls (at least) three more times, and the
+        // operator's scrape still sees the request's rate — the gateway read /slots, not
+        // /metrics, while a slot was free
+        let r = short_chat(gw.addr, 1);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let scrape = || request(gw.addr, &common::get("/metrics")).text();
+        let polls = common::metric_in(&scrape(), ok_polls);
+        common::scrape_until(gw.addr, "three more polls", |m| {
+            common::metric_in(m, ok_polls) >= polls + 3
+        });
+        let page = e.get("/metrics").1;
+        let rate = sample_of(&page, "llamacpp:predicted_tokens_seconds");
+        assert!(
+            rate.is_some_and(|r| r > 0.0),
+            "the gateway's polls reset the engine's gauge: {rate:?}\n{page}"
+        );
+        // other clients queue at the engine (not through the gateway): both slots busy, one
+        // deferred. /slots cannot see it; /metrics (read while every slot is busy) can
+        let direct: Vec<Held> = (0..3)
+            .map(|_| {
+                let h = long_job(e.addr, ALIAS);
+                std::thread::sleep(Duration::from_millis(300));
+                h
+            })
+            .collect();
+        assert!(
+            until(Duration::from_secs(60), || e.busy_slots() == 2),
+            "slots never filled"
+        );
+        common::wait_metric(
+            gw.addr,
+            "ringgate_engine_waiting{provider=\"eng0\"",
+            1,
+            "the other clients' queued request",
+        );
+        drop(direct);
+        assert!(until(Duration::from_secs(60), || e.busy_slots() == 0));
+        common::wait_metric(
+            gw.addr,
+            "ringgate_engine_waiting{provider=\"eng0\"",
+            0,
+            "the queue drained",
+        );
         gw.stop();
     }
 }

@@ -104,6 +104,8 @@ def oa(gw):
 
 
 def an(gw):
+    # greedy decoding: `temperature` goes in extra_body (recent anthropic SDKs no longer take
+    # it as a keyword of messages.create / messages.stream)
     return anthropic.Anthropic(base_url=gw, api_key="unused", max_retries=0, timeout=120)
 
 
@@ -136,21 +138,28 @@ def test_openai_sdk_stream_exact_usage(gw, reference):
         usage["prompt_tokens"], usage["completion_tokens"])
 
 
+def anthropic_input(u):
+    """The prompt tokens of an Anthropic usage: `input_tokens` excludes what was read from the
+    cache (the engine reuses the repeated prompt: llama-server's `cached_tokens` become
+    `cache_read_input_tokens`)."""
+    return u.input_tokens + (u.cache_read_input_tokens or 0)
+
+
 def test_anthropic_sdk_exact_usage(gw, reference):
     text, usage = reference
-    m = an(gw).messages.create(model=ALIAS, temperature=0, max_tokens=MAX_TOKENS,
+    m = an(gw).messages.create(model=ALIAS, extra_body={"temperature": 0}, max_tokens=MAX_TOKENS,
                                messages=[{"role": "user", "content": PROMPT}])
     assert "".join(b.text for b in m.content if b.type == "text") == text
-    assert m.usage.input_tokens == usage["prompt_tokens"]
+    assert anthropic_input(m.usage) == usage["prompt_tokens"]
     assert m.usage.output_tokens == usage["completion_tokens"]
 
 
 def test_anthropic_sdk_stream_exact_usage(gw, reference):
     text, usage = reference
-    with an(gw).messages.stream(model=ALIAS, temperature=0, max_tokens=MAX_TOKENS,
+    with an(gw).messages.stream(model=ALIAS, extra_body={"temperature": 0}, max_tokens=MAX_TOKENS,
                                 messages=[{"role": "user", "content": PROMPT}]) as s:
         got = "".join(s.text_stream)
         final = s.get_final_message()
     assert got == text
-    assert final.usage.input_tokens == usage["prompt_tokens"]
+    assert anthropic_input(final.usage) == usage["prompt_tokens"]
     assert final.usage.output_tokens == usage["completion_tokens"]
