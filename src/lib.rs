@@ -19,6 +19,8 @@
 //! - `cache`, `responses_state`, `engine`, `mock`, `guardrail`, `telemetry`: the features (answer
 //!   cache, stored Responses, local engines, the upstream simulator, PII/secret guardrails,
 //!   OpenTelemetry traces and the request log export)
+//! - `surface`: the OpenAI surface beyond chat (files, batches, audio, images, moderations,
+//!   rerank), passed through with streamed bodies; sits between `cache` and `pipeline`
 //! - `mcp`: the MCP gateway on `/mcp` (federated tool servers, per-key tool allow-lists,
 //!   process-wide sessions), after the same edge checks and key admission as model requests
 //! - `observe`: trace, metrics, access log, log
@@ -31,7 +33,7 @@
 //! Imports run one way, down this order (no cycles, checked by `.ci/cycles.py`): `util`,
 //! `error` < `admit` < `http` < `dialect` < `observe` < `guardrail` < `config` < `runtime` <
 //! `upstream` < `engine` < `route` < `governance` < `responses_state` < `mock` < `telemetry` <
-//! `mcp` < `forward` < `answer` < `cache` < `pipeline` < `control` < `server`.
+//! `mcp` < `forward` < `answer` < `cache` < `surface` < `pipeline` < `control` < `server`.
 
 // `unsafe` is denied everywhere but `upstream::pipe` (the one documented module; see its doc).
 #![deny(unsafe_code)]
@@ -52,6 +54,7 @@ pub mod upstream;
 pub mod answer;
 pub mod dialect;
 pub mod cache;
+pub mod surface;
 pub mod responses_state;
 pub mod engine;
 pub mod mock;

@@ -70,6 +70,11 @@ pub struct AdmissionConfig {
     /// Largest declared request body; larger gets 413 before the body is read. Default 32 MiB.
     #[serde(deserialize_with = "de_size")]
     pub max_body: u64,
+    /// Largest declared body of a streamed upload (`/v1/files`, audio, image edits: forwarded
+    /// as it arrives, never held whole; see `surface`); larger gets 413 before the body is read.
+    /// Default 512 MiB.
+    #[serde(deserialize_with = "de_size")]
+    pub max_upload: u64,
     /// Block mode: waiters queued at once, whole process. Default 1024.
     pub max_queue: u32,
     /// Bytes reserved per request on admission for its response, on top of the body. Default
@@ -96,6 +101,7 @@ impl Default for AdmissionConfig {
             queue_timeout_ms: 2000,
             max_in_flight: 10_000,
             max_body: 32 << 20,
+            max_upload: 512 << 20,
             max_queue: 1024,
             response_reserve: 64 << 10,
             connection_reserve: 8 << 10,
@@ -188,6 +194,7 @@ pub struct Admission {
     /// This shard's share of `max_queue`.
     max_queue: u32,
     max_body: u64,
+    max_upload: u64,
     response_reserve: u64,
     connection_reserve: u64,
     shard: usize,
@@ -213,6 +220,7 @@ impl Admission {
             queue_timeout: Duration::from_millis(cfg.queue_timeout_ms),
             max_queue,
             max_body: cfg.max_body,
+            max_upload: cfg.max_upload,
             response_reserve: cfg.response_reserve,
             connection_reserve: cfg.connection_reserve,
             shard: 0,
@@ -237,6 +245,27 @@ impl Admission {
                 Mode::Drop => self.budget.try_acquire(bytes),
                 Mode::Block => self.budget.acquire_or_wait(bytes, self.queue_timeout).await,
             },
+        };
+        if r.is_err() {
+            self.log_tick();
+        }
+        r
+    }
+
+    /// Admits a streamed upload whose head declares `declared` bytes (0 for a chunked body):
+    /// `BodyTooLarge` above `max_upload`, else charges `min(declared, window) +
+    /// response_reserve` like [`Admission::admit`] — the body is never held whole: at most
+    /// `window` bytes of it are in the gateway at once, the rest waits in the sockets.
+    pub async fn admit_upload(&self, declared: u64, window: u64) -> Result<Permit, Reject> {
+        if declared > self.max_upload {
+            self.budget.record_rejection(Reject::BodyTooLarge);
+            self.log_tick();
+            return Err(Reject::BodyTooLarge);
+        }
+        let bytes = declared.min(window).saturating_add(self.response_reserve);
+        let r = match self.mode {
+            Mode::Drop => self.budget.try_acquire(bytes),
+            Mode::Block => self.budget.acquire_or_wait(bytes, self.queue_timeout).await,
         };
         if r.is_err() {
             self.log_tick();
@@ -314,6 +343,11 @@ impl Admission {
     /// Largest admissible declared body.
     pub fn max_body(&self) -> u64 {
         self.max_body
+    }
+
+    /// Largest admissible declared upload (streamed bodies).
+    pub fn max_upload(&self) -> u64 {
+        self.max_upload
     }
 
     /// Bytes reserved per request for the response.

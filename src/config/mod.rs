@@ -35,6 +35,7 @@ pub mod origin;
 pub mod reload;
 pub mod responses;
 pub mod routing;
+pub mod surface;
 pub mod telemetry;
 mod validate;
 pub use cache::CacheConfig;

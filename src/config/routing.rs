@@ -48,6 +48,10 @@ pub struct RoutingConfig {
     /// `Retry-After`) before the client gets the 429 at once. Default 1000; 0: never wait.
     #[serde(default)]
     pub max_retry_wait_ms: Option<Spanned<u64>>,
+    /// The provider `/v1/files` and `/v1/batches` requests (which name no model) go to.
+    /// Default: the one provider of an OpenAI-style kind (`config::surface`).
+    #[serde(default)]
+    pub files_provider: Option<Spanned<String>>,
 }
 
 /// Circuit breaker per deployment; unset fields come from `[routing]`, then the defaults.

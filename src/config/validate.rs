@@ -250,6 +250,7 @@ impl Config {
         engines::validate(self, &mut err);
         keys::validate(self, &mut err);
         limits::validate(self, &mut err);
+        super::surface::validate(self, &mut err);
         errs
     }
 
@@ -292,6 +293,7 @@ impl Config {
         w.extend(self.admission.warnings(shards));
         w.extend(keys::warnings(self));
         w.extend(limits::warnings(self));
+        w.extend(super::surface::warnings(self));
         for p in &self.providers {
             let keys = p.key_refs();
             // Unusable: unset, or not a valid header value (`upstream::target`): CR, LF, NUL

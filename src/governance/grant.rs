@@ -116,6 +116,29 @@ impl<'g> Grant<'g> {
         }
     }
 
+    /// A surface call (files, audio, images, …) that names `model`, routed to `route`: the
+    /// key's allow-list (403) and the request counted for the model; no token estimate (these
+    /// answers report no tokens the gateway reads).
+    pub fn check_model_name(&mut self, model: &str, route: &Route) -> Result<(), Error> {
+        let gov = self.gov;
+        let Some((key, _)) = gov.key(self.key) else {
+            return Ok(());
+        };
+        self.requested = Some((route.index, route.price));
+        if !key.allows(model) {
+            gov.metrics.rejected(Some(self.key), Reason::ForbiddenModel);
+            return Err(Error::new(
+                Kind::ModelNotAllowed,
+                format!(
+                    "the API key {:?} may not use the model `{model}`",
+                    &*key.name
+                ),
+            ));
+        }
+        gov.metrics.request(self.key, route.index);
+        Ok(())
+    }
+
     /// After the body's model is known (and routed to route `route`): the key's allow-list
     /// (403) and, for operations that generate or embed tokens (not `count_tokens`), its
     /// budget (429 `insufficient_quota`; reserves the estimate's cost at the route's dearest

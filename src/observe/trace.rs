@@ -29,12 +29,23 @@ pub enum Endpoint {
     Metrics,
     /// `/mcp`: the MCP gateway.
     Mcp,
+    /// `/v1/files` and its ids (`surface`).
+    Files,
+    /// `/v1/batches` and its ids.
+    Batches,
+    /// `/v1/audio/transcriptions`, `/translations`, `/speech`.
+    Audio,
+    /// `/v1/images/generations`, `/edits`.
+    Images,
+    Moderations,
+    /// `/v1/rerank`.
+    Rerank,
     /// Anything else: unknown paths, wrong methods, heads that did not parse.
     Other,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 12] = [
+    pub const ALL: [Endpoint; 18] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Responses,
@@ -46,6 +57,12 @@ impl Endpoint {
         Endpoint::Health,
         Endpoint::Metrics,
         Endpoint::Mcp,
+        Endpoint::Files,
+        Endpoint::Batches,
+        Endpoint::Audio,
+        Endpoint::Images,
+        Endpoint::Moderations,
+        Endpoint::Rerank,
         Endpoint::Other,
     ];
 
@@ -62,6 +79,12 @@ impl Endpoint {
             Endpoint::Health => "health",
             Endpoint::Metrics => "metrics",
             Endpoint::Mcp => "mcp",
+            Endpoint::Files => "files",
+            Endpoint::Batches => "batches",
+            Endpoint::Audio => "audio",
+            Endpoint::Images => "images",
+            Endpoint::Moderations => "moderations",
+            Endpoint::Rerank => "rerank",
             Endpoint::Other => "other",
         }
     }

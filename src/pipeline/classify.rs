@@ -23,13 +23,15 @@ pub enum Target {
     Metrics,
     /// `/mcp`: the MCP gateway (`mcp::serve`).
     Mcp,
+    /// Files, batches, audio, images, moderations, rerank (`surface::serve`).
+    Surface(crate::surface::Call),
 }
 
 impl Target {
     /// What the caller's virtual key must allow (see `governance`).
     pub fn gate(self) -> Gate {
         match self {
-            Target::Api(..) | Target::Mcp => Gate::Limits,
+            Target::Api(..) | Target::Mcp | Target::Surface(_) => Gate::Limits,
             Target::Models | Target::Model => Gate::Key,
             Target::Healthz | Target::Readyz | Target::Metrics => Gate::Open,
         }
@@ -50,16 +52,10 @@ pub fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         b"/metrics" => Target::Metrics,
         // every method: `mcp::serve` answers GET and others with 405 in JSON-RPC's shape
         b"/mcp" => return Ok(Target::Mcp),
-        _ => match gemini_call::route(path) {
-            Some(gemini_call::Route::Call { op, .. }) => Target::Api(Dialect::Gemini, op),
-            Some(gemini_call::Route::Model(_)) if method == Method::Get => Target::Model,
-            Some(gemini_call::Route::List) => Target::Models,
-            _ => {
-                return Err(Error::new(
-                    Kind::NotFound,
-                    format!("no route for {}", String::from_utf8_lossy(path)),
-                ))
-            }
+        // files, batches, audio, images, …: after the chat paths (which it costs nothing)
+        _ => match crate::surface::classify(method, path) {
+            Some(c) => return c.map(Target::Surface),
+            None => gemini_or_none(method, path)?,
         },
     };
     let want = if matches!(target, Target::Api(..)) {
@@ -74,6 +70,21 @@ pub fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         ));
     }
     Ok(target)
+}
+
+/// A Gemini path's target, else 404.
+fn gemini_or_none(method: Method, path: &[u8]) -> Result<Target, Error> {
+    Ok(match gemini_call::route(path) {
+        Some(gemini_call::Route::Call { op, .. }) => Target::Api(Dialect::Gemini, op),
+        Some(gemini_call::Route::Model(_)) if method == Method::Get => Target::Model,
+        Some(gemini_call::Route::List) => Target::Models,
+        _ => {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("no route for {}", String::from_utf8_lossy(path)),
+            ))
+        }
+    })
 }
 
 /// The id part of a model lookup path (`/v1/models/{id}`, `/v1beta/models/{id}`).

@@ -54,6 +54,7 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
         Some(Target::Healthz | Target::Readyz) => Endpoint::Health,
         Some(Target::Metrics) => Endpoint::Metrics,
         Some(Target::Mcp) => Endpoint::Mcp,
+        Some(Target::Surface(c)) => c.endpoint(),
         None => Endpoint::Other,
     }
 }
@@ -354,6 +355,9 @@ async fn serve(
     // an MCP request's session id and Accept (nothing for other requests)
     let mcp_head =
         matches!(target, Ok(Target::Mcp)).then(|| crate::mcp::serve::McpHead::of(head, &conn.buf));
+    // a surface call's id, query and headers (files, audio, …; nothing for other requests)
+    let surface_head = matches!(target, Ok(Target::Surface(_)))
+        .then(|| crate::surface::serve::SurfaceHead::of(head, &conn.buf, conn.request_id));
     // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
     let verdict = shard.edge.check_on(head, &conn.buf, conn.stream.is_tls());
     // the caller's virtual key, looked up while the head is in the buffer (acted on below)
@@ -471,6 +475,20 @@ async fn serve(
             metrics: &shard.metrics,
         };
         let out = crate::mcp::serve::serve(conn, head, &env, g, mh, &mut req.trace, &mut req.keep);
+        return Ok(Box::pin(out).await?);
+    }
+    if let (Target::Surface(call), Some(sh)) = (target, surface_head) {
+        let (env, g, t) = (shard.env(None), grant.as_mut(), &mut req.trace);
+        let out = crate::surface::serve::serve(
+            conn,
+            head,
+            &env,
+            routing,
+            g,
+            (call, sh),
+            t,
+            &mut req.keep,
+        );
         return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {

@@ -128,6 +128,9 @@ pub struct RouteTable {
     /// The compiled `[[guardrail]]`s and which models and keys use them (rebuilt with the
     /// table, so a reload changes them).
     pub guards: crate::guardrail::Guards,
+    /// Where requests that name no model (`/v1/files`, `/v1/batches`) go: an index into
+    /// `providers` (`config::surface::files_provider`; `None`: none, or several to choose from).
+    pub files_provider: Option<usize>,
 }
 
 impl RouteTable {
@@ -257,6 +260,8 @@ impl RouteTable {
         for ri in 0..table.routes.len() {
             table.routes[ri].chain = table.chain_of(ri);
         }
+        table.files_provider = crate::config::surface::files_provider(cfg)
+            .and_then(|name| table.providers.iter().position(|p| p.name == name));
         table.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         table.models = crate::route::models::Catalog::build(&table.routes);
         table.guards = crate::guardrail::Guards::build(

@@ -82,7 +82,7 @@ impl ResponseHead {
     }
 }
 
-enum BodyState {
+pub(super) enum BodyState {
     Length(u64),
     Chunked(ChunkedDecoder),
     Close,
@@ -200,7 +200,7 @@ impl Client {
         }
     }
 
-    async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
+    pub(super) async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
         let addr = self
             .pool
             .resolve(&ep.host, ep.port, self.connect_timeout)
@@ -267,6 +267,38 @@ impl Client {
         read_head(conn, first_deadline, now).await
     }
 
+    /// The total timeout and the configured first-byte timeout (`upstream::upload`).
+    pub(super) fn timeouts(&self) -> (Duration, Duration) {
+        (self.total_timeout, self.first_byte_timeout)
+    }
+
+    /// An exchange whose head `read_head` returned on `conn` (`upstream::upload`); pooled
+    /// under `key` when its body ends cleanly.
+    pub(super) fn exchange_from(
+        &self,
+        conn: Conn,
+        key: PoolKey,
+        (head, buf, at, state): (ResponseHead, Vec<u8>, usize, BodyState),
+        deadline: Instant,
+    ) -> Exchange<'_> {
+        Exchange {
+            client: self,
+            conn: Some(conn),
+            key: Some(key),
+            pool_ok: head.keep_alive,
+            buf,
+            at,
+            state,
+            head,
+            gap_timeout: self.gap_timeout,
+            deadline,
+            waited: Duration::ZERO,
+            first_piece: None,
+            last_read: None,
+            pieces: false,
+        }
+    }
+
     /// An exchange over an in-memory pipe (the in-process mock, answers the gateway makes
     /// itself): the producer writes a complete HTTP response into the pipe's other end. Same
     /// head parsing and body framing as a socket; never pooled.
@@ -300,7 +332,7 @@ impl Client {
 /// body's bytes in it start, the body's framing. Failures before a valid head are
 /// tagged with their [`Cause`] (the routing layer decides on retries from it); those before any
 /// byte are also marked retryable (a reused connection is retried once on a fresh one).
-async fn read_head(
+pub(super) async fn read_head(
     conn: &mut Conn,
     first_deadline: Instant,
     mut now: Instant,
@@ -520,6 +552,11 @@ impl Exchange<'_> {
     /// (`forward::scope`).
     pub fn buffered(&self) -> &[u8] {
         self.buf.get(self.at..).unwrap_or_default()
+    }
+
+    /// Never pool this connection (its request was cut short).
+    pub fn forbid_reuse(&mut self) {
+        self.pool_ok = false;
     }
 
     /// Whether the body has been fully read.

@@ -21,6 +21,7 @@ pub mod pipe;
 pub mod pool;
 pub mod resolve;
 pub mod tls;
+pub mod upload;
 pub mod vertex;
 
 pub use exchange::{Client, Exchange, RespFraming, ResponseHead, UpstreamRequest};

@@ -1,0 +1,257 @@
+//! Upstream requests of any method whose body is either held whole (`send_held`) or written
+//! piece by piece as it arrives from the client (`open_upload` → `Upload::write` →
+//! `Upload::finish`): the OpenAI surface beyond chat (`surface`), where a multi-hundred-MiB
+//! upload must never be one buffer.
+//!
+//! Retries: a held body (or none) is sent like `Exchange`'s requests — a reused connection that
+//! fails before any response byte is retried once on a fresh one. A streamed body always goes on
+//! a fresh connection: once its first piece left, nothing can be resent (those bytes are gone
+//! from the gateway), and a connect is nothing next to an upload.
+//!
+//! Owns: the request head of these calls (method, target, host, content type, framing) and the
+//! streamed write. Must not: touch the client connection (the caller pumps its bytes in) or read
+//! bodies.
+
+use std::time::{Duration, Instant};
+
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+
+use super::conn::Conn;
+use super::exchange::{read_head, Client, Exchange};
+use crate::config::endpoint::Endpoint;
+use crate::error::{Cause, Error, Kind};
+use crate::http::target::{check_head, header_value};
+
+/// How an outgoing body is framed on the upstream request line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLen {
+    /// No body (`GET`, `DELETE`).
+    None,
+    /// `content-length: n`.
+    Length(u64),
+    /// `transfer-encoding: chunked` (the client sent chunked; pieces are re-framed).
+    Chunked,
+}
+
+/// One upstream request of the surface.
+pub struct Outgoing<'a> {
+    pub endpoint: &'a Endpoint,
+    /// `GET`, `POST` or `DELETE`.
+    pub method: &'static str,
+    /// Full request target below the host (already escaped; `check_head` checks it again).
+    pub path: &'a str,
+    /// The client's `Content-Type` (multipart boundary included), checked as a header value.
+    pub content_type: Option<&'a [u8]>,
+    pub body: BodyLen,
+    /// Extra raw header lines (auth, forwarded client headers), each ending in CRLF.
+    pub headers: &'a [u8],
+    /// This call's first-byte timeout (`None`: `upstream.first_byte_timeout_ms`).
+    pub first_byte_timeout: Option<Duration>,
+}
+
+impl Outgoing<'_> {
+    /// The request head (ending in the blank line).
+    fn head(&self) -> Result<Vec<u8>, Error> {
+        let ep = self.endpoint;
+        check_head(self.path, &ep.host_header, self.headers)?;
+        let mut h = Vec::with_capacity(256 + self.headers.len());
+        h.extend_from_slice(self.method.as_bytes());
+        h.push(b' ');
+        h.extend_from_slice(self.path.as_bytes());
+        h.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        h.extend_from_slice(ep.host_header.as_bytes());
+        h.extend_from_slice(b"\r\n");
+        if let Some(ct) = self.content_type {
+            let ok = std::str::from_utf8(ct).is_ok_and(|v| header_value(v).is_ok());
+            if !ok {
+                return Err(Error::new(
+                    Kind::InvalidBody,
+                    "the Content-Type header cannot be forwarded (control or non-ASCII bytes)",
+                ));
+            }
+            h.extend_from_slice(b"content-type: ");
+            h.extend_from_slice(ct);
+            h.extend_from_slice(b"\r\n");
+        }
+        match self.body {
+            BodyLen::None => {}
+            BodyLen::Length(n) => {
+                h.extend_from_slice(b"content-length: ");
+                crate::util::decimal::push_u64(&mut h, n);
+                h.extend_from_slice(b"\r\n");
+            }
+            BodyLen::Chunked => h.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        }
+        h.extend_from_slice(self.headers);
+        h.extend_from_slice(b"\r\n");
+        Ok(h)
+    }
+}
+
+/// A streamed request whose head (and first bytes) went out; more body pieces follow.
+pub struct Upload<'c> {
+    client: &'c Client,
+    conn: Conn,
+    key: crate::config::endpoint::PoolKey,
+    chunked: bool,
+    deadline: Instant,
+    first_byte_timeout: Duration,
+    /// Body bytes written so far.
+    pub sent: u64,
+}
+
+impl Client {
+    /// Send `req` with its whole `body` (empty for none) and wait for the response head.
+    pub async fn send_held(&self, req: &Outgoing<'_>, body: &[u8]) -> Result<Exchange<'_>, Error> {
+        let mut bytes = req.head()?;
+        let (total, fbt) = self.timeouts();
+        let fbt = req.first_byte_timeout.unwrap_or(fbt);
+        let now = Instant::now();
+        let deadline = now + total;
+        let key = &req.endpoint.pool_key;
+        bytes.extend_from_slice(body);
+        let mut fresh_only = false;
+        loop {
+            let (mut conn, reused) = match (!fresh_only).then(|| self.pool.take(key, now)).flatten()
+            {
+                Some(c) => (c, true),
+                None => (Box::pin(self.connect(req.endpoint)).await?, false),
+            };
+            let (r, back) = AsyncWriteRentExt::write_all(&mut conn, bytes).await;
+            bytes = back;
+            let res = match r.and(conn.flush().await) {
+                Err(e) => Err(write_failed(&e).retryable()),
+                Ok(()) => {
+                    let now = Instant::now();
+                    read_head(&mut conn, (now + fbt).min(deadline), now).await
+                }
+            };
+            match res {
+                Ok(parts) => return Ok(self.exchange_from(conn, key.clone(), parts, deadline)),
+                Err(e) if reused && e.retryable => {
+                    self.retries.set(self.retries.get() + 1);
+                    fresh_only = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Open a fresh connection and write `req`'s head and the body's first bytes, `first`
+    /// (the rest follows through [`Upload::write`]).
+    pub async fn open_upload(&self, req: &Outgoing<'_>, first: &[u8]) -> Result<Upload<'_>, Error> {
+        let head = req.head()?;
+        let (total, fbt) = self.timeouts();
+        let conn = Box::pin(self.connect(req.endpoint)).await?;
+        let mut up = Upload {
+            client: self,
+            conn,
+            key: req.endpoint.pool_key.clone(),
+            chunked: req.body == BodyLen::Chunked,
+            deadline: Instant::now() + total,
+            first_byte_timeout: req.first_byte_timeout.unwrap_or(fbt),
+            sent: 0,
+        };
+        let (r, _) = AsyncWriteRentExt::write_all(&mut up.conn, head).await;
+        r.map_err(|e| write_failed(&e))?;
+        if !first.is_empty() {
+            let (r, _) = up.write(first.to_vec()).await;
+            r?;
+        }
+        Ok(up)
+    }
+}
+
+impl<'c> Upload<'c> {
+    /// Write one body piece (framed as one chunk when the request is chunked); the buffer comes
+    /// back for reuse.
+    pub async fn write(&mut self, mut piece: Vec<u8>) -> (Result<(), Error>, Vec<u8>) {
+        if piece.is_empty() {
+            return (Ok(()), piece);
+        }
+        let n = piece.len() as u64;
+        if self.chunked {
+            let mut size = Vec::with_capacity(20);
+            push_hex(&mut size, piece.len());
+            size.extend_from_slice(b"\r\n");
+            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, size).await;
+            if let Err(e) = r {
+                return (Err(write_failed(&e)), piece);
+            }
+        }
+        let (r, back) = AsyncWriteRentExt::write_all(&mut self.conn, piece).await;
+        piece = back;
+        if let Err(e) = r {
+            return (Err(write_failed(&e)), piece);
+        }
+        if self.chunked {
+            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, b"\r\n".to_vec()).await;
+            if let Err(e) = r {
+                return (Err(write_failed(&e)), piece);
+            }
+        }
+        self.sent = self.sent.saturating_add(n);
+        (Ok(()), piece)
+    }
+
+    /// End the body (the last chunk when chunked) and wait for the response head. Also what to
+    /// call after a failed write: an upstream that refused the upload early (413, 401) has
+    /// usually answered before closing, and that answer is worth relaying.
+    pub async fn finish(mut self, body_done: bool) -> Result<Exchange<'c>, Error> {
+        if body_done && self.chunked {
+            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, b"0\r\n\r\n".to_vec()).await;
+            r.map_err(|e| write_failed(&e))?;
+        }
+        if body_done {
+            self.conn.flush().await.map_err(|e| write_failed(&e))?;
+        }
+        let now = Instant::now();
+        let first = (now + self.first_byte_timeout).min(self.deadline);
+        let parts = read_head(&mut self.conn, first, now).await?;
+        let mut ex = self
+            .client
+            .exchange_from(self.conn, self.key, parts, self.deadline);
+        if !body_done {
+            // the request was cut short: the connection cannot carry another one
+            ex.forbid_reuse();
+        }
+        Ok(ex)
+    }
+}
+
+fn push_hex(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+fn write_failed(e: &std::io::Error) -> Error {
+    Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).caused(Cause::Reset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_sizes() {
+        for (n, want) in [
+            (0usize, "0"),
+            (10, "a"),
+            (4096, "1000"),
+            (0x3_ffff, "3ffff"),
+        ] {
+            let mut v = Vec::new();
+            push_hex(&mut v, n);
+            assert_eq!(v, want.as_bytes());
+        }
+    }
+}
