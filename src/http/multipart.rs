@@ -117,7 +117,10 @@ pub fn find_field(
                 return Ok(Scan::Found(value_at..value_at + len));
             }
             (Some(_), true) => return Err("the model field is too long"),
-            (None, true) if rest.len() > MAX_VALUE => return Err("the model field is too long"),
+            // (a delimiter may start inside the value's last bytes and end past them)
+            (None, true) if rest.len() >= MAX_VALUE + delim.len() => {
+                return Err("the model field is too long")
+            }
             (None, _) => return more("the body ends inside a multipart part"),
             (Some(len), false) => at = value_at + len + delim.len(),
         }
@@ -323,6 +326,18 @@ mod tests {
         // a value over the bound
         let long = body("x", &[("model", &"m".repeat(MAX_VALUE + 1))], b"");
         assert!(bad(&long).is_err());
+        // a delimiter straddling the end of a prefix: More, then found in the whole body
+        let edge = body("x", &[("model", &"m".repeat(MAX_VALUE - 2))], b"");
+        let vstart = edge.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let cut = vstart + MAX_VALUE + 1;
+        assert_eq!(
+            find_field(&edge[..cut], b"x", b"model", false),
+            Ok(Scan::More)
+        );
+        assert!(matches!(
+            find_field(&edge, b"x", b"model", true),
+            Ok(Scan::Found(_))
+        ));
         let mut open = long.clone();
         open.truncate(200 + MAX_VALUE);
         assert!(find_field(&open, b"x", b"model", false).is_err());
@@ -340,6 +355,52 @@ mod tests {
         assert_eq!(bad(q).unwrap(), Scan::Missing);
         let q = b"--x\r\nContent-Disposition: form-data; name=\"a\\\r\n\r\nv\r\n--x--";
         assert!(bad(q).is_err());
+    }
+
+    /// The fuzz target's invariant (`fuzz/fuzz_targets/multipart.rs`) over mutated bodies: a
+    /// prefix answers `More` or what the whole body answers; a found value is in bounds.
+    #[test]
+    fn prefixes_never_contradict_the_whole_body() {
+        let seeds = [
+            body("b", &[("model", "whisper-1"), ("x", "y")], b"RIFF\r\n--b"),
+            body("b", &[("purpose", "batch")], &[0u8; 300]),
+            b"--b\r\nContent-Disposition: form-data; name=model\r\n\r\nm\r\n--b--".to_vec(),
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        for round in 0..20_000 {
+            let mut b = seeds[round % seeds.len()].clone();
+            for _ in 0..=next(4) {
+                let at = next(b.len() + 1);
+                match next(4) {
+                    0 if at < b.len() => b[at] = b"\r\n-\"=;b:"[next(8)],
+                    1 if at < b.len() => {
+                        b.remove(at);
+                    }
+                    2 => b.insert(at, b"\r\n--b"[next(5)]),
+                    _ => b.truncate(at.max(1)),
+                }
+            }
+            let whole = find_field(&b, b"b", b"model", true);
+            if let Ok(Scan::Found(r)) = &whole {
+                assert!(r.end <= b.len() && r.len() <= MAX_VALUE);
+            }
+            let cut = next(b.len() + 1);
+            match find_field(&b[..cut], b"b", b"model", false) {
+                Ok(Scan::More) => {}
+                early => assert_eq!(
+                    early,
+                    whole,
+                    "{:?} cut at {cut}",
+                    String::from_utf8_lossy(&b)
+                ),
+            }
+        }
     }
 
     #[test]
