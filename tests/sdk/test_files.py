@@ -253,7 +253,8 @@ def start(cfg, driver):
     f = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     f.write(cfg)
     f.close()
-    proc, addr = spawn(["--config", f.name], {"RINGGATE_DRIVER": driver, "RG_SURFACE_KEY": KEY})
+    env = {"RINGGATE_DRIVER": driver, "RG_SURFACE_KEY": KEY, "RG_SURFACE_VKEY": "vk-surface"}
+    proc, addr = spawn(["--config", f.name], env)
     return proc, f"http://{addr}", f.name
 
 
@@ -412,7 +413,7 @@ def test_over_max_upload_is_413_before_the_body(surface):
     assert b"over the" in got and len(up.seen) == n
 
 
-def test_no_model_needs_files_provider_with_several(driver, shards):
+def test_files_provider_and_keys(driver, shards):
     up = Upstream()
     extra = f"""
 [[provider]]
@@ -427,9 +428,25 @@ base_url = "{up.url}/v1"
     finally:
         stop(proc)
         os.unlink(path)
-    proc, base, path = start(config(shards, up, extra + '\n[routing]\nfiles_provider = "oa"\n'), driver)
+    keyed = extra + """
+[routing]
+files_provider = "oa"
+
+[[key]]
+name = "surface-team"
+key_env = "RG_SURFACE_VKEY"
+models = ["whisper"]
+"""
+    proc, base, path = start(config(shards, up, keyed), driver)
     try:
-        assert httpx.get(f"{base}/v1/files").status_code == 200
+        # the gateway's keys and model allow-lists apply as on every endpoint
+        assert httpx.get(f"{base}/v1/files").status_code == 401
+        vk = {"authorization": "Bearer vk-surface"}
+        assert httpx.get(f"{base}/v1/files", headers=vk).status_code == 200
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="vk-surface", max_retries=0)
+        assert c.audio.transcriptions.create(model="whisper", file=("a.wav", b"abc")).text.startswith("model=whisper-1")
+        with pytest.raises(openai.PermissionDeniedError):
+            c.audio.speech.create(model="tts-1", voice="alloy", input="x")
     finally:
         stop(proc)
         os.unlink(path)
