@@ -190,3 +190,42 @@ fn a_broken_config_is_a_problem_with_its_line() {
     // the system part is still reported
     assert!(out.contains("driver: "), "{out}");
 }
+
+#[test]
+fn cloud_providers_get_their_credentials_checked() {
+    // Bedrock: SigV4 credentials from the environment (the chain's first source), never shown;
+    // Vertex: a credentials file that is not there is a problem naming the token
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshards = 1\n\n\
+         [[provider]]\nname = \"aws\"\nkind = \"bedrock\"\nregion = \"us-east-1\"\nbase_url = \"http://{addr}\"\n\n\
+         [[provider]]\nname = \"gcp\"\nkind = \"vertex\"\nproject = \"p\"\nlocation = \"us-central1\"\nbase_url = \"http://{addr}\"\ncredentials_file = \"/nonexistent/ringgate-doctor-sa.json\"\n\n\
+         [[model]]\nname = \"claude-bedrock\"\nprovider = \"aws\"\nupstream_model = \"anthropic.claude-3-5-sonnet-20241022-v2:0\"\n"
+    );
+    let secret = "doctor-secret-access-key-value";
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "AKIDDOCTOR"),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_BEARER_TOKEN_BEDROCK", ""),
+        ("GOOGLE_APPLICATION_CREDENTIALS", ""),
+        ("GCE_METADATA_HOST", "127.0.0.1:1"),
+    ];
+    let (code, out) = doctor("cloud", &text, &env);
+    assert_eq!(code, 1, "{out}");
+    for want in [
+        &format!("ok    aws (http://{addr}): TCP {addr}"),
+        "AWS credentials obtained in",
+        &format!(
+            "FAIL  gcp (http://{addr}/v1/projects/p/locations/us-central1): a Google access token:"
+        ),
+        "credentials_file on the provider",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains(secret),
+        "a secret must never be printed:\n{out}"
+    );
+    drop(listener);
+}

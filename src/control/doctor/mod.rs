@@ -1,6 +1,6 @@
 //! `ringgate doctor [--config FILE]`: one screen that says whether this box is ready to run the
 //! gateway — kernel and io_uring, the driver each shard would get, limits, memory budget, CPUs,
-//! sysctls against `tuning/`, the config, every provider (DNS, TCP, TLS, `GET /models`), and
+//! sysctls against `tuning/`, the config, every provider (DNS, TCP, TLS, `GET /models`; the cloud kinds' credentials, `cloud`), and
 //! every engine's load signal and served model names (`engine`).
 //!
 //! Owns: the report (findings by section, each an ok / warning / problem, problems and
@@ -9,6 +9,7 @@
 //! robust box: epoll fallback, untuned sysctls, low limits) exit 0. Must not: change anything
 //! on the box, or print a secret (provider keys are sent, never shown).
 
+mod cloud;
 mod engine;
 mod provider;
 mod setup;

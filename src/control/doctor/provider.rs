@@ -56,12 +56,18 @@ pub fn check(r: &mut Report, cfg: &Config) {
 fn one(r: &mut Report, p: &ProviderConfig, tls: Option<&Arc<rustls::ClientConfig>>) {
     let name = p.name.get_ref();
     let kind = *p.kind.get_ref();
-    let Some(url) = &p.base_url else {
+    // the cloud kinds have a public endpoint when base_url is not given
+    let cloud = matches!(kind, ProviderKind::Bedrock | ProviderKind::Vertex);
+    let url = match cloud {
+        true => crate::config::cloud::base_url(p),
+        false => p.base_url.as_ref().map(|u| u.get_ref().clone()),
+    };
+    let Some(url) = url else {
         r.ok(format!("{name}: in-process mock, nothing to reach"));
         return;
     };
-    let shown = redact_url(url.get_ref()).into_owned();
-    let Ok(ep) = Endpoint::parse(url.get_ref()) else {
+    let shown = redact_url(&url).into_owned();
+    let Ok(ep) = Endpoint::parse(&url) else {
         r.problem(
             format!("{name}: base_url {shown} does not parse"),
             "ringgate check --config FILE",
@@ -173,7 +179,14 @@ fn one(r: &mut Report, p: &ProviderConfig, tls: Option<&Arc<rustls::ClientConfig
     };
     match (path, answer) {
         (None, _) | (_, None) => {
-            done.push(format!("no models endpoint checked for kind {kind:?}"));
+            match super::cloud::credentials(p, key.as_ref().map(|k| k.0.as_str())) {
+                Some(Ok(found)) => done.push(found),
+                Some(Err((problem, fix))) => {
+                    r.problem(format!("{label}: {problem}"), fix);
+                    return;
+                }
+                None => done.push(format!("no models endpoint checked for kind {kind:?}")),
+            }
         }
         (Some(path), Some(Err(e))) => {
             r.problem(
