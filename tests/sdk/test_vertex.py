@@ -10,6 +10,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import anthropic
 import openai
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google import genai
 from google.genai import types
 
-from cloud_fakes import Vertex
+from cloud_fakes import Vertex, reply
 from conftest import serve_config
 
 EMAIL = "gateway@my-project.iam.gserviceaccount.com"
@@ -170,3 +171,72 @@ def test_token_renewed_before_expiry_under_load(shards):
     assert up.token_calls >= 3, up.token_calls
     up.stop()
     os.unlink(sa)
+
+
+class OtherSources(Vertex):
+    """The same fake, also answering the two other token sources the way Google does: the
+    metadata server (`GET /computeMetadata/v1/instance/service-accounts/default/token` with
+    `Metadata-Flavor: Google`) and the refresh-token grant of an `authorized_user` file (what
+    `gcloud auth application-default login` writes)."""
+
+    CLIENT = {"client_id": "cid.apps.googleusercontent.com", "client_secret": "csecret",
+              "refresh_token": "1//refresh-me"}
+
+    def __init__(self):
+        super().__init__(None, EMAIL, "my-project", "us-central1")
+        self.sources = []
+
+    def issue(self, source):
+        with self.lock:
+            self.token_calls += 1
+            self.sources.append(source)
+            tok = f"ya29.{source}-{self.token_calls}"
+            self.tokens[tok] = time.time() + self.lifetime
+        return tok
+
+    def handle(self, h, body):
+        if h.path == "/computeMetadata/v1/instance/service-accounts/default/token":
+            if h.headers.get("metadata-flavor") != "Google":
+                self.refused.append("metadata without Metadata-Flavor")
+                return reply(h, 403, "missing Metadata-Flavor", "text/plain")
+            return reply(h, 200, {"access_token": self.issue("metadata"), "expires_in": 3599,
+                                  "token_type": "Bearer"})
+        if h.path == "/token":
+            form = dict(urllib.parse.parse_qsl(body.decode()))
+            want = dict(self.CLIENT, grant_type="refresh_token")
+            if form != want:
+                self.refused.append(f"refresh grant {sorted(form)}")
+                return reply(h, 400, {"error": "invalid_grant"})
+            return reply(h, 200, {"access_token": self.issue("user"), "expires_in": 3599,
+                                  "token_type": "Bearer"})
+        return super().handle(h, body)
+
+
+def test_metadata_server_and_authorized_user_tokens(shards):
+    up = OtherSources()
+    o = lambda base: openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)  # noqa: E731
+    ask = [{"role": "user", "content": "hi"}]
+    # no credentials file anywhere: the metadata server named by GCE_METADATA_HOST
+    meta_env = {"GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_HOST": up.addr}
+    for base in serve_config(config(shards, up, "", creds_line=False), meta_env):
+        for _ in range(3):
+            r = o(base).chat.completions.create(model="gemini-vertex", messages=ask)
+            assert r.choices[0].message.content == "Hello from Vertex Gemini"
+    assert up.sources == ["metadata"], up.sources
+    assert {tok for _, tok, _ in up.calls} == {"ya29.metadata-1"}
+    # an authorized_user file (GOOGLE_APPLICATION_CREDENTIALS), its token_uri given as token_url
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(dict(up.CLIENT, type="authorized_user"), f)
+    f.close()
+    cfg = config(shards, up, "", creds_line=False).replace(
+        f'base_url = "{up.url}"', f'base_url = "{up.url}"\ntoken_url = "{up.url}/token"')
+    user_env = {"GOOGLE_APPLICATION_CREDENTIALS": f.name, "GCE_METADATA_HOST": "127.0.0.1:1"}
+    for base in serve_config(cfg, user_env):
+        m = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0).messages.create(
+            model="claude-vertex", max_tokens=16, messages=ask)
+        assert m.content[0].text == "Hello from Vertex Claude"
+    assert up.sources == ["metadata", "user"], up.sources
+    assert up.calls[-1][1] == "ya29.user-2"
+    assert not up.refused, up.refused
+    up.stop()
+    os.unlink(f.name)
