@@ -204,7 +204,7 @@ pub async fn serve(
                 .charge_capacity(&held, &mut charged)
                 .map_err(|r| Error::overloaded(r.as_str()))?;
             len = match len {
-                BodyLen::Length(n) => BodyLen::Length(n - old + new.len() as u64),
+                BodyLen::Length(n) => BodyLen::Length(n.saturating_sub(old) + new.len() as u64),
                 other => other,
             };
         }
@@ -241,7 +241,11 @@ pub async fn serve(
         endpoint,
         method: asked.method.as_str(),
         path: &path,
-        content_type: asked.content_type.as_deref(),
+        // a JSON body's type when the client named none (OpenAI refuses an untyped body)
+        content_type: match (&asked.content_type, rule) {
+            (None, Body::Json) if !held.is_empty() => Some(&b"application/json"[..]),
+            (ct, _) => ct.as_deref(),
+        },
         body: len,
         headers: &lines,
         first_byte_timeout: None,
@@ -272,7 +276,7 @@ pub async fn serve(
         (Call::Files | Call::Batches, Method::Post) | (Call::Batch | Call::BatchCancel, _)
     );
     let outcome = if learns && (200..300).contains(&ex.head.status) {
-        relay_learning(conn, env, &mut ex, &permit, pname, *keep).await
+        relay_learning(conn, env, &mut ex, &permit, pname, *keep).await?
     } else {
         relay(conn, env, &mut ex, &permit, *keep).await
     };
@@ -545,7 +549,13 @@ async fn relay(
         piece.clear();
         let more = match ex.next_upto(&mut piece, PIECE).await {
             Ok(m) => m,
-            Err(_) => return gone(env.metrics, status),
+            // the upstream broke off mid-answer: the client's answer ends short (closed)
+            Err(_) => {
+                return Outcome {
+                    status,
+                    keep_alive: false,
+                }
+            }
         };
         match chunked {
             true => write_chunk(&mut out, &piece),
@@ -582,23 +592,26 @@ async fn relay_learning(
     permit: &Permit,
     provider: &str,
     keep: bool,
-) -> Outcome {
+) -> Result<Outcome, Error> {
     let wt = env.limits.write_timeout;
     let status = ex.head.status;
     let mut body = Vec::new();
-    if ex.read_to_end(&mut body, ID_ANSWER).await.is_err() {
-        return gone(env.metrics, 502);
-    }
-    let _ = permit.charge_capacity(&body, &mut 0);
+    // nothing was written yet: a broken or oversized answer is a 502 in OpenAI's shape
+    ex.read_to_end(&mut body, ID_ANSWER)
+        .await
+        .map_err(|e| report(env, &conn.request_id, provider, &e))?;
+    permit
+        .charge_capacity(&body, &mut 0)
+        .map_err(|r| Error::overloaded(r.as_str()))?;
     ids::learn_from(&body, provider);
     let ct = std::mem::take(&mut ex.head.content_type);
     let ok = conn
         .respond(status, &ct, &ex.head.forward, &body, keep, wt)
         .await;
-    Outcome {
+    Ok(Outcome {
         status,
         keep_alive: ok && keep,
-    }
+    })
 }
 
 fn bad(msg: String) -> Error {
