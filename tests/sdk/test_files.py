@@ -177,6 +177,10 @@ class Upstream:
                     return self.answer(200, {"created": 1, "data": [{"b64_json": f["file_sha256"]}]})
                 if base == "/v1/images/generations":
                     return self.answer(200, {"created": 1, "data": [{"url": "http://x/" + json.loads(up.last_json)["model"]}]})
+                if base == "/v1/rerank":
+                    req = json.loads(up.last_json)
+                    return self.answer(200, {"model": req["model"], "results": [
+                        {"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(len(req["documents"]))]})
                 if base == "/v1/moderations":
                     return self.answer(200, {"id": "modr-1", "model": json.loads(up.last_json).get("model", "default"),
                                              "results": [{"flagged": False, "categories": {}, "category_scores": {}}]})
@@ -381,6 +385,11 @@ def test_speech_images_moderations(surface):
     assert e.data[0].b64_json == hashlib.sha256(png).hexdigest()
     m = c.moderations.create(model="omni-moderation-latest", input="hello")
     assert m.model == "omni-moderation-latest"
+    # OpenAI serves no rerank: a model only on an openai provider is refused before sending
+    n = len(up.seen)
+    r = httpx.post(f"{base}/v1/rerank", json={"model": "whisper-1", "query": "q", "documents": ["a"]})
+    assert r.status_code == 400 and "openai-compatible" in r.json()["error"]["message"], r.text
+    assert len(up.seen) == n
 
 
 def test_batches_by_id(surface):
@@ -420,6 +429,12 @@ def test_files_provider_and_keys(driver, shards):
 name = "second"
 kind = "openai-compatible"
 base_url = "{up.url}/v1"
+api_key_env = "RG_SURFACE_KEY"
+
+[[model]]
+name = "reranker"
+provider = "second"
+upstream_model = "bge-reranker"
 """
     proc, base, path = start(config(shards, up, extra), driver)
     try:
@@ -435,7 +450,7 @@ files_provider = "oa"
 [[key]]
 name = "surface-team"
 key_env = "RG_SURFACE_VKEY"
-models = ["whisper"]
+models = ["whisper", "reranker"]
 """
     proc, base, path = start(config(shards, up, keyed), driver)
     try:
@@ -447,6 +462,11 @@ models = ["whisper"]
         assert c.audio.transcriptions.create(model="whisper", file=("a.wav", b"abc")).text.startswith("model=whisper-1")
         with pytest.raises(openai.PermissionDeniedError):
             c.audio.speech.create(model="tts-1", voice="alloy", input="x")
+        # rerank goes to the engine kind, with the deployment's model name
+        r = httpx.post(f"{base}/v1/rerank", headers=vk,
+                       json={"model": "reranker", "query": "q", "documents": ["a", "b"]})
+        assert r.status_code == 200 and r.json()["model"] == "bge-reranker", r.text
+        assert len(r.json()["results"]) == 2
     finally:
         stop(proc)
         os.unlink(path)
