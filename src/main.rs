@@ -41,11 +41,14 @@ USAGE:
                                                      mock-fault-FAULT, with _ for =)
   ringgate mock --engine vllm|sglang|llamacpp [--slots N] [--tpot-ms MS] [--prefill-us US]
                 [--kv-tokens N] [--cache-blocks N] [--batch-slowdown F] [--model-name M]
+                [--metrics] [--no-slots] [--load-ms MS]
                 [--listen ADDR]                      simulate an inference engine under load:
                                                      N concurrent sequences (default 8), a FIFO
                                                      queue, decode slowing with the batch, a
                                                      prefix cache, the engine's own GET /metrics
-                                                     (llama.cpp also GET /slots)
+                                                     (llama.cpp: GET /slots, /v1/models, /props,
+                                                     /metrics only with --metrics, 503 for the
+                                                     first --load-ms, as llama-server)
   ringgate --version | --help
 ";
 
@@ -140,10 +143,11 @@ impl Opts {
                 "--seed" => o.seed = Some(val()?),
                 "--engine" => o.engine = Some(val()?),
                 "--slots" | "--tpot-ms" | "--prefill-us" | "--kv-tokens" | "--batch-slowdown"
-                | "--cache-blocks" | "--model-name" => {
+                | "--cache-blocks" | "--model-name" | "--load-ms" => {
                     let v = val()?;
                     o.engine_knobs.push((key.to_string(), v));
                 }
+                "--metrics" | "--no-slots" => o.engine_knobs.push((key.to_string(), String::new())),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -432,6 +436,9 @@ fn engine_spec(opts: &Opts) -> Result<Option<EngineSpec>, String> {
             "--cache-blocks" => spec.cache_blocks = num(k, v)? as usize,
             "--batch-slowdown" => spec.batch_slowdown = num(k, v)?,
             "--model-name" => spec.model_name = v.clone(),
+            "--load-ms" => spec.load_time = Duration::from_secs_f64(num(k, v)? / 1e3),
+            "--metrics" => spec.metrics = true,
+            "--no-slots" => spec.slots_page = false,
             _ => {}
         }
     }

@@ -23,12 +23,20 @@
 //! - **KV usage** = tokens held by running sequences (prompt + generated so far) / `kv_tokens`
 //!   (default `slots × 4096`).
 //!
+//! - **llama.cpp's own view** (`Load::tasks`, `Load::llama`): each slot's current or last task
+//!   (prompt tokens, how many were prefilled and how many came from the cache, tokens decoded)
+//!   and llama-server's counters (prefill and decode tokens and times, decode calls, busy
+//!   slots per decode), with the two throughput buckets every `GET /metrics` restarts
+//!   (`scrape`); a sequence's generation is counted when its slot is released, as there.
+//!   `load_time`: answers are llama-server's 503 "Loading model" for that long after start.
+//!
 //! Streams send their head and first token together when the first token is ready (queue
 //! time counts into time to first token, as it does at a real engine); non-stream answers
 //! come when the last token is.
 //!
 //! Owns: `EngineKind`, `EngineSpec`, `Engine` (admission, the queue, the prefix cache, the
-//! counters). Must not: know the gateway, or render the metrics pages (`engine_page`).
+//! counters, the slots' tasks). Must not: know the gateway, or render the metrics pages
+//! (`engine_page`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -47,6 +55,11 @@ use super::{chat, pace, MockRequest, Profile};
 use crate::engine::prefix;
 use crate::http::io::write_all;
 use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+
+/// llama-server's answer to every page and request while its model loads (its middleware's
+/// 503; `EngineSpec::load_time`).
+pub const LOADING: &str =
+    r#"{"error":{"message":"Loading model","type":"unavailable_error","code":503}}"#;
 
 /// Which engine's API and metrics the simulator imitates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,8 +99,17 @@ pub struct EngineSpec {
     pub prefill_per_token: Duration,
     pub kv_tokens: u64,
     pub cache_blocks: usize,
-    /// The `model_name` label of the metrics.
+    /// The `model_name` label of the metrics (llama.cpp: the served model's name, as
+    /// `--alias`).
     pub model_name: String,
+    /// llama.cpp: for this long after the start every page and request is its 503 "Loading
+    /// model" (a restarted engine is not ready at once).
+    pub load_time: Duration,
+    /// llama.cpp: `GET /metrics` is served (`llama-server --metrics`; else 501, as the real
+    /// one). vLLM and SGLang always serve it.
+    pub metrics: bool,
+    /// llama.cpp: `GET /slots` is served (the default; `--no-slots`: 501).
+    pub slots_page: bool,
 }
 
 impl EngineSpec {
@@ -103,6 +125,9 @@ impl EngineSpec {
             kv_tokens: u64::from(slots) * 4096,
             cache_blocks: 4096,
             model_name: "mock".into(),
+            metrics: kind != EngineKind::Llamacpp,
+            slots_page: true,
+            load_time: Duration::ZERO,
         }
     }
 }
@@ -116,12 +141,56 @@ pub struct Load {
     pub kv_usage: f64,
     /// Per slot: whether it serves a request (llama.cpp `/slots`).
     pub busy: Vec<bool>,
+    /// Per slot: its current task, or the last one once it is idle (`None` before its first).
+    pub tasks: Vec<Option<SlotTask>>,
+    /// llama.cpp's own counters (`/metrics`).
+    pub llama: LlamaStats,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub requests: u64,
     /// Prompt tokens looked up in / found in the prefix cache.
     pub cache_queries: u64,
     pub cache_hits: u64,
+}
+
+/// A slot's task as llama.cpp's `/slots` shows it (`n_prompt_tokens*`, `next_token`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotTask {
+    pub id_task: u64,
+    pub n_prompt_tokens: u64,
+    /// Prompt tokens prefilled (not taken from the prefix cache).
+    pub n_prompt_tokens_processed: u64,
+    /// Prompt tokens taken from the prefix cache.
+    pub n_prompt_tokens_cache: u64,
+    /// The request's `max_tokens` (`n_predict`).
+    pub n_predict: u64,
+    pub n_decoded: u64,
+    pub stream: bool,
+    /// The answer is complete and the slot released (llama.cpp then shows the task's prompt
+    /// size, its per-task counters reset).
+    pub done: bool,
+}
+
+/// llama.cpp's server-wide counters (`server_metrics`): cumulative ones, and the two
+/// throughput buckets every `GET /metrics` resets.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LlamaStats {
+    /// Prompt tokens prefilled (cached ones excluded) and the time it took (µs).
+    pub prompt_tokens: u64,
+    pub prompt_us: u64,
+    pub prompt_cached: u64,
+    /// Tokens generated, decode steps (the first token comes with the prompt), their time.
+    pub predicted: u64,
+    pub predict_steps: u64,
+    pub predict_us: u64,
+    /// Decode calls and the busy slots summed over them.
+    pub decodes: u64,
+    pub busy_in_decodes: u64,
+    /// Largest prompt + generation seen.
+    pub tokens_max: u64,
+    /// Since the last `GET /metrics`: prompt tokens / µs, decode steps / µs.
+    pub bucket_prompt: (u64, u64),
+    pub bucket_predict: (u64, u64),
 }
 
 struct Ticket {
@@ -135,6 +204,9 @@ struct State {
     kv_used: u64,
     queue: VecDeque<Rc<Ticket>>,
     busy: Vec<bool>,
+    tasks: Vec<Option<SlotTask>>,
+    llama: LlamaStats,
+    next_task: u64,
     /// block hash → last use (a counter): the LRU prefix cache.
     cache: HashMap<u64, u64>,
     tick: u64,
@@ -149,6 +221,7 @@ struct State {
 pub struct Engine {
     pub spec: EngineSpec,
     state: RefCell<State>,
+    started: std::time::Instant,
 }
 
 impl Engine {
@@ -156,11 +229,15 @@ impl Engine {
         let slots = spec.slots as usize;
         Rc::new(Engine {
             spec,
+            started: std::time::Instant::now(),
             state: RefCell::new(State {
                 running: 0,
                 kv_used: 0,
                 queue: VecDeque::new(),
                 busy: vec![false; slots],
+                tasks: vec![None; slots],
+                llama: LlamaStats::default(),
+                next_task: 0,
                 cache: HashMap::new(),
                 tick: 0,
                 prompt_tokens: 0,
@@ -172,6 +249,11 @@ impl Engine {
         })
     }
 
+    /// Still loading its model (`EngineSpec::load_time` after the start).
+    pub fn loading(&self) -> bool {
+        self.started.elapsed() < self.spec.load_time
+    }
+
     pub fn load(&self) -> Load {
         let st = self.state.borrow();
         Load {
@@ -180,12 +262,23 @@ impl Engine {
             waiting: st.queue.iter().filter(|t| Rc::strong_count(t) > 1).count() as u32,
             kv_usage: (st.kv_used as f64 / self.spec.kv_tokens.max(1) as f64).min(1.0),
             busy: st.busy.clone(),
+            tasks: st.tasks.clone(),
+            llama: st.llama,
             prompt_tokens: st.prompt_tokens,
             generation_tokens: st.generation_tokens,
             requests: st.requests,
             cache_queries: st.cache_queries,
             cache_hits: st.cache_hits,
         }
+    }
+
+    /// `load()` for a `GET /metrics`: llama.cpp restarts its throughput buckets on every one.
+    pub fn scrape(&self) -> Load {
+        let l = self.load();
+        let mut st = self.state.borrow_mut();
+        st.llama.bucket_prompt = (0, 0);
+        st.llama.bucket_predict = (0, 0);
+        l
     }
 
     fn fits(&self, st: &State, need: u64) -> bool {
@@ -239,6 +332,7 @@ impl Engine {
                     engine: self.clone(),
                     slot,
                     kv: Cell::new(need),
+                    gen_us: Cell::new(0),
                 };
             }
             let t = Rc::new(Ticket {
@@ -259,6 +353,7 @@ impl Engine {
             engine: self.clone(),
             slot,
             kv: Cell::new(need),
+            gen_us: Cell::new(0),
         }
     }
 
@@ -283,6 +378,12 @@ impl Engine {
         hits
     }
 
+    /// Time to prefill `tokens` uncached prompt tokens.
+    pub fn prefill_time(&self, tokens: u64) -> Duration {
+        self.spec.prefill_base
+            + self.spec.prefill_per_token * tokens.min(u64::from(u32::MAX)) as u32
+    }
+
     fn step(&self) -> Duration {
         let running = self.state.borrow().running.max(1);
         self.spec
@@ -298,28 +399,57 @@ impl Engine {
         body: &[u8],
         keep_alive: bool,
     ) -> io::Result<()> {
+        if self.loading() {
+            let body = LOADING.as_bytes();
+            return pace::json(s, 503, body, Profile::Instant, keep_alive).await;
+        }
         let blocks = prefix::prompt_blocks(body);
         let input = u64::from(req.input_tokens);
         let run = self.admit(input).await;
         let hit_tokens = (self.prefix_hits(&blocks) as u64 * 16).min(input);
+        let prefill = self.prefill_time(input - hit_tokens);
         {
             let mut st = self.state.borrow_mut();
             st.requests += 1;
             st.prompt_tokens += input;
             st.cache_queries += input;
             st.cache_hits += hit_tokens;
+            st.next_task += 1;
+            let task = SlotTask {
+                id_task: st.next_task,
+                n_prompt_tokens: input,
+                n_prompt_tokens_processed: input - hit_tokens,
+                n_prompt_tokens_cache: hit_tokens,
+                n_predict: u64::from(req.output_tokens),
+                n_decoded: 0,
+                stream: req.stream,
+                done: false,
+            };
+            if let Some(t) = st.tasks.get_mut(run.slot as usize) {
+                *t = Some(task);
+            }
         }
-        let prefill =
-            self.spec.prefill_base + self.spec.prefill_per_token * (input - hit_tokens) as u32;
         monoio::time::sleep(prefill).await;
+        {
+            let mut st = self.state.borrow_mut();
+            let (n, us) = (input - hit_tokens, prefill.as_micros() as u64);
+            let l = &mut st.llama;
+            l.prompt_tokens += n;
+            l.prompt_us += us;
+            l.prompt_cached += hit_tokens;
+            l.bucket_prompt.0 += n;
+            l.bucket_prompt.1 += us;
+        }
         let mut ev = chat::events(req);
         let units = pace::Events::units(&ev).max(1);
         if !req.stream {
+            // the first token comes with the prompt's batch, each next after a decode step
+            run.token(Duration::ZERO);
             for _ in 1..units {
-                run.token();
-                monoio::time::sleep(self.step()).await;
+                let step = self.step();
+                monoio::time::sleep(step).await;
+                run.token(step);
             }
-            run.token();
             let body = chat::completion_body(req);
             return pace::json(s, 200, &body, Profile::Instant, keep_alive).await;
         }
@@ -335,11 +465,13 @@ impl Engine {
         let mut buf = Vec::with_capacity(512);
         pace::Events::head(&mut ev, &mut buf);
         for i in 0..units {
+            let mut step = Duration::ZERO;
             if i > 0 {
-                monoio::time::sleep(self.step()).await;
+                step = self.step();
+                monoio::time::sleep(step).await;
                 buf.clear();
             }
-            run.token();
+            run.token(step);
             pace::Events::unit(&mut ev, i, &mut buf);
             if i + 1 == units {
                 pace::Events::tail(&mut ev, &mut buf);
@@ -362,19 +494,48 @@ struct Running {
     engine: Rc<Engine>,
     slot: u32,
     kv: Cell<u64>,
+    /// Decode time of this sequence so far (µs).
+    gen_us: Cell<u64>,
 }
 
 impl Running {
-    fn token(&self) {
+    /// One token generated, `step` after the previous one (zero: the first, with the prompt).
+    fn token(&self, step: Duration) {
         self.kv.set(self.kv.get() + 1);
+        self.gen_us.set(self.gen_us.get() + step.as_micros() as u64);
         let mut st = self.engine.state.borrow_mut();
         st.kv_used += 1;
         st.generation_tokens += 1;
+        let running = u64::from(st.running);
+        let held = self.kv.get();
+        let l = &mut st.llama;
+        l.decodes += 1;
+        l.busy_in_decodes += running;
+        l.tokens_max = l.tokens_max.max(held);
+        if let Some(Some(t)) = st.tasks.get_mut(self.slot as usize) {
+            t.n_decoded += 1;
+        }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
+        {
+            // llama.cpp counts a sequence's generation when its slot is released
+            let mut st = self.engine.state.borrow_mut();
+            let mut n = 0;
+            if let Some(Some(t)) = st.tasks.get_mut(self.slot as usize) {
+                t.done = true;
+                n = t.n_decoded;
+            }
+            let (steps, us) = (n.saturating_sub(1), self.gen_us.get());
+            let l = &mut st.llama;
+            l.predicted += n;
+            l.predict_steps += steps;
+            l.predict_us += us;
+            l.bucket_predict.0 += steps;
+            l.bucket_predict.1 += us;
+        }
         self.engine.release(self.slot, self.kv.get());
     }
 }
@@ -434,19 +595,57 @@ mod tests {
                 let sys = "x".repeat(4000);
                 let b = body(&sys, "hi");
                 let req = MockRequest::parse(&b).unwrap();
-                // cold: 1,000 prompt tokens → 10 + 100 ms prefill
+                // cold: 1,000 prompt tokens → 10 + 100 ms prefill; warm: the leading blocks
+                // come from the prefix cache. What each prefilled is the engine's own count
+                // (as llama.cpp's /slots shows it), and each took at least its prefill: lower
+                // bounds only (a loaded CI box makes timers late, never early)
+                let last = |e: &Engine| {
+                    e.load()
+                        .tasks
+                        .into_iter()
+                        .flatten()
+                        .max_by_key(|t| t.id_task)
+                        .unwrap()
+                };
                 let t = Instant::now();
                 let sink = || crate::upstream::pipe::pipe(1 << 20);
                 let (mut w, _r) = sink();
                 e.serve(&mut w, &req, &b, true).await.unwrap();
-                let cold = t.elapsed();
+                let cold = (t.elapsed(), last(&e));
                 let t = Instant::now();
                 let (mut w, _r) = sink();
                 e.serve(&mut w, &req, &b, true).await.unwrap();
-                let warm = t.elapsed();
-                assert!(cold > Duration::from_millis(100), "{cold:?}");
-                assert!(warm < cold / 2, "{warm:?} vs {cold:?}");
+                let warm = (t.elapsed(), last(&e));
+                let input = u64::from(req.input_tokens);
+                assert!(input >= 1_000);
+                assert_eq!(
+                    (
+                        cold.1.n_prompt_tokens_processed,
+                        cold.1.n_prompt_tokens_cache
+                    ),
+                    (input, 0),
+                    "{cold:?}"
+                );
+                assert!(warm.1.n_prompt_tokens_cache >= 900, "{warm:?}");
+                assert_eq!(
+                    warm.1.n_prompt_tokens_processed + warm.1.n_prompt_tokens_cache,
+                    input
+                );
+                let (cold_fill, warm_fill) = (
+                    e.prefill_time(cold.1.n_prompt_tokens_processed),
+                    e.prefill_time(warm.1.n_prompt_tokens_processed),
+                );
+                assert!(cold_fill >= Duration::from_millis(110), "{cold_fill:?}");
+                assert!(warm_fill < cold_fill / 2, "{warm_fill:?}");
+                assert!(
+                    cold.0 >= cold_fill && warm.0 >= warm_fill,
+                    "{cold:?} {warm:?}"
+                );
                 assert!(e.load().cache_hits >= 900);
+                let l = e.load().llama;
+                assert_eq!(l.prompt_tokens, input + warm.1.n_prompt_tokens_processed);
+                assert_eq!(l.prompt_cached, warm.1.n_prompt_tokens_cache);
+                assert_eq!((l.predicted, l.predict_steps), (8, 6), "{l:?}");
                 // three at once on two slots: one waits
                 let e2 = e.clone();
                 let (b2, r2) = (b.clone(), req.clone());

@@ -9,8 +9,9 @@
 //! fault plan (`ringgate mock --fault …`), replaces the normal answer on any of these paths.
 //!
 //! Engine mode (`--engine`, `start_engine`): Chat completions go through the simulated
-//! engine (`engine`: slots, queue, prefix cache, batch-dependent decode) and `GET /metrics`
-//! (+ `/slots` for llama.cpp, `/health`) answer with its load (`engine_page`).
+//! engine (`engine`: slots, queue, prefix cache, batch-dependent decode) and the engine's own
+//! GET pages (`/metrics`, `/health`; llama.cpp also `/slots`, `/v1/models`, `/props`) answer
+//! with its load (`engine_page::page`).
 //!
 //! Owns: the mock's accept loop, path dispatch (404 / 405 for anything else) and the per-shard
 //! fault dice. Must not: share state with the gateway or write any dialect's bytes itself.
@@ -22,7 +23,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::answer::Answer;
-use super::engine::{Engine, EngineKind, EngineSpec};
+use super::engine::{Engine, EngineSpec};
 use super::engine_page;
 use super::error::{self, Shape};
 use super::fault::{self, Dice, Plan};
@@ -288,21 +289,12 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
     }
 }
 
-/// A simulated engine's own pages: `GET /metrics`, llama.cpp's `GET /slots`, `GET /health`.
+/// A simulated engine's own pages (`engine_page::page`), for GETs.
 fn engine_page(e: &Engine, method: Method, path: &[u8]) -> Option<(u16, &'static [u8], String)> {
     if method != Method::Get {
         return None;
     }
-    let text: &'static [u8] = b"text/plain; version=0.0.4; charset=utf-8";
-    let json: &'static [u8] = b"application/json";
-    match path {
-        b"/metrics" => Some((200, text, engine_page::metrics(&e.spec, &e.load()))),
-        b"/slots" if e.spec.kind == EngineKind::Llamacpp => {
-            Some((200, json, engine_page::slots(&e.spec, &e.load())))
-        }
-        b"/health" => Some((200, json, r#"{"status":"ok"}"#.into())),
-        _ => None,
-    }
+    engine_page::page(e, path)
 }
 
 /// What a request path asks for.

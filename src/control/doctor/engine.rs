@@ -283,5 +283,13 @@ mod tests {
         );
         assert_eq!(ids, vec!["/models/SmolLM2.gguf".to_string()]);
         assert!(model_ids(b"not json").is_empty());
+        // pages recorded from a real llama-server (tests/fixtures/engines/llamacpp/)
+        let alias = include_bytes!("../../../tests/fixtures/engines/llamacpp/models.json");
+        assert_eq!(model_ids(alias), vec!["smollm2".to_string()]);
+        let bare = include_bytes!("../../../tests/fixtures/engines/llamacpp/models-no-alias.json");
+        assert_eq!(
+            model_ids(bare),
+            vec!["SmolLM2-135M-Instruct.Q4_1.gguf".to_string()]
+        );
     }
 }
