@@ -5,10 +5,10 @@
 //! - one engine kept busy with long jobs → ≥ 90 % of new short requests go to the other;
 //! - every slot and queue full (`max_waiting`) → 429 + Retry-After in the client's dialect,
 //!   with nothing sent to an engine;
-//! - an engine killed mid-stream → the client's stream ends with an error event, new requests
-//!   go to the survivor; restarted → back in rotation within one poll of its `/health` turning
+//! - an engine killed mid-stream → each client's stream (OpenAI Chat, Anthropic Messages) ends
+//!   with its dialect's error event, new requests go to the survivor; restarted → back in rotation within one poll of its `/health` turning
 //!   200 (at most the poll already on its way fails after that);
-//! - `POST /v1/completions` through the gateway to the engine;
+//! - `POST /v1/completions` through the gateway to the engine, stream and not;
 //! - `doctor` catches a 501 signal URL (no `--metrics`) and a model-name mismatch (no `--alias`);
 //! - with shared system prompts the engines' own cached-prompt counters (`/metrics`
 //!   `prompt_tokens_cached_total`, each answer's `usage.prompt_tokens_details.cached_tokens`;
@@ -234,32 +234,58 @@ fn a_killed_engine_ends_the_stream_with_an_error_and_a_restarted_one_comes_back(
     let Some(paths) = llama::paths() else { return };
     let _serial = llama::serial();
     let mut engines = [Llama::start(&paths, &[]), Llama::start(&paths, &[])];
+    // model `pinned` goes to eng0 only: both streams (one per client dialect) run there
+    let pinned = format!(
+        "\n[[model]]\nname = \"pinned\"\ndeployments = [ {{ provider = \"eng0\", upstream_model = \"{ALIAS}\" }} ]\n"
+    );
     // one shard: killing and restarting an engine is the slow part, and what it tests (the
     // engine's signal) is process-wide; the two-shard run is the routing tests'
     for shards in [1usize] {
-        let gw = gateway_for(shards, &[engines[0].addr, engines[1].addr], "");
+        let gw = gateway_for(shards, &[engines[0].addr, engines[1].addr], &pinned);
         wait_polled(gw.addr, 2);
-        let held = long_job(gw.addr, ALIAS);
+        let chat = long_job(gw.addr, "pinned");
+        let messages = Held::open(
+            gw.addr,
+            "/v1/messages",
+            // (no `ignore_eos` in the Anthropic dialect: a prompt that does not end soon)
+            r#"{"model":"pinned","stream":true,"max_tokens":1500,"messages":[{"role":"user","content":"Count from 1 to 10000, one number per line."}]}"#,
+        );
         assert!(
-            held.wait(Duration::from_secs(60), |t| t.matches("data: ").count() > 3),
+            chat.wait(Duration::from_secs(60), |t| t.matches("data: ").count() > 3),
             "no tokens: {}",
-            held.text()
+            chat.text()
         );
-        let victim = usize::from(engines[1].busy_slots() == 1);
-        let survivor = 1 - victim;
-        engines[victim].kill();
         assert!(
-            held.wait(Duration::from_secs(30), |t| t.ends_with("\r\n0\r\n\r\n")),
-            "the stream never ended: {}",
-            held.text()
+            messages.wait(Duration::from_secs(60), |t| t
+                .matches("event: content_block_delta")
+                .count()
+                > 3),
+            "no tokens: {}",
+            messages.text()
         );
-        let text = held.text();
+        let (victim, survivor) = (0usize, 1usize);
+        engines[victim].kill();
+        for held in [&chat, &messages] {
+            assert!(
+                held.wait(Duration::from_secs(30), |t| t.ends_with("\r\n0\r\n\r\n")),
+                "the stream never ended: {}",
+                held.text()
+            );
+        }
+        let text = chat.text();
         assert!(text.contains("\"error\""), "no error event: {text}");
         assert!(
             !text.contains("data: [DONE]"),
             "a broken stream must not say [DONE]: {text}"
         );
-        drop(held);
+        // the Anthropic client's stream ends with its dialect's error event, no message_stop
+        let text = messages.text();
+        assert!(
+            text.contains("event: error\n"),
+            "no Anthropic error event: {text}"
+        );
+        assert!(!text.contains("event: message_stop"), "{text}");
+        drop((chat, messages));
         for i in 0..6 {
             let r = short_chat(gw.addr, i);
             assert_eq!(r.status, 200, "{}", r.text());
@@ -385,6 +411,23 @@ fn text_completions_reach_the_engine_with_its_usage() {
             "{v}"
         );
         assert_eq!(r.header("x-ringgate-provider"), Some("eng0"));
+        // streamed: the engine's text chunks, passed through to the end
+        let stream = body.replacen('{', r#"{"stream":true,"#, 1);
+        let r = request(gw.addr, &post("/v1/completions", &stream));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.text();
+        let streamed: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(
+            streamed,
+            want["choices"][0]["text"].as_str().unwrap(),
+            "{text}"
+        );
+        assert!(text.contains("data: [DONE]"), "{text}");
         gw.stop();
     }
 }
