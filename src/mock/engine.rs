@@ -51,7 +51,7 @@ use std::time::Instant;
 
 use monoio::io::AsyncWriteRent;
 
-use super::{chat, pace, MockRequest, Profile};
+use super::{chat, engine_answer, pace, MockRequest, Profile};
 use crate::engine::prefix;
 use crate::http::io::write_all;
 use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
@@ -440,8 +440,19 @@ impl Engine {
             l.bucket_prompt.0 += n;
             l.bucket_prompt.1 += us;
         }
-        let mut ev = chat::events(req);
-        let units = pace::Events::units(&ev).max(1);
+        // llama.cpp answers in its own shape (`engine_answer`); the others as the mock's Chat
+        let llama = (self.spec.kind == EngineKind::Llamacpp).then(|| engine_answer::Answer {
+            req,
+            cached: hit_tokens,
+            processed: input - hit_tokens,
+            prompt_us: prefill.as_micros() as u64,
+            gen_us: &run.gen_us,
+        });
+        let mut ev: Box<dyn pace::Events + '_> = match &llama {
+            Some(a) => Box::new(engine_answer::Answer { ..*a }),
+            None => Box::new(chat::events(req)),
+        };
+        let units = ev.units().max(1);
         if !req.stream {
             // the first token comes with the prompt's batch, each next after a decode step
             run.token(Duration::ZERO);
@@ -450,7 +461,10 @@ impl Engine {
                 monoio::time::sleep(step).await;
                 run.token(step);
             }
-            let body = chat::completion_body(req);
+            let body = match &llama {
+                Some(a) => a.body(),
+                None => chat::completion_body(req),
+            };
             return pace::json(s, 200, &body, Profile::Instant, keep_alive).await;
         }
         let mut out = Vec::with_capacity(1024);
@@ -463,7 +477,7 @@ impl Engine {
             b"cache-control: no-cache\r\n",
         );
         let mut buf = Vec::with_capacity(512);
-        pace::Events::head(&mut ev, &mut buf);
+        ev.head(&mut buf);
         for i in 0..units {
             let mut step = Duration::ZERO;
             if i > 0 {
@@ -472,9 +486,9 @@ impl Engine {
                 buf.clear();
             }
             run.token(step);
-            pace::Events::unit(&mut ev, i, &mut buf);
+            ev.unit(i, &mut buf);
             if i + 1 == units {
-                pace::Events::tail(&mut ev, &mut buf);
+                ev.tail(&mut buf);
             }
             write_chunk(&mut out, &buf);
             if i + 1 == units {

@@ -9,7 +9,8 @@
 //! standalone server (`server`) also injects
 //! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
 //! `--fault` plan), `inject` writes them in place of the `answer`; with `--engine` it
-//! simulates an inference engine under load (`engine`, its metrics pages `engine_page`). Must not: depend on the
+//! simulates an inference engine under load (`engine`, its metrics pages `engine_page`,
+//! llama.cpp's own answer shape `engine_answer`). Must not: depend on the
 //! gateway pipeline — the gateway calls `respond` / `chat::respond` (its in-process mock injects
 //! no faults), the standalone server calls the same writers.
 
@@ -18,6 +19,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod embeddings;
 pub mod engine;
+pub mod engine_answer;
 pub mod engine_page;
 pub mod error;
 pub mod fault;

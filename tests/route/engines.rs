@@ -649,7 +649,8 @@ fn until(what: &str, ok: impl Fn() -> bool) {
 /// (tests/fixtures/engines/llamacpp/, recorded from one): `/slots` idle before any task, busy,
 /// busy with a queue, idle after (a slot keeps its last task); `/metrics` (its families, types
 /// and help texts; only with `--metrics`, else the real 501), `/health`, `/v1/models`,
-/// `/props`. A change on either side that the other does not follow fails here.
+/// `/props`, its Chat answers (non-stream, and every kind of stream event in order) and its
+/// 503 while loading. A change on either side that the other does not follow fails here.
 #[test]
 fn the_llamacpp_simulator_serves_pages_shaped_like_the_real_engines() {
     let mut spec = EngineSpec::new(SimKind::Llamacpp, 2);
@@ -697,6 +698,47 @@ fn the_llamacpp_simulator_serves_pages_shaped_like_the_real_engines() {
     same_json("/health", "health.json");
     same_json("/v1/models", "models.json");
     same_json("/props", "props.json");
+    // its answers: finish_reason "length", cached tokens and timings, the first chunk's null
+    let chat = r#"{"model":"smollm2","max_tokens":4,"messages":[{"role":"user","content":"Name three colours."}]}"#;
+    let r = request(sim.addr, &post("/v1/chat/completions", chat));
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        json_shape(&r.body),
+        json_shape(&llama_fixture("chat.json")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        r.json()["choices"][0]["finish_reason"],
+        "length",
+        "at max_tokens"
+    );
+    let events = |sse: &str| {
+        let mut out: Vec<String> = Vec::new();
+        for d in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let s = if d == "[DONE]" {
+                d.to_string()
+            } else {
+                json_shape(d.as_bytes())
+            };
+            if out.last() != Some(&s) {
+                out.push(s);
+            }
+        }
+        out
+    };
+    let streamed = chat.replacen(
+        '{',
+        r#"{"stream":true,"stream_options":{"include_usage":true},"#,
+        1,
+    );
+    let r = request(sim.addr, &post("/v1/chat/completions", &streamed));
+    assert_eq!(r.status, 200);
+    let real = String::from_utf8(llama_fixture("chat-stream.txt")).unwrap();
+    assert_eq!(events(&r.text()), events(&real), "{}", r.text());
+    assert!(r
+        .text()
+        .contains(r#""delta":{"role":"assistant","content":null}"#));
     let long = r#"{"model":"smollm2","stream":true,"max_tokens":400,"messages":[{"role":"user","content":"Write a very long story about a lighthouse."}]}"#;
     let mut held = vec![hold(sim.addr, long), hold(sim.addr, long)];
     until("both slots busy", || busy(2));
