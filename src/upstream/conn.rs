@@ -2,23 +2,46 @@
 //! monoio's owned-buffer read/write traits.
 //!
 //! Owns: connecting (with timeout), TCP_NODELAY, the TLS handshake with SNI, and the
-//! before-reuse check of an idle connection (`is_quiet`).
+//! before-reuse check of an idle connection (`is_quiet`). An idle plain connection keeps one
+//! read armed ([`Conn::arm`]): a close or stray bytes complete that read while the connection
+//! sits in the pool, so the check before reuse is a look at the read's state (no syscall), and
+//! the same read then receives the answer's first bytes ([`Conn::armed_read`]) — the way nginx,
+//! pingora and Envoy watch an idle keep-alive upstream. TLS connections keep the one
+//! `MSG_PEEK` of the raw socket (a record may arrive that rustls must see first).
 //! Must not: speak HTTP.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use monoio::buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
 use monoio::BufResult;
 use monoio_rustls::{ClientTlsStream as TlsStream, TlsConnector};
 use rustls::pki_types::ServerName;
 
+/// The read armed on an idle plain connection: it yields the read half back with the bytes it
+/// read into the buffer it was given (`Ok(0)`: the peer closed).
+type ArmedRead = Pin<Box<dyn Future<Output = (OwnedReadHalf<TcpStream>, ReadResult)>>>;
+type ReadResult = (io::Result<usize>, Vec<u8>);
+
+/// Largest buffer an idle connection keeps for its armed read (a larger one is replaced by a
+/// fresh [`ARMED_BUF`] one: idle connections hold little memory).
+pub const ARMED_BUF_MAX: usize = 8 * 1024;
+/// Size of the buffer an idle connection's armed read gets when none is handed over.
+pub const ARMED_BUF: usize = 2 * 1024;
+
 pub enum Conn {
     Plain(TcpStream),
+    /// A plain connection with one read armed (it was idle in the pool): writes go through the
+    /// write half; the read (`None` once lost to a timeout) yields the answer's first bytes.
+    /// Both are `Option`s only so [`Conn::armed_read`] can take them apart in place.
+    Armed(Option<OwnedWriteHalf<TcpStream>>, Option<ArmedRead>),
     /// The TLS stream and the fd of the TCP socket inside it (valid while the stream lives).
     Tls(Box<TlsStream<TcpStream>>, RawFd),
     /// The reading end of an in-memory pipe (in-process answers); read-only, never pooled.
@@ -54,17 +77,97 @@ impl Conn {
         }
     }
 
+    /// Prepare a connection for the pool: a plain one gets one read armed into `buf` (a fresh
+    /// [`ARMED_BUF`] one if `buf` is larger than [`ARMED_BUF_MAX`] or smaller than that),
+    /// submitted now; others are unchanged.
+    pub fn arm(self, mut buf: Vec<u8>) -> Conn {
+        match self {
+            Conn::Plain(s) => {
+                if buf.capacity() > ARMED_BUF_MAX || buf.capacity() < ARMED_BUF {
+                    buf = Vec::with_capacity(ARMED_BUF);
+                }
+                // a read into a `Vec` fills it from the start, up to its capacity
+                buf.clear();
+                let (mut r, w) = s.into_split();
+                let mut read: ArmedRead = Box::pin(async move {
+                    let (res, buf) = r.read(buf).await;
+                    (r, (res, buf))
+                });
+                // The first poll submits the read (io_uring) or registers interest (epoll); a
+                // completion found here means the connection is already unusable.
+                match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Pending => Conn::Armed(Some(w), Some(read)),
+                    Poll::Ready(_) => Conn::Armed(Some(w), None),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// An idle connection may carry a new request only if nothing is pending on it: bytes
-    /// (a late second response, an error the peer sent after the answer) or a close. One
-    /// non-blocking `MSG_PEEK` syscall. For TLS the raw socket is checked: any record arriving
-    /// on an idle connection (alert, close_notify, ticket) discards it too — conservative.
-    pub fn is_quiet(&self) -> bool {
+    /// (a late second response, an error the peer sent after the answer) or a close. An armed
+    /// plain connection: its read has not completed (polled once, no syscall under io_uring).
+    /// TLS: one non-blocking `MSG_PEEK` of the raw socket; any record arriving on an idle
+    /// connection (alert, close_notify, ticket) discards it too — conservative.
+    pub fn is_quiet(&mut self) -> bool {
         let fd = match self {
+            Conn::Armed(_, read) => {
+                let Some(r) = read.as_mut() else {
+                    return false;
+                };
+                if r.as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()))
+                    .is_pending()
+                {
+                    return true;
+                }
+                // completed (bytes, close or error): never polled again
+                *read = None;
+                return false;
+            }
             Conn::Plain(s) => s.as_raw_fd(),
             Conn::Tls(_, fd) => *fd,
             Conn::Pipe(_) => return false,
         };
         crate::util::sock::peek(fd) == crate::util::sock::Peeked::Quiet
+    }
+
+    /// The armed read's outcome, waited for until `deadline`: `None` when no read is armed
+    /// (read with `read` as usual). `Some(Ok(n))`: `n` bytes are in `buf` (the armed read's
+    /// buffer, now the caller's; `0`: the peer closed); the connection is plain again.
+    pub async fn armed_read(
+        &mut self,
+        buf: &mut Vec<u8>,
+        deadline: Instant,
+    ) -> Option<io::Result<usize>> {
+        let Conn::Armed(_, read) = self else {
+            return None;
+        };
+        let Some(mut fut) = read.take() else {
+            return Some(Err(io::Error::other("the armed read was lost")));
+        };
+        let (half, (res, got)) = match monoio::time::timeout_at(deadline.into(), &mut fut).await {
+            Ok(done) => done,
+            Err(_) => {
+                return Some(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "read timed out",
+                )))
+            }
+        };
+        *buf = got;
+        let Conn::Armed(w, _) = self else {
+            return Some(res);
+        };
+        match w.take().map(|w| half.reunite(w)) {
+            Some(Ok(s)) => *self = Conn::Plain(s),
+            _ => {
+                return Some(Err(io::Error::other(
+                    "the armed connection's halves are lost",
+                )))
+            }
+        }
+        Some(res)
     }
 }
 
@@ -72,6 +175,7 @@ impl AsyncReadRent for Conn {
     async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.read(buf).await,
+            Conn::Armed(..) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.read(buf).await,
             Conn::Pipe(p) => p.read(buf).await,
         }
@@ -80,6 +184,7 @@ impl AsyncReadRent for Conn {
     async fn readv<T: IoVecBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.readv(buf).await,
+            Conn::Armed(..) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.readv(buf).await,
             Conn::Pipe(p) => p.readv(buf).await,
         }
@@ -90,6 +195,8 @@ impl AsyncWriteRent for Conn {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.write(buf).await,
+            Conn::Armed(Some(w), _) => w.write(buf).await,
+            Conn::Armed(None, _) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.write(buf).await,
             Conn::Pipe(_) => (Err(read_only()), buf),
         }
@@ -98,6 +205,8 @@ impl AsyncWriteRent for Conn {
     async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.writev(buf).await,
+            Conn::Armed(Some(w), _) => w.writev(buf).await,
+            Conn::Armed(None, _) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.writev(buf).await,
             Conn::Pipe(_) => (Err(read_only()), buf),
         }
@@ -106,6 +215,8 @@ impl AsyncWriteRent for Conn {
     async fn flush(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.flush().await,
+            Conn::Armed(Some(w), _) => w.flush().await,
+            Conn::Armed(None, _) => Err(armed()),
             Conn::Tls(s, _) => s.flush().await,
             Conn::Pipe(_) => Ok(()),
         }
@@ -114,10 +225,17 @@ impl AsyncWriteRent for Conn {
     async fn shutdown(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.shutdown().await,
+            Conn::Armed(Some(w), _) => w.shutdown().await,
+            Conn::Armed(None, _) => Err(armed()),
             Conn::Tls(s, _) => s.shutdown().await,
             Conn::Pipe(_) => Ok(()),
         }
     }
+}
+
+/// A read on an armed connection goes through [`Conn::armed_read`] first.
+fn armed() -> io::Error {
+    io::Error::other("armed upstream connection: its armed read comes first")
 }
 
 fn read_only() -> io::Error {
@@ -125,4 +243,96 @@ fn read_only() -> io::Error {
         io::ErrorKind::Unsupported,
         "an in-memory answer pipe is read-only",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A connected pair: the gateway side (armed) and the peer's std socket.
+    async fn pair() -> (Conn, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = Conn::connect(addr, None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let (peer, _) = l.accept().unwrap();
+        (c.arm(Vec::with_capacity(ARMED_BUF)), peer)
+    }
+
+    /// Poll `is_quiet` (letting the driver reap completions in between) until it says `want`.
+    async fn quiet_becomes(c: &mut Conn, want: bool) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if c.is_quiet() == want {
+                return true;
+            }
+            monoio::time::sleep(Duration::from_millis(2)).await;
+        }
+        false
+    }
+
+    #[monoio::test(driver = "iouring", enable_timer = true)]
+    async fn an_armed_connection_sees_stray_bytes_and_close_iouring() {
+        sees_stray_bytes_and_close().await
+    }
+
+    #[monoio::test(driver = "legacy", enable_timer = true)]
+    async fn an_armed_connection_sees_stray_bytes_and_close_epoll() {
+        sees_stray_bytes_and_close().await
+    }
+
+    #[monoio::test(driver = "iouring", enable_timer = true)]
+    async fn the_armed_read_receives_the_next_answer_iouring() {
+        receives_the_next_answer().await
+    }
+
+    #[monoio::test(driver = "legacy", enable_timer = true)]
+    async fn the_armed_read_receives_the_next_answer_epoll() {
+        receives_the_next_answer().await
+    }
+
+    async fn sees_stray_bytes_and_close() {
+        let (mut c, mut peer) = pair().await;
+        assert!(matches!(c, Conn::Armed(Some(_), Some(_))));
+        assert!(c.is_quiet(), "nothing pending yet");
+        peer.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
+        assert!(
+            quiet_becomes(&mut c, false).await,
+            "stray bytes complete the armed read"
+        );
+        assert!(!c.is_quiet(), "and it stays unusable");
+
+        let (mut c, peer) = pair().await;
+        drop(peer);
+        assert!(
+            quiet_becomes(&mut c, false).await,
+            "a close completes the armed read"
+        );
+    }
+
+    /// ... and the connection is plain again after it.
+    async fn receives_the_next_answer() {
+        let (mut c, mut peer) = pair().await;
+        assert!(c.is_quiet());
+        let (r, _) = c.write(b"GET / HTTP/1.1\r\n\r\n".to_vec()).await;
+        assert_eq!(
+            r.unwrap(),
+            18,
+            "writes go through the write half while the read waits"
+        );
+        let mut req = [0u8; 18];
+        peer.read_exact(&mut req).unwrap();
+        peer.write_all(b"answer").unwrap();
+        let mut buf = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let n = c.armed_read(&mut buf, deadline).await.unwrap().unwrap();
+        assert_eq!(&buf[..n], b"answer");
+        assert!(matches!(c, Conn::Plain(_)));
+        assert!(c.armed_read(&mut buf, deadline).await.is_none());
+        peer.write_all(b" more").unwrap();
+        let (r, b) = c.read(Vec::with_capacity(16)).await;
+        assert_eq!(&b[..r.unwrap()], b" more");
+    }
 }

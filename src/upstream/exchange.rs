@@ -23,6 +23,9 @@ use crate::http::io::read_more_at;
 
 /// Largest upstream response head accepted.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// The first read's buffer on a fresh connection (a reused plain one reads into its armed
+/// read's buffer, `conn::ARMED_BUF`..`ARMED_BUF_MAX`).
+const HEAD_BUF: usize = 8 * 1024;
 /// Upstream-failure log lines per second per shard (the rest are counted).
 const FAILURE_LOG_LINES: u32 = 20;
 /// Requests with bodies up to this size are written in one buffer with their head; larger
@@ -338,23 +341,30 @@ pub(super) async fn read_head(
     mut now: Instant,
 ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
     {
-        let mut buf = Vec::with_capacity(8192);
+        let mut buf = Vec::new();
+        // a pooled plain connection's first bytes come from its armed read (see `pool`)
+        let mut first = conn.armed_read(&mut buf, first_deadline).await;
+        if first.is_none() {
+            buf.reserve(HEAD_BUF);
+        }
         loop {
-            let n = read_more_at(conn, &mut buf, first_deadline, now)
-                .await
-                .map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::TimedOut {
-                        Error::new(Kind::UpstreamTimeout, "upstream did not answer in time")
-                            .caused(Cause::FirstByteTimeout)
-                    } else if buf.is_empty() {
-                        Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
-                            .retryable()
-                            .caused(Cause::Reset)
-                    } else {
-                        Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
-                            .caused(Cause::Reset)
-                    }
-                })?;
+            let read = match first.take() {
+                Some(r) => r,
+                None => read_more_at(conn, &mut buf, first_deadline, now).await,
+            };
+            let n = read.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    Error::new(Kind::UpstreamTimeout, "upstream did not answer in time")
+                        .caused(Cause::FirstByteTimeout)
+                } else if buf.is_empty() {
+                    Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                        .retryable()
+                        .caused(Cause::Reset)
+                } else {
+                    Error::new(Kind::UpstreamProtocol, format!("upstream read: {e}"))
+                        .caused(Cause::Reset)
+                }
+            })?;
             if n == 0 {
                 let e = Error::new(Kind::UpstreamProtocol, "upstream closed before responding")
                     .caused(Cause::Reset);
@@ -531,7 +541,11 @@ impl Exchange<'_> {
         if let Some(conn) = self.conn.take() {
             let clean = self.pool_ok && self.at == self.buf.len();
             if let Some(key) = self.key.as_ref().filter(|_| clean) {
-                self.client.pool.put(key, conn);
+                // the read buffer (empty: everything was consumed) goes with it, for its
+                // armed read (see `pool`)
+                self.client
+                    .pool
+                    .put(key, conn, std::mem::take(&mut self.buf));
             }
         }
     }

@@ -2,7 +2,9 @@
 //! shard's copy of resolved addresses (`resolve::LocalDns`; lookups run off the shard).
 //!
 //! Owns: idle connections, their age limit, count limit and before-reuse check (nothing
-//! pending on the socket).
+//! pending on the socket): a plain connection enters the pool with one read armed
+//! (`Conn::arm`, into the buffer its last exchange read with, at most `ARMED_BUF_MAX`), so a
+//! close or stray bytes are seen without a syscall when it is taken; a TLS one is peeked.
 //! Must not: be shared across shards (it is `!Send` by design: `RefCell`, no locks).
 
 use std::cell::RefCell;
@@ -43,7 +45,7 @@ impl Pool {
     pub fn take(&self, key: &PoolKey, now: Instant) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
-        while let Some(i) = list.pop() {
+        while let Some(mut i) = list.pop() {
             if now.saturating_duration_since(i.since) < self.ttl && i.conn.is_quiet() {
                 return Some(i.conn);
             }
@@ -51,9 +53,11 @@ impl Pool {
         None
     }
 
-    pub fn put(&self, key: &PoolKey, conn: Conn) {
+    /// Keep `conn` for reuse; `buf` (the buffer its exchange read with, emptied) becomes its
+    /// armed read's buffer unless it is larger than `ARMED_BUF_MAX`.
+    pub fn put(&self, key: &PoolKey, conn: Conn, buf: Vec<u8>) {
         let idle = Idle {
-            conn,
+            conn: conn.arm(buf),
             since: Instant::now(),
         };
         let mut map = self.idle.borrow_mut();
