@@ -30,9 +30,10 @@ use rustls::pki_types::ServerName;
 type ArmedRead = Pin<Box<dyn Future<Output = (OwnedReadHalf<TcpStream>, ReadResult)>>>;
 type ReadResult = (io::Result<usize>, Vec<u8>);
 
-/// Largest buffer an idle connection keeps for its armed read (a larger one is replaced by a
-/// fresh [`ARMED_BUF`] one: idle connections hold little memory).
-pub const ARMED_BUF_MAX: usize = 8 * 1024;
+/// Largest buffer an idle connection keeps for its armed read (a larger one — a stream's, grown
+/// past it — is freed and replaced by a fresh [`ARMED_BUF`] one: idle connections hold little
+/// memory). A small answer's 4 KiB buffer stays with its connection, request after request.
+pub const ARMED_BUF_MAX: usize = 4 * 1024;
 /// Size of the buffer an idle connection's armed read gets when none is handed over.
 pub const ARMED_BUF: usize = 2 * 1024;
 
@@ -40,8 +41,11 @@ pub enum Conn {
     Plain(TcpStream),
     /// A plain connection with one read armed (it was idle in the pool): writes go through the
     /// write half; the read (`None` once lost to a timeout) yields the answer's first bytes.
-    /// Both are `Option`s only so [`Conn::armed_read`] can take them apart in place.
-    Armed(Option<OwnedWriteHalf<TcpStream>>, Option<ArmedRead>),
+    /// Both are `Option`s only so [`Conn::armed_read`] can take them apart in place; the fd.
+    Armed(Option<OwnedWriteHalf<TcpStream>>, Option<ArmedRead>, RawFd),
+    /// A plain connection after its first armed read: kept split (the halves' shared cell is
+    /// allocated once per connection, not per request); the fd for `is_quiet`.
+    Halves(OwnedReadHalf<TcpStream>, OwnedWriteHalf<TcpStream>, RawFd),
     /// The TLS stream and the fd of the TCP socket inside it (valid while the stream lives).
     Tls(Box<TlsStream<TcpStream>>, RawFd),
     /// The reading end of an in-memory pipe (in-process answers); read-only, never pooled.
@@ -81,26 +85,29 @@ impl Conn {
     /// [`ARMED_BUF`] one if `buf` is larger than [`ARMED_BUF_MAX`] or smaller than that),
     /// submitted now; others are unchanged.
     pub fn arm(self, mut buf: Vec<u8>) -> Conn {
-        match self {
+        let (mut r, w, fd) = match self {
             Conn::Plain(s) => {
-                if buf.capacity() > ARMED_BUF_MAX || buf.capacity() < ARMED_BUF {
-                    buf = Vec::with_capacity(ARMED_BUF);
-                }
-                // a read into a `Vec` fills it from the start, up to its capacity
-                buf.clear();
-                let (mut r, w) = s.into_split();
-                let mut read: ArmedRead = Box::pin(async move {
-                    let (res, buf) = r.read(buf).await;
-                    (r, (res, buf))
-                });
-                // The first poll submits the read (io_uring) or registers interest (epoll); a
-                // completion found here means the connection is already unusable.
-                match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-                    Poll::Pending => Conn::Armed(Some(w), Some(read)),
-                    Poll::Ready(_) => Conn::Armed(Some(w), None),
-                }
+                let fd = s.as_raw_fd();
+                let (r, w) = s.into_split();
+                (r, w, fd)
             }
-            other => other,
+            Conn::Halves(r, w, fd) => (r, w, fd),
+            other => return other,
+        };
+        if buf.capacity() > ARMED_BUF_MAX || buf.capacity() < ARMED_BUF {
+            buf = Vec::with_capacity(ARMED_BUF);
+        }
+        // a read into a `Vec` fills it from the start, up to its capacity
+        buf.clear();
+        let mut read: ArmedRead = Box::pin(async move {
+            let (res, buf) = r.read(buf).await;
+            (r, (res, buf))
+        });
+        // The first poll submits the read (io_uring) or registers interest (epoll); a
+        // completion found here means the connection is already unusable.
+        match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Pending => Conn::Armed(Some(w), Some(read), fd),
+            Poll::Ready(_) => Conn::Armed(Some(w), None, fd),
         }
     }
 
@@ -111,7 +118,7 @@ impl Conn {
     /// connection (alert, close_notify, ticket) discards it too — conservative.
     pub fn is_quiet(&mut self) -> bool {
         let fd = match self {
-            Conn::Armed(_, read) => {
+            Conn::Armed(_, read, _) => {
                 let Some(r) = read.as_mut() else {
                     return false;
                 };
@@ -126,7 +133,7 @@ impl Conn {
                 return false;
             }
             Conn::Plain(s) => s.as_raw_fd(),
-            Conn::Tls(_, fd) => *fd,
+            Conn::Halves(_, _, fd) | Conn::Tls(_, fd) => *fd,
             Conn::Pipe(_) => return false,
         };
         crate::util::sock::peek(fd) == crate::util::sock::Peeked::Quiet
@@ -140,7 +147,7 @@ impl Conn {
         buf: &mut Vec<u8>,
         deadline: Instant,
     ) -> Option<io::Result<usize>> {
-        let Conn::Armed(_, read) = self else {
+        let Conn::Armed(_, read, _) = self else {
             return None;
         };
         let Some(mut fut) = read.take() else {
@@ -156,17 +163,16 @@ impl Conn {
             }
         };
         *buf = got;
-        let Conn::Armed(w, _) = self else {
+        let Conn::Armed(w, _, fd) = self else {
             return Some(res);
         };
-        match w.take().map(|w| half.reunite(w)) {
-            Some(Ok(s)) => *self = Conn::Plain(s),
-            _ => {
-                return Some(Err(io::Error::other(
-                    "the armed connection's halves are lost",
-                )))
-            }
-        }
+        let fd = *fd;
+        let Some(w) = w.take() else {
+            return Some(Err(io::Error::other(
+                "the armed connection's write half is lost",
+            )));
+        };
+        *self = Conn::Halves(half, w, fd);
         Some(res)
     }
 }
@@ -175,6 +181,7 @@ impl AsyncReadRent for Conn {
     async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.read(buf).await,
+            Conn::Halves(r, _, _) => r.read(buf).await,
             Conn::Armed(..) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.read(buf).await,
             Conn::Pipe(p) => p.read(buf).await,
@@ -184,6 +191,7 @@ impl AsyncReadRent for Conn {
     async fn readv<T: IoVecBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.readv(buf).await,
+            Conn::Halves(r, _, _) => r.readv(buf).await,
             Conn::Armed(..) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.readv(buf).await,
             Conn::Pipe(p) => p.readv(buf).await,
@@ -195,8 +203,8 @@ impl AsyncWriteRent for Conn {
     async fn write<T: IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.write(buf).await,
-            Conn::Armed(Some(w), _) => w.write(buf).await,
-            Conn::Armed(None, _) => (Err(armed()), buf),
+            Conn::Armed(Some(w), _, _) | Conn::Halves(_, w, _) => w.write(buf).await,
+            Conn::Armed(None, _, _) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.write(buf).await,
             Conn::Pipe(_) => (Err(read_only()), buf),
         }
@@ -205,8 +213,8 @@ impl AsyncWriteRent for Conn {
     async fn writev<T: IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Conn::Plain(s) => s.writev(buf).await,
-            Conn::Armed(Some(w), _) => w.writev(buf).await,
-            Conn::Armed(None, _) => (Err(armed()), buf),
+            Conn::Armed(Some(w), _, _) | Conn::Halves(_, w, _) => w.writev(buf).await,
+            Conn::Armed(None, _, _) => (Err(armed()), buf),
             Conn::Tls(s, _) => s.writev(buf).await,
             Conn::Pipe(_) => (Err(read_only()), buf),
         }
@@ -215,8 +223,8 @@ impl AsyncWriteRent for Conn {
     async fn flush(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.flush().await,
-            Conn::Armed(Some(w), _) => w.flush().await,
-            Conn::Armed(None, _) => Err(armed()),
+            Conn::Armed(Some(w), _, _) | Conn::Halves(_, w, _) => w.flush().await,
+            Conn::Armed(None, _, _) => Err(armed()),
             Conn::Tls(s, _) => s.flush().await,
             Conn::Pipe(_) => Ok(()),
         }
@@ -225,8 +233,8 @@ impl AsyncWriteRent for Conn {
     async fn shutdown(&mut self) -> io::Result<()> {
         match self {
             Conn::Plain(s) => s.shutdown().await,
-            Conn::Armed(Some(w), _) => w.shutdown().await,
-            Conn::Armed(None, _) => Err(armed()),
+            Conn::Armed(Some(w), _, _) | Conn::Halves(_, w, _) => w.shutdown().await,
+            Conn::Armed(None, _, _) => Err(armed()),
             Conn::Tls(s, _) => s.shutdown().await,
             Conn::Pipe(_) => Ok(()),
         }
@@ -295,7 +303,7 @@ mod tests {
 
     async fn sees_stray_bytes_and_close() {
         let (mut c, mut peer) = pair().await;
-        assert!(matches!(c, Conn::Armed(Some(_), Some(_))));
+        assert!(matches!(c, Conn::Armed(Some(_), Some(_), _)));
         assert!(c.is_quiet(), "nothing pending yet");
         peer.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
         assert!(
@@ -312,7 +320,7 @@ mod tests {
         );
     }
 
-    /// ... and the connection is plain again after it.
+    /// ... and the connection is usable as a plain one after it (kept split), armed again.
     async fn receives_the_next_answer() {
         let (mut c, mut peer) = pair().await;
         assert!(c.is_quiet());
@@ -329,10 +337,14 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         let n = c.armed_read(&mut buf, deadline).await.unwrap().unwrap();
         assert_eq!(&buf[..n], b"answer");
-        assert!(matches!(c, Conn::Plain(_)));
+        assert!(matches!(c, Conn::Halves(..)));
         assert!(c.armed_read(&mut buf, deadline).await.is_none());
         peer.write_all(b" more").unwrap();
         let (r, b) = c.read(Vec::with_capacity(16)).await;
         assert_eq!(&b[..r.unwrap()], b" more");
+        let mut c = c.arm(b);
+        assert!(c.is_quiet(), "armed again, from its halves");
+        peer.write_all(b"x").unwrap();
+        assert!(quiet_becomes(&mut c, false).await);
     }
 }

@@ -25,7 +25,7 @@ use crate::http::io::read_more_at;
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// The first read's buffer on a fresh connection (a reused plain one reads into its armed
 /// read's buffer, `conn::ARMED_BUF`..`ARMED_BUF_MAX`).
-const HEAD_BUF: usize = 8 * 1024;
+const HEAD_BUF: usize = 4 * 1024;
 /// Upstream-failure log lines per second per shard (the rest are counted).
 const FAILURE_LOG_LINES: u32 = 20;
 /// Requests with bodies up to this size are written in one buffer with their head; larger
