@@ -28,13 +28,9 @@ pub enum Invalid {
 
 /// Whether `b` is exactly one JSON value (surrounding whitespace allowed).
 pub fn check(b: &[u8]) -> Result<(), Invalid> {
-    if let Err(e) = std::str::from_utf8(b) {
-        // Non-ASCII bytes are legal only inside strings; wherever they are, they must be UTF-8.
-        return Err(match e.error_len() {
-            None => Invalid::Eof,
-            Some(_) => Invalid::At(e.valid_up_to()),
-        });
-    }
+    // Non-ASCII bytes are legal only inside strings, and there they must be UTF-8: `string`
+    // checks each such character where it meets it (no separate pass over the whole input);
+    // anywhere else the grammar refuses them.
     let mut depth = 0usize;
     // Bit `d` set: the container at depth `d + 1` is an object.
     let mut objects = 0u128;
@@ -140,13 +136,14 @@ fn member_key(b: &[u8], i: usize) -> Result<usize, Invalid> {
 }
 
 /// The rest of a string whose opening quote is just before `i`; returns the offset after its
-/// closing quote. Plain bytes are skipped eight at a time (`special`).
+/// closing quote. Plain ASCII bytes are skipped eight at a time (`special`, plus the high bit:
+/// a non-ASCII byte stops the skip and its character is checked, `utf8_char`).
 fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
     loop {
         while let Some(chunk) = b.get(i..i + 8) {
             let mut word = [0u8; 8];
             word.copy_from_slice(chunk);
-            let m = special(u64::from_le_bytes(word));
+            let m = special(u64::from_le_bytes(word)) | (u64::from_le_bytes(word) & HIGH);
             if m != 0 {
                 i += (m.trailing_zeros() / 8) as usize;
                 break;
@@ -158,6 +155,10 @@ fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
             Some(b'"') => return Ok(i + 1),
             Some(b'\\') => {}
             Some(&c) if c < 0x20 => return Err(Invalid::At(i)),
+            Some(&c) if c >= 0x80 => {
+                i = utf8_char(b, i, c)?;
+                continue;
+            }
             Some(_) => {
                 i += 1;
                 continue;
@@ -179,6 +180,26 @@ fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
             }
             Some(_) => return Err(Invalid::At(i + 1)),
         }
+    }
+}
+
+/// One UTF-8 encoded character at `i` (lead byte `lead` ≥ 0x80), exactly as `str::from_utf8`
+/// judges it (no overlongs, surrogates or code points past U+10FFFF); returns the offset after
+/// it. Cut off by the end of the input: `Eof`.
+#[inline]
+fn utf8_char(b: &[u8], i: usize, lead: u8) -> Result<usize, Invalid> {
+    let width = match lead {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => return Err(Invalid::At(i)),
+    };
+    let end = (i + width).min(b.len());
+    match std::str::from_utf8(b.get(i..end).unwrap_or_default()) {
+        Ok(_) if end == i + width => Ok(end),
+        Ok(_) => Err(Invalid::Eof),
+        Err(e) if e.error_len().is_none() => Err(Invalid::Eof),
+        Err(_) => Err(Invalid::At(i)),
     }
 }
 
@@ -331,6 +352,44 @@ mod tests {
                 }
             }
         }
+        // UTF-8 is checked inside strings only where the skip stops: valid and invalid
+        // characters (overlong, surrogate, past U+10FFFF, stray continuation, cut short) at
+        // every offset of strings of several lengths, and outside strings.
+        let chars: &[&[u8]] = &[
+            b"\xc3\xa9",
+            b"\xe2\x82\xac",
+            b"\xf0\x9f\x98\x80",
+            b"\xf4\x8f\xbf\xbf",
+            b"\xc0\x80",
+            b"\xc1\xbf",
+            b"\xe0\x80\x80",
+            b"\xed\xa0\x80",
+            b"\xf4\x90\x80\x80",
+            b"\xf5\x80\x80\x80",
+            b"\x80",
+            b"\xbf",
+            b"\xc3",
+            b"\xe2\x82",
+            b"\xff",
+        ];
+        for ch in chars {
+            for len in 0..12 {
+                for at in 0..=len {
+                    let mut doc = vec![b'"'];
+                    doc.extend(std::iter::repeat_n(b'a', len));
+                    doc.splice(1 + at..1 + at, ch.iter().copied());
+                    doc.push(b'"');
+                    assert_eq!(check(&doc).is_ok(), serde_ok(&doc), "{doc:?}");
+                    // cut inside the character: an early end
+                    let cut = &doc[..1 + at + ch.len() - 1];
+                    assert!(check(cut).is_err(), "{cut:?}");
+                }
+            }
+            let outside = [b"[".as_slice(), ch, b"]"].concat();
+            assert!(check(&outside).is_err(), "{outside:?}");
+        }
+        assert_eq!(check(b"\"\xc3"), Err(Invalid::Eof));
+        assert_eq!(check(b"\"\xc3(\""), Err(Invalid::At(1)));
         // Deep input that is not even well formed stops at the bound, without recursion.
         assert_eq!(
             check("[{\"a\":".repeat(100_000).as_bytes()),
