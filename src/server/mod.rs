@@ -205,6 +205,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
     // shared keys: the fleet thread follows the store's keys into the registry
+    let mut fleet_keys = None;
     if let (true, Some(s)) = (cfg.fleet.keys() && live_keys, &store) {
         let sink = Arc::new(governance::registry::Sink(registry.clone()));
         let fleet =
@@ -212,12 +213,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         if let Ok(mut r) = registry.lock() {
             r.with_fleet(fleet.clone());
         }
-        let _ = hub
-            .process
-            .fleet
-            .set(crate::observe::metrics::process::Extra(Arc::new(
-                move |out: &mut String| fleet.render(out),
-            )));
+        fleet_keys = Some(fleet);
     }
     let cache = crate::cache::Cache::build(&cfg, n).map(Arc::new);
     if let Some(c) = &cache {
@@ -269,7 +265,30 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .with_cache(cache.clone()),
     );
     // the Responses state store: one for the process (see `responses_state`)
-    let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
+    // shared Responses state: the same store, also without keys (`auth = "none"`)
+    let responses_store = match (cfg.fleet.responses(), &store) {
+        (false, _) => None,
+        (true, Some(s)) => Some(s.clone()),
+        (true, None) => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
+    };
+    let responses =
+        crate::responses_state::Shared::from_config(&cfg.responses, n, responses_store.is_some());
+    if fleet_keys.is_some() || cfg.fleet.responses() {
+        let r = responses.clone();
+        let _ = hub
+            .process
+            .fleet
+            .set(crate::observe::metrics::process::Extra(Arc::new(
+                move |out: &mut String| {
+                    if let Some(f) = &fleet_keys {
+                        f.render(out);
+                    }
+                    if let Some(r) = &r {
+                        r.render(out);
+                    }
+                },
+            )));
+    }
     let pin = cfg.server.pin;
     // per client address, process-wide: open connections, and unknown keys presented
     let peers = crate::admit::peer::Addresses::new(
@@ -316,6 +335,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
             let published = published.clone();
             let responses = responses.clone();
+            let responses_store = responses_store.clone();
             let peers = peers.clone();
             let key_guesses = key_guesses.clone();
             let telemetry = telemetry.clone();
@@ -343,10 +363,11 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
                     responses: crate::responses_state::ShardStore::new(
-                        responses,
+                        responses.clone(),
                         id,
                         admission.budget(),
-                    ),
+                    )
+                    .with_remote(responses.and_then(|r| r.remote(responses_store.clone(), id))),
                     admission,
                     live,
                     upstream: Client::new(
@@ -437,6 +458,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         monoio::spawn(flush_access_log(shard.clone()));
     }
     if let Some(r) = shard.cache_remote.clone() {
+        monoio::spawn(async move { r.maintain().await });
+    }
+    if let Some(r) = shard.responses.remote() {
         monoio::spawn(async move { r.maintain().await });
     }
     let name = format!("shard {}", shard.id);

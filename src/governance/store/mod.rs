@@ -206,6 +206,8 @@ pub struct Store {
     cluster: Option<cluster::Cluster>,
     /// The fleet's connection (`governance::fleet`), not a shard's: its own log lines.
     fleet: bool,
+    /// Another user's connection on a shard (`Store::for_user`): its log lines name it.
+    user: Option<(&'static str, &'static str)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -232,6 +234,21 @@ impl Store {
             connects: Cell::new(0),
             reply_log: RateLimited::new(1),
             fleet: false,
+            user: None,
+        }
+    }
+
+    /// Shard `shard`'s connection for another user of the store (`what`, e.g. "responses"),
+    /// whose log lines say what happens while it is down (`meanwhile`).
+    pub fn for_user(
+        s: Settings,
+        shard: usize,
+        what: &'static str,
+        meanwhile: &'static str,
+    ) -> Store {
+        Store {
+            user: Some((what, meanwhile)),
+            ..Store::new(s, shard)
         }
     }
 
@@ -241,6 +258,11 @@ impl Store {
             fleet: true,
             ..Store::new(s, 0)
         }
+    }
+
+    /// How long a request waits for a reply (`redis_timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.s.timeout
     }
 
     /// Whether the store is connected and ready.
@@ -721,6 +743,18 @@ impl Store {
                 )),
                 false => crate::observe::log::info(format_args!(
                     "fleet: store {url} unavailable ({}); serving the keys this node holds, changes made here reach the fleet when it is back",
+                    self.reason.borrow()
+                )),
+            }
+            return;
+        }
+        if let Some((what, meanwhile)) = self.user {
+            match up {
+                true => {
+                    crate::observe::log::info(format_args!("shard {shard}: {what} store {url} up"))
+                }
+                false => crate::observe::log::info(format_args!(
+                    "shard {shard}: {what} store {url} unavailable ({}); {meanwhile}",
                     self.reason.borrow()
                 )),
             }
