@@ -54,12 +54,38 @@ pub struct FleetConfig {
     /// `"keys"` (runtime keys shared through the store, `governance::fleet`), `"responses"`
     /// (stored Responses state shared through the store, `responses_state::remote`).
     pub share: Vec<Spanned<String>>,
+    /// This node's name in fleet usage (`GET /admin/usage?scope=fleet`): the key name rule
+    /// (letters, digits, `.`, `_`, `-`). Default: the host name. Nodes of one fleet need
+    /// distinct names; a node restarted under its name replaces its own rows.
+    pub node: Option<Spanned<String>>,
 }
 
 impl FleetConfig {
     /// `share` contains `"keys"`.
     pub fn keys(&self) -> bool {
         self.share.iter().any(|s| s.get_ref() == "keys")
+    }
+
+    /// This node's name in fleet usage: `node`, else the host name (made to fit the name
+    /// rule), else `"node"`.
+    pub fn node_name(&self) -> String {
+        if let Some(n) = &self.node {
+            return n.get_ref().clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let clean: String = host
+            .trim()
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() || "._-".contains(c) {
+                true => c,
+                false => '-',
+            })
+            .take(64)
+            .collect();
+        match super::keys::key_name_ok(&clean) {
+            true => clean,
+            false => "node".into(),
+        }
     }
 
     /// `share` contains `"responses"`.
@@ -380,6 +406,14 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
             l.mode.span(),
             format!("limits.mode {other:?}: expected \"exact\" or \"leased\""),
         ),
+    }
+    if let Some(n) = &cfg.fleet.node {
+        if !super::keys::key_name_ok(n.get_ref()) {
+            err(
+                n.span(),
+                "fleet.node: the key name rule (1 to 64 letters, digits, '.', '_', '-')".into(),
+            );
+        }
     }
     let mut seen: Vec<&str> = Vec::new();
     for s in &cfg.fleet.share {

@@ -204,17 +204,32 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
-    // shared keys: the fleet thread follows the store's keys into the registry
+    // the fleet thread: shared keys (it follows the store's keys into the registry) and fleet
+    // usage (this node's ledger rows published for `?scope=fleet`, with an admin listener)
     let mut fleet_keys = None;
-    if let (true, Some(s)) = (cfg.fleet.keys() && live_keys, &store) {
-        let sink = Arc::new(governance::registry::Sink(registry.clone()));
-        let fleet =
-            governance::fleet::Fleet::start(s.clone(), sink, exit.clone()).map_err(invalid)?;
-        if let Ok(mut r) = registry.lock() {
-            r.with_fleet(fleet.clone());
+    let shared_keys = cfg.fleet.keys() && live_keys;
+    if let (true, Some(s)) = (shared_keys || admin_plan.is_some(), &store) {
+        let sink = shared_keys.then(|| {
+            Arc::new(governance::registry::Sink(registry.clone()))
+                as Arc<dyn governance::fleet::KeySink>
+        });
+        let book = spend.clone();
+        let fleet = governance::fleet::Fleet::start(
+            s.clone(),
+            sink,
+            cfg.fleet.node_name(),
+            Arc::new(move || book.snapshot()),
+            exit.clone(),
+        )
+        .map_err(invalid)?;
+        if shared_keys {
+            if let Ok(mut r) = registry.lock() {
+                r.with_fleet(fleet.clone());
+            }
         }
         fleet_keys = Some(fleet);
     }
+    let admin_fleet = fleet_keys.clone();
     let cache = crate::cache::Cache::build(&cfg, n).map(Arc::new);
     if let Some(c) = &cache {
         let c = c.clone();
@@ -423,6 +438,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 drain_timeout_ms,
                 exit: exit.clone(),
                 cache: admin_cache,
+                fleet: admin_fleet,
                 edge: admin_edge.unwrap_or_default(),
             },
         )?),

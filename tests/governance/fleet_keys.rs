@@ -324,7 +324,8 @@ fn closed_mode_refuses_key_changes_while_the_store_is_down() {
 
 /// One node sharing Responses state (`[fleet] share = ["responses"]`): an Anthropic upstream
 /// (the capturing fake) behind a translated route, two config keys (the same on every node).
-fn responses_config(v: common::Variant, up: SocketAddr, limits: &str) -> String {
+fn responses_config(v: common::Variant, node: &str, up: SocketAddr, limits: &str) -> String {
+    let state = temp_dir(node);
     let mut keys = String::new();
     for (name, secret) in [("k1", RESP_K1), ("k2", RESP_K2)] {
         keys.push_str(&format!(
@@ -339,12 +340,17 @@ listen = "127.0.0.1:0"
 shards = {}
 pin = false
 driver = "{}"
+state_dir = "{}"
+
+[admin]
+listen = "127.0.0.1:0"
 
 [limits]
 {limits}
 
 [fleet]
 share = ["responses"]
+node = "{node}"
 
 [[provider]]
 name = "an"
@@ -356,7 +362,9 @@ name = "to-an"
 provider = "an"
 upstream_model = "up"
 {keys}"#,
-        v.shards, v.driver
+        v.shards,
+        v.driver,
+        state.display()
     )
 }
 
@@ -401,7 +409,10 @@ fn responses_chains_continue_on_any_node() {
     );
     let vs: Vec<_> = common::variants().collect();
     let nodes: Vec<Gateway> = (0..3)
-        .map(|i| Gateway::start(&responses_config(vs[i % vs.len()], cap.addr, &limits)))
+        .map(|i| {
+            let cfg = responses_config(vs[i % vs.len()], &format!("node-{i}"), cap.addr, &limits);
+            start(&cfg)
+        })
         .collect();
     let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
     // every shard of every node connected (the first request may land on any shard)
@@ -472,6 +483,55 @@ fn responses_chains_continue_on_any_node() {
         assert_eq!(r.json()["error"]["param"], "previous_response_id");
     }
 
+    // fleet usage: every node's k1 requests (A 1, B 1, C 2), asked on any node
+    let t0 = Instant::now();
+    loop {
+        let r = admin(b.admin(), "GET", "/admin/keys/k1/usage?scope=fleet", None);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), b.log());
+        let v = r.json();
+        let per_node: Vec<(String, u64)> = v["fleet"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let reqs = n["usage"].as_array().unwrap().iter();
+                let sum = reqs.map(|u| u["requests"].as_u64().unwrap()).sum();
+                (n["node"].as_str().unwrap().to_string(), sum)
+            })
+            .collect();
+        let total: u64 = v["fleet"]["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["requests"].as_u64().unwrap())
+            .sum();
+        let own: u64 = v["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["requests"].as_u64().unwrap())
+            .sum();
+        let want = vec![
+            ("node-0".into(), 1),
+            ("node-1".into(), 1),
+            ("node-2".into(), 2),
+        ];
+        if per_node == want {
+            assert_eq!(
+                (total, own, v["fleet"]["node"].as_str()),
+                (4, 1, Some("node-1"))
+            );
+            break;
+        }
+        assert!(t0.elapsed() < DEADLINE, "fleet usage: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=fleet", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["fleet"]["nodes"].as_array().unwrap().len(), 3);
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=galaxy", None);
+    assert_eq!(r.status, 400, "{}", r.text());
+
     // neither secrets nor key names in the store's keys or values
     let before = resp_keys(&redis);
     assert!(!before.is_empty());
@@ -508,8 +568,12 @@ fn responses_chains_continue_on_any_node() {
     // A holds its own copy: the chain goes on there
     assert_eq!(responses(a.addr, RESP_K2, &next).status, 200);
 
-    // the store down: A still answers from what it holds, B says not found and counts it
+    // the store down: A still answers from what it holds, B says not found and counts it;
+    // fleet usage is a 503, the node's own usage still answers
     redis.stop();
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=fleet", None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(admin(a.admin(), "GET", "/admin/usage", None).status, 200);
     let r = responses(a.addr, RESP_K2, &next);
     assert_eq!(r.status, 200, "{}", r.text());
     let before = b.metric("ringgate_responses_fleet_errors_total");

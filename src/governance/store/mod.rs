@@ -252,10 +252,12 @@ impl Store {
         }
     }
 
-    /// The fleet thread's connection (`governance::fleet`): same settings, its own log lines.
-    pub fn for_fleet(s: Settings) -> Store {
+    /// The fleet thread's connection (`governance::fleet`): same settings, its own log lines
+    /// (`keys`: shared keys are on, else it carries fleet usage only).
+    pub fn for_fleet(s: Settings, keys: bool) -> Store {
         Store {
             fleet: true,
+            user: (!keys).then_some(("fleet: usage", "fleet usage answers 503 until it is back")),
             ..Store::new(s, 0)
         }
     }
@@ -736,6 +738,20 @@ impl Store {
         }
         self.logged.set(Some(up));
         let (shard, url) = (self.shard, &self.s.url);
+        if let Some((what, meanwhile)) = self.user {
+            let at = match self.fleet {
+                true => String::new(),
+                false => format!("shard {shard}: "),
+            };
+            match up {
+                true => crate::observe::log::info(format_args!("{at}{what} store {url} up")),
+                false => crate::observe::log::info(format_args!(
+                    "{at}{what} store {url} unavailable ({}); {meanwhile}",
+                    self.reason.borrow()
+                )),
+            }
+            return;
+        }
         if self.fleet {
             match up {
                 true => crate::observe::log::info(format_args!(
@@ -743,18 +759,6 @@ impl Store {
                 )),
                 false => crate::observe::log::info(format_args!(
                     "fleet: store {url} unavailable ({}); serving the keys this node holds, changes made here reach the fleet when it is back",
-                    self.reason.borrow()
-                )),
-            }
-            return;
-        }
-        if let Some((what, meanwhile)) = self.user {
-            match up {
-                true => {
-                    crate::observe::log::info(format_args!("shard {shard}: {what} store {url} up"))
-                }
-                false => crate::observe::log::info(format_args!(
-                    "shard {shard}: {what} store {url} unavailable ({}); {meanwhile}",
                     self.reason.borrow()
                 )),
             }
