@@ -39,7 +39,7 @@ fn tool_call_completion() -> Vec<u8> {
 
 pub fn responses_state(c: &mut Criterion) {
     let budget = Budget::new(1 << 30, 1024, 0);
-    let shared = Shared::from_config(&ResponsesConfig::default(), 1);
+    let shared = Shared::from_config(&ResponsesConfig::default(), 1, false);
     let store = ShardStore::new(shared, 0, &budget);
     let tenant = store.tenant(false, Some(b"sk-bench"));
     let body = responses_body(2_000);
@@ -87,15 +87,15 @@ pub fn responses_state(c: &mut Criterion) {
         {"type": "function_call_output", "call_id": "call_1", "output": "20C"}]}))
     .unwrap_or_default();
     g.bench_function("expand_tool_loop_step2", |b| {
-        b.iter(|| store.expand(tenant, black_box(&step2)).ok())
+        b.iter(|| store.expand_local(tenant, black_box(&step2)).ok())
     });
     let unknown = br#"{"model":"m","previous_response_id":"resp_missing","input":"x"}"#;
     g.bench_function("expand_unknown_id_400", |b| {
-        b.iter(|| store.expand(tenant, black_box(unknown)).err())
+        b.iter(|| store.expand_local(tenant, black_box(unknown)).err())
     });
     g.finish();
     assert!(
-        store.expand(tenant, &step2).is_ok(),
+        store.expand_local(tenant, &step2).is_ok(),
         "the bench's references resolve"
     );
 }

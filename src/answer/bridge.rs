@@ -106,6 +106,7 @@ pub async fn translated(
             }
         });
         drop(raw);
+        env.responses.written().await;
         // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
         let out = match (out, &env.guard) {
             (Ok(out), Some(sess)) => {
@@ -354,6 +355,7 @@ async fn stream(
             if let Some(r) = remember.take() {
                 if let Some(done) = tr.finished_response() {
                     env.responses.record(r, &done);
+                    env.responses.written().await;
                 }
             }
         }

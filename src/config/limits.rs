@@ -52,14 +52,45 @@ pub struct LimitsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct FleetConfig {
     /// `"keys"` (runtime keys shared through the store, `governance::fleet`), `"responses"`
-    /// (not built yet: refused with a clear error).
+    /// (stored Responses state shared through the store, `responses_state::remote`).
     pub share: Vec<Spanned<String>>,
+    /// This node's name in fleet usage (`GET /admin/usage?scope=fleet`): the key name rule
+    /// (letters, digits, `.`, `_`, `-`). Default: the host name. Nodes of one fleet need
+    /// distinct names; a node restarted under its name replaces its own rows.
+    pub node: Option<Spanned<String>>,
 }
 
 impl FleetConfig {
     /// `share` contains `"keys"`.
     pub fn keys(&self) -> bool {
         self.share.iter().any(|s| s.get_ref() == "keys")
+    }
+
+    /// This node's name in fleet usage: `node`, else the host name (made to fit the name
+    /// rule), else `"node"`.
+    pub fn node_name(&self) -> String {
+        if let Some(n) = &self.node {
+            return n.get_ref().clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let clean: String = host
+            .trim()
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() || "._-".contains(c) {
+                true => c,
+                false => '-',
+            })
+            .take(64)
+            .collect();
+        match super::keys::key_name_ok(&clean) {
+            true => clean,
+            false => "node".into(),
+        }
+    }
+
+    /// `share` contains `"responses"`.
+    pub fn responses(&self) -> bool {
+        self.share.iter().any(|s| s.get_ref() == "responses")
     }
 }
 
@@ -376,21 +407,29 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
             format!("limits.mode {other:?}: expected \"exact\" or \"leased\""),
         ),
     }
+    if let Some(n) = &cfg.fleet.node {
+        if !super::keys::key_name_ok(n.get_ref()) {
+            err(
+                n.span(),
+                "fleet.node: the key name rule (1 to 64 letters, digits, '.', '_', '-')".into(),
+            );
+        }
+    }
     let mut seen: Vec<&str> = Vec::new();
     for s in &cfg.fleet.share {
         match s.get_ref().as_str() {
-            "responses" => err(
+            v @ ("keys" | "responses") if !l.shared() => err(
                 s.span(),
-                "fleet.share \"responses\" is not built yet (issue 24): Responses state stays per node".into(),
+                format!("fleet.share {v:?} needs the shared store: set [limits] store = \"redis\""),
             ),
-            "keys" if !l.shared() => err(
+            "responses" if cfg.responses.store_max_bytes.bytes() == 0 => err(
                 s.span(),
-                "fleet.share \"keys\" needs the shared store: set [limits] store = \"redis\"".into(),
+                "fleet.share \"responses\" needs the Responses store: [responses] store_max_bytes is 0".into(),
             ),
-            v @ "keys" if seen.contains(&v) => {
+            v @ ("keys" | "responses") if seen.contains(&v) => {
                 err(s.span(), format!("fleet.share lists {v:?} twice"))
             }
-            v @ "keys" => seen.push(v),
+            v @ ("keys" | "responses") => seen.push(v),
             other => err(
                 s.span(),
                 format!("fleet.share {other:?}: expected \"keys\" or \"responses\""),
@@ -419,7 +458,9 @@ pub(super) fn warnings(cfg: &Config) -> Vec<String> {
         .keys
         .iter()
         .any(|k| k.rpm.is_some() || k.tpm.is_some() || k.max_in_flight.is_some());
-    if !limited {
+    // the store has other users: shared keys or Responses state, the cache's exact layer
+    let other_use = !cfg.fleet.share.is_empty() || cfg.cache.redis();
+    if !limited && !other_use {
         w.push("limits.store = \"redis\" but no [[key]] has rpm, tpm or max_in_flight".into());
     }
     w
@@ -527,5 +568,31 @@ mod tests {
             Config::parse("[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"keys\", \"keys\"]\n")
                 .unwrap_err();
         assert!(errs[0].message.contains("twice"), "{errs:?}");
+        // Responses state: needs the shared store and the Responses store itself
+        let c = Config::parse(
+            "[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"keys\", \"responses\"]\n",
+        )
+        .unwrap();
+        assert!(c.fleet.keys() && c.fleet.responses());
+        let errs = Config::parse("[fleet]\nshare = [\"responses\"]\n").unwrap_err();
+        assert!(errs[0].message.contains("store = \"redis\""), "{errs:?}");
+        let errs = Config::parse(
+            "[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"responses\"]\n[responses]\nstore_max_bytes = 0\n",
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("store_max_bytes"), "{errs:?}");
+    }
+
+    #[test]
+    fn no_limited_key_is_a_warning_only_when_the_store_has_no_other_use() {
+        let warns = |text: &str| warnings(&Config::parse(text).unwrap());
+        let w = warns("[limits]\nstore = \"redis\"\n");
+        assert!(w.iter().any(|w| w.contains("no [[key]] has rpm")), "{w:?}");
+        for share in ["keys", "responses"] {
+            let w = warns(&format!(
+                "[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"{share}\"]\n"
+            ));
+            assert!(w.is_empty(), "{share}: {w:?}");
+        }
     }
 }

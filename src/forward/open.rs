@@ -192,7 +192,7 @@ pub async fn open<'s>(
         let state = tenant.filter(|_| translated);
         if let Some(t) = state {
             if expanded.is_none() && *refs.get_or_insert_with(|| references::has_references(body)) {
-                let e = env.responses.expand(t, body)?;
+                let e = env.responses.expand(t, body).await?;
                 // the expanded copy lives until the request ends: charged to its permit
                 let mut charged = 0;
                 permit

@@ -17,14 +17,23 @@
 //! it. A request without references costs a byte search on the way in; only translated Responses
 //! answers are recorded.
 //!
-//! Owns: [`ShardStore`] (a shard's handle: the shared store, its budget charge, tenant hashing)
-//! and [`Remember`]. Must not: parse dialect JSON itself (that is `translate::references`),
-//! do IO, or answer 503 when the store is full (it evicts, or refuses to store).
+//! A fleet (`[fleet] share = ["responses"]`): each shard also writes its entries to the shared
+//! store and reads there what the process does not hold (`remote`; the process store is the
+//! cache in front), with fleet-wide tenant digests. A request whose references are all held
+//! here makes no store round trip; store down: what this process holds.
+//!
+//! Owns: [`ShardStore`] (a shard's handle: the shared store, its budget charge, tenant hashing,
+//! its `remote` connection) and [`Remember`]. Must not: parse dialect JSON itself (that is
+//! `translate::references`), do IO other than through `remote`, or answer 503 when the store is
+//! full (it evicts, or refuses to store).
 
+pub mod remote;
 pub mod store;
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +41,7 @@ use crate::admit::{Budget, Held};
 use crate::config::responses::ResponsesConfig;
 use crate::dialect::references::{self, Expanded, PastTurn, Recall};
 use crate::error::{Error, Kind};
+use remote::{Found, Remote, RemoteStats};
 use store::{Store, Stored};
 
 /// The process-wide half, shared by every shard.
@@ -39,18 +49,56 @@ pub struct Shared {
     store: Store,
     /// Keys of the tenant hash (random per process: a tenant id says nothing about its key).
     keys: RandomState,
+    /// `[fleet] share = ["responses"]`: the fleet's store holds every entry too (`remote`);
+    /// tenants are then fleet-wide digests, the same on every node.
+    fleet: Option<Arc<RemoteStats>>,
+    max_bytes: u64,
+    ttl: Duration,
 }
 
 impl Shared {
-    /// The store `cfg` asks for; `None` when `store_max_bytes` is 0.
-    pub fn from_config(cfg: &ResponsesConfig, shards: usize) -> Option<Arc<Shared>> {
+    /// The store `cfg` asks for; `None` when `store_max_bytes` is 0. `fleet`: the entries are
+    /// shared through the fleet's store (each shard then connects with [`Shared::remote`]).
+    pub fn from_config(cfg: &ResponsesConfig, shards: usize, fleet: bool) -> Option<Arc<Shared>> {
         let max = cfg.store_max_bytes.bytes();
+        let ttl = Duration::from_secs(cfg.ttl_s.max(1));
         (max > 0).then(|| {
             Arc::new(Shared {
-                store: Store::new(max, Duration::from_secs(cfg.ttl_s.max(1)), shards),
+                store: Store::new(max, ttl, shards),
                 keys: RandomState::new(),
+                fleet: fleet.then(Default::default),
+                max_bytes: max,
+                ttl,
             })
         })
+    }
+
+    /// Shard `shard`'s connection to the fleet's store (`None` unless shared).
+    pub fn remote(
+        &self,
+        settings: Option<crate::governance::store::Settings>,
+        shard: usize,
+    ) -> Option<Rc<Remote>> {
+        let stats = self.fleet.clone()?;
+        Some(Rc::new(Remote::new(
+            settings?,
+            shard,
+            self.ttl,
+            self.max_bytes,
+            stats,
+        )))
+    }
+
+    /// `ringgate_responses_fleet_*` (nothing unless shared).
+    pub fn render(&self, out: &mut String) {
+        if let Some(s) = &self.fleet {
+            s.render(out);
+        }
+    }
+
+    /// The fleet counters (`None` unless shared).
+    pub fn fleet_stats(&self) -> Option<&RemoteStats> {
+        self.fleet.as_deref()
     }
 
     /// The store's counters.
@@ -80,6 +128,8 @@ pub struct ShardStore {
     shared: Option<Arc<Shared>>,
     held: Option<Held>,
     shard: usize,
+    /// `[fleet] share = ["responses"]`: this shard's connection to the fleet's store.
+    remote: Option<Rc<Remote>>,
 }
 
 impl ShardStore {
@@ -93,7 +143,19 @@ impl ShardStore {
             shared,
             held,
             shard,
+            remote: None,
         }
+    }
+
+    /// Share the entries through the fleet's store (`Shared::remote`).
+    pub fn with_remote(mut self, remote: Option<Rc<Remote>>) -> ShardStore {
+        self.remote = remote;
+        self
+    }
+
+    /// This shard's connection to the fleet's store, to be maintained on the shard's runtime.
+    pub fn remote(&self) -> Option<Rc<Remote>> {
+        self.remote.clone()
     }
 
     /// Whether the store is on.
@@ -109,11 +171,21 @@ impl ShardStore {
 
     /// The tenant of a virtual key (`key` = its name) or of a client credential (`key` = the
     /// presented secret): a keyed 64-bit hash, the kind prefixed so the two never meet. No key:
-    /// tenant 0.
+    /// tenant 0. Shared through the fleet's store: 64 bits of a SHA-256 over a fixed label,
+    /// the kind and the key, the same on every node (the store sees the digest, never the key).
     pub fn tenant(&self, virtual_key: bool, key: Option<&[u8]>) -> u64 {
         let (Some(s), Some(k)) = (&self.shared, key) else {
             return 0;
         };
+        if s.fleet.is_some() {
+            let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+            d.update(b"ringgate responses tenant\0");
+            d.update(if virtual_key { b"k" } else { b"c" });
+            d.update(k);
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&d.finish().as_ref()[..8]);
+            return u64::from_le_bytes(first).max(1);
+        }
         let mut h = s.keys.build_hasher();
         std::hash::Hasher::write_u8(&mut h, if virtual_key { b'k' } else { b'c' });
         std::hash::Hasher::write(&mut h, k);
@@ -122,7 +194,123 @@ impl ShardStore {
 
     /// Expand the references of a Responses `body` for a translated attempt. Unknown, expired or
     /// evicted ids (or the store off): 400 `invalid_request_error` naming the field.
-    pub fn expand(&self, tenant: u64, body: &[u8]) -> Result<Expanded, Error> {
+    ///
+    /// Shared through the fleet's store: what this node does not hold is read from the store
+    /// (items at once, a `previous_response_id` chain link by link), kept for this request and
+    /// offered to the local store as the cache. Store down or slow: what this node holds.
+    pub async fn expand(&self, tenant: u64, body: &[u8]) -> Result<Expanded, Error> {
+        if let (Some(s), Some(r)) = (&self.shared, &self.remote) {
+            return self.expand_shared(s, r, tenant, body).await;
+        }
+        self.expand_with(tenant, body, &HashMap::new())
+    }
+
+    /// [`ShardStore::expand`] from what this node holds only (no store read).
+    pub fn expand_local(&self, tenant: u64, body: &[u8]) -> Result<Expanded, Error> {
+        self.expand_with(tenant, body, &HashMap::new())
+    }
+
+    async fn expand_shared(
+        &self,
+        s: &Shared,
+        remote: &Remote,
+        tenant: u64,
+        body: &[u8],
+    ) -> Result<Expanded, Error> {
+        let mut fetched: Fetched = HashMap::new();
+        let mut bytes = 0u64;
+        // round 1 finds what is missing; the reads fill in the items and walk the chain; round
+        // 2 normally expands; a third covers a chain that met an entry evicted meanwhile
+        for _ in 0..3 {
+            let mut probe = Probe {
+                local: Recaller {
+                    store: &s.store,
+                    tenant,
+                    now: Instant::now(),
+                    fetched: &fetched,
+                },
+                items: Vec::new(),
+                turn: None,
+            };
+            let done = references::expand(body, &mut probe);
+            let (items, turn) = (probe.items, probe.turn);
+            if items.is_empty() && turn.is_none() {
+                return done
+                    .map_err(|e| Error::new(Kind::InvalidBody, e.message).with_param(e.param));
+            }
+            if !remote.up() {
+                if let Some(st) = s.fleet_stats() {
+                    remote::add_error(st);
+                }
+                break;
+            }
+            let before = fetched.len();
+            for id in items {
+                if let Found::Entry(v, age) = remote.get(tenant, false, &id).await {
+                    self.keep(s, tenant, false, &id, &v, age, &mut bytes, &mut fetched);
+                }
+            }
+            let mut next = turn;
+            let mut links = 0;
+            while let Some(id) = next.take() {
+                if links >= references::MAX_CHAIN || bytes > s.max_bytes {
+                    break;
+                }
+                links += 1;
+                let Found::Entry(v, age) = remote.get(tenant, true, &id).await else {
+                    break;
+                };
+                if let Stored::Turn(t) = &v {
+                    next = t.previous.as_deref().map(str::to_string).filter(|p| {
+                        !fetched.contains_key(&(true, p.as_str().into()))
+                            && s.store.get(tenant, true, p, Instant::now()).is_none()
+                    });
+                }
+                self.keep(s, tenant, true, &id, &v, age, &mut bytes, &mut fetched);
+            }
+            if fetched.len() == before {
+                break;
+            }
+        }
+        self.expand_with(tenant, body, &fetched)
+    }
+
+    /// Keep an entry read from the fleet's store for this request (at most the local store's
+    /// size in all) and offer it to the local store, as old as the store says it is.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &self,
+        s: &Shared,
+        tenant: u64,
+        response: bool,
+        id: &str,
+        v: &Stored,
+        age: Duration,
+        bytes: &mut u64,
+        fetched: &mut Fetched,
+    ) {
+        let size = match v {
+            Stored::Item(b) => b.len(),
+            Stored::Turn(t) => t.input.len() + t.output.len(),
+        } as u64;
+        *bytes = bytes.saturating_add(size);
+        if *bytes > s.max_bytes {
+            return;
+        }
+        if let Some(held) = &self.held {
+            let born = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+            s.store.put(
+                self.shard,
+                held,
+                tenant,
+                vec![(response, id.into(), v.clone())],
+                born,
+            );
+        }
+        fetched.insert((response, id.into()), v.clone());
+    }
+
+    fn expand_with(&self, tenant: u64, body: &[u8], fetched: &Fetched) -> Result<Expanded, Error> {
         let Some(s) = &self.shared else {
             let param = if memchr::memmem::find(body, b"previous_response_id").is_some() {
                 "previous_response_id"
@@ -140,6 +328,7 @@ impl ShardStore {
             store: &s.store,
             tenant,
             now: Instant::now(),
+            fetched,
         };
         references::expand(body, &mut r)
             .map_err(|e| Error::new(Kind::InvalidBody, e.message).with_param(e.param))
@@ -199,8 +388,20 @@ impl ShardStore {
             output: output.into(),
         };
         entries.push((true, id.into(), Stored::Turn(Arc::new(turn))));
+        if let Some(remote) = &self.remote {
+            remote.put(r.tenant, &entries);
+        }
         s.store
             .put(self.shard, held, r.tenant, entries, Instant::now());
+    }
+
+    /// Wait until this shard's writes to the fleet's store are answered (at most
+    /// `redis_timeout_ms`; nothing shared or pending: no wait). Call after [`ShardStore::record`]
+    /// and before the answer's last bytes go out.
+    pub async fn written(&self) {
+        if let Some(r) = &self.remote {
+            r.written().await;
+        }
     }
 
     /// Once a second: expired entries leave, this shard's charge follows what it owns.
@@ -211,27 +412,66 @@ impl ShardStore {
     }
 }
 
+/// Entries read from the fleet's store for one request, by (response flag, id).
+type Fetched = HashMap<(bool, Box<str>), Stored>;
+
 /// One tenant's view of the store, for `translate::references::expand` (one short lock per
-/// lookup).
+/// lookup), and of what this request read from the fleet's store.
 struct Recaller<'a> {
     store: &'a Store,
     tenant: u64,
     now: Instant,
+    fetched: &'a Fetched,
+}
+
+impl Recaller<'_> {
+    fn find(&self, response: bool, id: &str) -> Option<Stored> {
+        self.store
+            .get(self.tenant, response, id, self.now)
+            .or_else(|| self.fetched.get(&(response, id.into())).cloned())
+    }
 }
 
 impl Recall for Recaller<'_> {
     fn item(&mut self, id: &str) -> Option<Arc<[u8]>> {
-        match self.store.get(self.tenant, false, id, self.now)? {
+        match self.find(false, id)? {
             Stored::Item(b) => Some(b),
             Stored::Turn(_) => None,
         }
     }
 
     fn response(&mut self, id: &str) -> Option<Arc<PastTurn>> {
-        match self.store.get(self.tenant, true, id, self.now)? {
+        match self.find(true, id)? {
             Stored::Turn(t) => Some(t),
             Stored::Item(_) => None,
         }
+    }
+}
+
+/// A first pass over a request's references: what this node holds answers; a missing item is
+/// noted and stood in for (so the pass reaches the chain), a missing turn is noted and ends it.
+struct Probe<'a> {
+    local: Recaller<'a>,
+    items: Vec<String>,
+    turn: Option<String>,
+}
+
+impl Recall for Probe<'_> {
+    fn item(&mut self, id: &str) -> Option<Arc<[u8]>> {
+        self.local.item(id).or_else(|| {
+            if self.items.len() < references::MAX_CHAIN {
+                self.items.push(id.to_string());
+            }
+            Some(Arc::from(&b"{}"[..]))
+        })
+    }
+
+    fn response(&mut self, id: &str) -> Option<Arc<PastTurn>> {
+        let t = self.local.response(id);
+        if t.is_none() {
+            self.turn = Some(id.to_string());
+        }
+        t
     }
 }
 

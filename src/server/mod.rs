@@ -204,21 +204,32 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
     let shutdown = Shutdown::new();
     let exit = Shutdown::new();
     let hub = MetricsHub::new(n, &cfg.hash);
-    // shared keys: the fleet thread follows the store's keys into the registry
-    if let (true, Some(s)) = (cfg.fleet.keys() && live_keys, &store) {
-        let sink = Arc::new(governance::registry::Sink(registry.clone()));
-        let fleet =
-            governance::fleet::Fleet::start(s.clone(), sink, exit.clone()).map_err(invalid)?;
-        if let Ok(mut r) = registry.lock() {
-            r.with_fleet(fleet.clone());
+    // the fleet thread: shared keys (it follows the store's keys into the registry) and fleet
+    // usage (this node's ledger rows published for `?scope=fleet`, with an admin listener)
+    let mut fleet_keys = None;
+    let shared_keys = cfg.fleet.keys() && live_keys;
+    if let (true, Some(s)) = (shared_keys || admin_plan.is_some(), &store) {
+        let sink = shared_keys.then(|| {
+            Arc::new(governance::registry::Sink(registry.clone()))
+                as Arc<dyn governance::fleet::KeySink>
+        });
+        let book = spend.clone();
+        let fleet = governance::fleet::Fleet::start(
+            s.clone(),
+            sink,
+            cfg.fleet.node_name(),
+            Arc::new(move || book.snapshot()),
+            exit.clone(),
+        )
+        .map_err(invalid)?;
+        if shared_keys {
+            if let Ok(mut r) = registry.lock() {
+                r.with_fleet(fleet.clone());
+            }
         }
-        let _ = hub
-            .process
-            .fleet
-            .set(crate::observe::metrics::process::Extra(Arc::new(
-                move |out: &mut String| fleet.render(out),
-            )));
+        fleet_keys = Some(fleet);
     }
+    let admin_fleet = fleet_keys.clone();
     let cache = crate::cache::Cache::build(&cfg, n).map(Arc::new);
     if let Some(c) = &cache {
         let c = c.clone();
@@ -269,7 +280,30 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .with_cache(cache.clone()),
     );
     // the Responses state store: one for the process (see `responses_state`)
-    let responses = crate::responses_state::Shared::from_config(&cfg.responses, n);
+    // shared Responses state: the same store, also without keys (`auth = "none"`)
+    let responses_store = match (cfg.fleet.responses(), &store) {
+        (false, _) => None,
+        (true, Some(s)) => Some(s.clone()),
+        (true, None) => governance::store::Settings::from_config(&cfg.limits).map_err(invalid)?,
+    };
+    let responses =
+        crate::responses_state::Shared::from_config(&cfg.responses, n, responses_store.is_some());
+    if fleet_keys.is_some() || cfg.fleet.responses() {
+        let r = responses.clone();
+        let _ = hub
+            .process
+            .fleet
+            .set(crate::observe::metrics::process::Extra(Arc::new(
+                move |out: &mut String| {
+                    if let Some(f) = &fleet_keys {
+                        f.render(out);
+                    }
+                    if let Some(r) = &r {
+                        r.render(out);
+                    }
+                },
+            )));
+    }
     let pin = cfg.server.pin;
     // per client address, process-wide: open connections, and unknown keys presented
     let peers = crate::admit::peer::Addresses::new(
@@ -316,6 +350,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 .map(|s| Rc::new(crate::cache::redis::Remote::new(s, id)));
             let published = published.clone();
             let responses = responses.clone();
+            let responses_store = responses_store.clone();
             let peers = peers.clone();
             let key_guesses = key_guesses.clone();
             let telemetry = telemetry.clone();
@@ -343,10 +378,11 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                         write_timeout: Duration::from_millis(cfg.upstream.stream_gap_timeout_ms),
                     },
                     responses: crate::responses_state::ShardStore::new(
-                        responses,
+                        responses.clone(),
                         id,
                         admission.budget(),
-                    ),
+                    )
+                    .with_remote(responses.and_then(|r| r.remote(responses_store.clone(), id))),
                     admission,
                     live,
                     upstream: Client::new(
@@ -402,6 +438,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                 drain_timeout_ms,
                 exit: exit.clone(),
                 cache: admin_cache,
+                fleet: admin_fleet,
                 edge: admin_edge.unwrap_or_default(),
             },
         )?),
@@ -437,6 +474,9 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
         monoio::spawn(flush_access_log(shard.clone()));
     }
     if let Some(r) = shard.cache_remote.clone() {
+        monoio::spawn(async move { r.maintain().await });
+    }
+    if let Some(r) = shard.responses.remote() {
         monoio::spawn(async move { r.maintain().await });
     }
     let name = format!("shard {}", shard.id);

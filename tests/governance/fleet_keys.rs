@@ -4,7 +4,9 @@
 //! the fleet's keys (config keys stay per node), the store never holds a secret, a node
 //! restarted with the store down serves from its SQLite copy (refusing the revoked key), and
 //! changes made while the store was away (on a fresh, empty server) are reconciled when it is
-//! back. `on_store_error = "closed"` refuses key changes while the store is down.
+//! back. `on_store_error = "closed"` refuses key changes while the store is down. Shared
+//! Responses state (`share = ["responses"]`): a chain started on one node continues on the
+//! others (`responses_chains_continue_on_any_node`).
 //!
 //! Every wait is a poll with a generous deadline (the box is loaded); how long a change took
 //! to reach another node is printed, not asserted (the feed polls every 250 ms).
@@ -318,4 +320,277 @@ fn closed_mode_refuses_key_changes_while_the_store_is_down() {
     let s = create(&gw, r#"{"name":"team-c"}"#);
     assert_eq!(chat(gw.addr, &s).status, 200);
     let _ = std::fs::remove_dir_all(state);
+}
+
+/// One node sharing Responses state (`[fleet] share = ["responses"]`): an Anthropic upstream
+/// (the capturing fake) behind a translated route, two config keys (the same on every node).
+fn responses_config(v: common::Variant, node: &str, up: SocketAddr, limits: &str) -> String {
+    let state = temp_dir(node);
+    let mut keys = String::new();
+    for (name, secret) in [("k1", RESP_K1), ("k2", RESP_K2)] {
+        keys.push_str(&format!(
+            "[[key]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n",
+            common::key_digest_hex(secret)
+        ));
+    }
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+shards = {}
+pin = false
+driver = "{}"
+state_dir = "{}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[limits]
+{limits}
+
+[fleet]
+share = ["responses"]
+node = "{node}"
+
+[[provider]]
+name = "an"
+kind = "anthropic"
+base_url = "http://{up}"
+
+[[model]]
+name = "to-an"
+provider = "an"
+upstream_model = "up"
+{keys}"#,
+        v.shards,
+        v.driver,
+        state.display()
+    )
+}
+
+const RESP_K1: &str = "rg-fleet-responses-k1-0123456789abcdef01";
+const RESP_K2: &str = "rg-fleet-responses-k2-0123456789abcdef02";
+
+fn responses(addr: SocketAddr, secret: &str, body: &serde_json::Value) -> Response {
+    let body = body.to_string();
+    let raw = format!(
+        "POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer {secret}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    request(addr, raw.as_bytes())
+}
+
+/// The store's Responses keys now.
+fn resp_keys(redis: &Redis) -> Vec<String> {
+    let mut keys: Vec<String> = redis
+        .cmd(&["KEYS", "ringgate:resp:*"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A Responses chain started on A continues on B and then C (each node at another shard count
+/// and driver), by `previous_response_id` and by `item_reference`; another key's tenant sees
+/// none of it; the store holds neither secrets nor key names; a record in the store that is
+/// not one of ours is refused (400 on a node that does not hold it, counted); with the store
+/// down a node answers from what it holds and counts the miss.
+#[test]
+fn responses_chains_continue_on_any_node() {
+    use serde_json::json;
+    let mut redis = Redis::start(RedisOpts::default());
+    let cap = common::capture::Capture::start("");
+    let limits = format!(
+        "store = \"redis\"\nredis_url = \"{}\"\nredis_timeout_ms = 2000",
+        redis.url(0)
+    );
+    let vs: Vec<_> = common::variants().collect();
+    let nodes: Vec<Gateway> = (0..3)
+        .map(|i| {
+            let cfg = responses_config(vs[i % vs.len()], &format!("node-{i}"), cap.addr, &limits);
+            start(&cfg)
+        })
+        .collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    // every shard of every node connected (the first request may land on any shard)
+    for (i, gw) in nodes.iter().enumerate() {
+        wait_store_up(gw, vs[i % vs.len()].shards);
+    }
+    let seen = |n: usize| cap.nth(n).json();
+
+    let r1 = responses(
+        a.addr,
+        RESP_K1,
+        &json!({"model": "to-an", "input": "first question"}),
+    );
+    assert_eq!(r1.status, 200, "{}\n{}", r1.text(), a.log());
+    let id1 = r1.json()["id"].as_str().unwrap().to_string();
+    let answer1 = r1.json()["output"][0]["content"][0]["text"].clone();
+    let item1 = r1.json()["output"][0]["id"].as_str().unwrap().to_string();
+
+    // on B: the history comes from the store
+    let r2 = responses(
+        b.addr,
+        RESP_K1,
+        &json!({"model": "to-an", "input": "second question", "previous_response_id": id1}),
+    );
+    assert_eq!(r2.status, 200, "{}\n{}", r2.text(), b.log());
+    let msgs = seen(1)["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert!(msgs[0]["content"].to_string().contains("first question"));
+    assert_eq!(msgs[1]["content"][0]["text"], answer1, "{msgs:?}");
+    assert!(msgs[2]["content"].to_string().contains("second question"));
+    assert!(b.metric("ringgate_responses_fleet_fetched_total") >= 1);
+
+    // on C: the whole chain (B's turn, written by B)
+    let id2 = r2.json()["id"].as_str().unwrap().to_string();
+    let r3 = responses(
+        c.addr,
+        RESP_K1,
+        &json!({"model": "to-an", "input": "third", "previous_response_id": id2}),
+    );
+    assert_eq!(r3.status, 200, "{}\n{}", r3.text(), c.log());
+    assert_eq!(
+        seen(2)["messages"].as_array().unwrap().len(),
+        5,
+        "{}",
+        seen(2)
+    );
+    // an output item by reference, on C
+    let r4 = responses(
+        c.addr,
+        RESP_K1,
+        &json!({"model": "to-an", "input": [
+            {"role": "user", "content": "again"},
+            {"type": "item_reference", "id": item1}]}),
+    );
+    assert_eq!(r4.status, 200, "{}", r4.text());
+    let msgs = seen(3)["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert_eq!(msgs[1]["content"][0]["text"], answer1, "{msgs:?}");
+
+    // another tenant: not found, on a node that holds k1's entries and on one that may not
+    for gw in [a, b] {
+        let r = responses(
+            gw.addr,
+            RESP_K2,
+            &json!({"model": "to-an", "input": "x", "previous_response_id": id1}),
+        );
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["error"]["param"], "previous_response_id");
+    }
+
+    // fleet usage: every node's k1 requests (A 1, B 1, C 2), asked on any node
+    let t0 = Instant::now();
+    loop {
+        let r = admin(b.admin(), "GET", "/admin/keys/k1/usage?scope=fleet", None);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), b.log());
+        let v = r.json();
+        let per_node: Vec<(String, u64)> = v["fleet"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let reqs = n["usage"].as_array().unwrap().iter();
+                let sum = reqs.map(|u| u["requests"].as_u64().unwrap()).sum();
+                (n["node"].as_str().unwrap().to_string(), sum)
+            })
+            .collect();
+        let total: u64 = v["fleet"]["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["requests"].as_u64().unwrap())
+            .sum();
+        let own: u64 = v["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["requests"].as_u64().unwrap())
+            .sum();
+        let want = vec![
+            ("node-0".into(), 1),
+            ("node-1".into(), 1),
+            ("node-2".into(), 2),
+        ];
+        if per_node == want {
+            assert_eq!(
+                (total, own, v["fleet"]["node"].as_str()),
+                (4, 1, Some("node-1"))
+            );
+            break;
+        }
+        assert!(t0.elapsed() < DEADLINE, "fleet usage: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=fleet", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["fleet"]["nodes"].as_array().unwrap().len(), 3);
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=galaxy", None);
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // neither secrets nor key names in the store's keys or values
+    let before = resp_keys(&redis);
+    assert!(!before.is_empty());
+    for k in &before {
+        let v = redis.cmd(&["GET", k]);
+        for s in [RESP_K1, RESP_K2] {
+            assert!(!k.contains(&s[3..]) && !v.contains(&s[3..]), "{k}: {v}");
+        }
+        assert!(!k.contains("k1") && !k.contains("k2"), "a key name in {k}");
+        let ttl: i64 = redis.cmd(&["PTTL", k]).trim().parse().unwrap();
+        assert!(ttl > 3_000_000 && ttl <= 3_600_000, "{k}: pttl {ttl}");
+    }
+
+    // k2's first turn on A; its records in the store replaced by hostile bytes: B refuses them
+    let r5 = responses(
+        a.addr,
+        RESP_K2,
+        &json!({"model": "to-an", "input": "k2 turn"}),
+    );
+    assert_eq!(r5.status, 200, "{}", r5.text());
+    let id5 = r5.json()["id"].as_str().unwrap().to_string();
+    let fresh: Vec<String> = resp_keys(&redis)
+        .into_iter()
+        .filter(|k| !before.contains(k))
+        .collect();
+    assert!(!fresh.is_empty());
+    for k in &fresh {
+        redis.cmd(&["SET", k, "RGR1t\u{0}\u{0}{\"evil\":1}"]);
+    }
+    let next = json!({"model": "to-an", "input": "k2 again", "previous_response_id": id5});
+    let r = responses(b.addr, RESP_K2, &next);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(b.metric("ringgate_responses_fleet_refused_total") >= 1);
+    // A holds its own copy: the chain goes on there
+    assert_eq!(responses(a.addr, RESP_K2, &next).status, 200);
+
+    // the store down: A still answers from what it holds, B says not found and counts it;
+    // fleet usage is a 503, the node's own usage still answers
+    redis.stop();
+    let r = admin(a.admin(), "GET", "/admin/usage?scope=fleet", None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(admin(a.admin(), "GET", "/admin/usage", None).status, 200);
+    let r = responses(a.addr, RESP_K2, &next);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let before = b.metric("ringgate_responses_fleet_errors_total");
+    let r = responses(b.addr, RESP_K2, &next);
+    assert_eq!(r.status, 400, "{}", r.text());
+    b.wait_metric_by(
+        "ringgate_responses_fleet_errors_total",
+        |v| v > before,
+        "more errors",
+    );
+}
+
+/// Every shard of `gw` connected to the store for Responses state (one log line each).
+fn wait_store_up(gw: &Gateway, shards: usize) {
+    let t0 = Instant::now();
+    while gw.log().matches(": responses store ").count() < shards {
+        assert!(t0.elapsed() < DEADLINE, "no store up\n{}", gw.log());
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }

@@ -3,7 +3,8 @@
 //! real `redis-server` processes (Debian's redis 7, `.ci/run` installs it) and real gateway
 //! processes: one limit between processes over TLS, and a store whose certificate or
 //! credentials are wrong never used (requests still served, `on_store_error = "local"`, the
-//! log and metrics say why).
+//! log and metrics say why). Shared keys (`[fleet] share = ["keys"]`) over TLS and on the
+//! Cluster: a key made through one node's admin API admits exactly its rpm across both.
 //!
 //! Windows are wall-clock minutes: a test that counts within one window first waits until
 //! enough of the current minute is left (`window_with`), so it may wait up to ~25 s.
@@ -22,8 +23,10 @@ use harness::{Gateway, Redis, RedisOpts};
 
 const SECRET: &str = "rg-fleet-test-6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d";
 
-/// A gateway config: `shards`, `driver`, the `[limits]` lines, the key's limit lines.
+/// A gateway config: `shards`, `driver`, the `[limits]` lines (more tables may follow them),
+/// the key's limit lines.
 fn config(shards: usize, driver: &str, limits: &str, key_limits: &str) -> String {
+    let state = harness::temp_dir("state");
     format!(
         r#"
 [server]
@@ -31,6 +34,7 @@ listen = "127.0.0.1:0"
 shards = {shards}
 pin = false
 driver = "{driver}"
+state_dir = "{}"
 
 [limits]
 {limits}
@@ -49,8 +53,60 @@ name = "team-a"
 key_sha256 = "{}"
 {key_limits}
 "#,
+        state.display(),
         common::key_digest_hex(SECRET)
     )
+}
+
+/// Shared keys and an admin listener, appended to the `[limits]` lines.
+const FLEET_KEYS: &str = "\n[fleet]\nshare = [\"keys\"]\n\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+const TOKEN: &str = "redis-fleet-admin-token-0123456789abcdef";
+
+fn admin(gw: &Gateway, method: &str, path: &str, body: Option<&str>) -> Response {
+    let body = body.unwrap_or_default();
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    request(gw.admin(), raw.as_bytes())
+}
+
+/// Make runtime key `name` with `rpm` on `made`, wait until every gateway of `all` lists it
+/// (the fleet's change feed), then count 30 requests alternating over `all`: exactly `rpm`
+/// admitted, one window for the fleet's key on every node.
+pub fn fleet_key_shares_rpm(made: &Gateway, all: &[&Gateway], name: &str, rpm: u64) {
+    let r = admin(
+        made,
+        "POST",
+        "/admin/keys",
+        Some(&format!("{{\"name\":\"{name}\",\"rpm\":{rpm}}}")),
+    );
+    assert_eq!(r.status, 201, "{}\n{}", r.text(), made.log());
+    let secret = r.json()["key"].as_str().unwrap().to_string();
+    for gw in all {
+        let t0 = std::time::Instant::now();
+        loop {
+            let r = admin(gw, "GET", "/admin/keys", None);
+            if r.text().contains(&format!("\"{name}\"")) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{name} not listed\n{}",
+                gw.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    window_with(20);
+    let (ok, limited, mut remaining) = spread_key(all, &secret, 30);
+    assert_eq!(
+        (ok, limited),
+        (rpm as usize, 30 - rpm as usize),
+        "{name}: {remaining:?}"
+    );
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..rpm).collect::<Vec<u64>>(), "{name}");
 }
 
 fn chat_as(secret: &str) -> Vec<u8> {
@@ -123,7 +179,8 @@ fn two_gateways_share_one_rpm_window_over_tls_as_an_acl_user() {
         ca.display(),
         ACL.0
     );
-    let env = [("RG_TEST_REDIS_PW", ACL.1)];
+    let env = [("RG_TEST_REDIS_PW", ACL.1), ("RINGGATE_ADMIN_TOKEN", TOKEN)];
+    let limits = format!("{limits}{FLEET_KEYS}");
     // one process with one shard (epoll), one with two (io_uring)
     let a = Gateway::start_env(&config(1, "epoll", &limits, "rpm = 20"), &env);
     let b = Gateway::start_env(&config(2, "io_uring", &limits, "rpm = 20"), &env);
@@ -138,6 +195,8 @@ fn two_gateways_share_one_rpm_window_over_tls_as_an_acl_user() {
     // one count for both processes: every value from 19 down to 0 seen once
     remaining.sort_unstable();
     assert_eq!(remaining, (0..20).collect::<Vec<u64>>());
+    // shared keys over TLS: a key made on B has one rpm window on both
+    fleet_key_shares_rpm(&b, &[&a, &b], "team-tls", 20);
 }
 
 #[test]

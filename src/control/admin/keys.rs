@@ -81,7 +81,7 @@ pub(super) fn route(
                 (Some("usage"), None, Method::Get) => {
                     let live = reg.get(&name).is_ok();
                     drop(reg);
-                    super::usage::of_key(ctx, &name, live)
+                    super::usage::of_key(ctx, &name, live, query)
                 }
                 (Some("usage"), None, _) => Err(method_not_allowed()),
                 _ => Err(not_found(path)),

@@ -98,6 +98,8 @@ pub struct Ctx {
     pub exit: Shutdown,
     /// The response cache (`/admin/cache`, `/admin/cache/purge`), when on.
     pub cache: Option<Arc<crate::cache::Cache>>,
+    /// The fleet thread (`[limits] store = "redis"`): `?scope=fleet` on the usage endpoints.
+    pub fleet: Option<Arc<crate::governance::fleet::Fleet>>,
     /// The loopback `Host` rule (on a loopback admin address; `server.allowed_hosts` too) and
     /// no cross-site `Origin` at all.
     pub edge: EdgePolicy,
@@ -450,7 +452,13 @@ fn route(
         });
     }
     if path == "/admin/usage" {
-        return only(method, Method::Get, || usage::all(ctx));
+        if method != Method::Get {
+            return Err(Error::new(
+                Kind::MethodNotAllowed,
+                "method not allowed on this path",
+            ));
+        }
+        return usage::all(ctx, query);
     }
     keys::route(ctx, method, path, query, body)
 }

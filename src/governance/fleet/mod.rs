@@ -30,6 +30,10 @@
 //! - Config `[[key]]` entries stay per node (never written to the store; a fleet key named like
 //!   a config key is not applied on that node, and the log says so).
 //! - Logs: one line per store state change; metrics `ringgate_fleet_*` (`Stats`).
+//! - **Fleet usage** (`usage`): the same thread writes this node's ledger rows to the store
+//!   when they changed (at most once per `usage::EVERY`) and answers the admin thread's
+//!   `?scope=fleet` reads. It also runs without shared keys (store configured, admin on):
+//!   then it never touches the keys.
 //!
 //! Owns: the fleet thread (its own small runtime and store connection, `Store::for_fleet`),
 //! `Fleet` (the admin thread's handle), `KeySink` (what the registry implements). Must not:
@@ -37,8 +41,10 @@
 //! with `try_lock` semantics: a busy registry is tried again next poll), or see a secret.
 
 mod record;
+pub mod usage;
 
 pub use record::Shared;
+pub use usage::NodeUsage;
 
 use std::cell::Cell;
 use std::fmt::Write;
@@ -49,6 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use super::spend::UsageRow;
 use super::store::resp::{Arg, Reply};
 use super::store::{Settings, Store};
 use crate::runtime::shutdown::Shutdown;
@@ -101,6 +108,8 @@ pub struct Stats {
     conflicts: AtomicU64,
     errors: AtomicU64,
     bad_records: AtomicU64,
+    usage_published: AtomicU64,
+    usage_bad: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -109,11 +118,21 @@ fn add(c: &AtomicU64, n: u64) {
     });
 }
 
-struct Req {
-    rec: Shared,
-    base: Option<u64>,
-    ack: SyncSender<Put>,
+enum Req {
+    /// A key change to write.
+    Put {
+        rec: Shared,
+        base: Option<u64>,
+        ack: SyncSender<Put>,
+    },
+    /// Every node's usage rows (`None`: a store error).
+    Usage {
+        ack: SyncSender<Option<Vec<NodeUsage>>>,
+    },
 }
+
+/// This node's ledger rows, for fleet usage (the spend book's snapshot).
+pub type Rows = Arc<dyn Fn() -> Vec<UsageRow> + Send + Sync>;
 
 /// A wake-up another thread can ring (the admin thread, for a write).
 #[derive(Default)]
@@ -153,6 +172,10 @@ pub struct Fleet {
     tx: Mutex<Sender<Req>>,
     bell: Arc<Bell>,
     pub stats: Arc<Stats>,
+    /// This node's name in fleet usage (`[fleet] node`).
+    node: String,
+    /// Shared keys are on (else the thread carries fleet usage only).
+    keys: bool,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -162,24 +185,29 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// Start the fleet thread: its store connection, the change feed into `sink`, the writes.
+    /// Start the fleet thread: its store connection, the change feed into `sink` and the key
+    /// writes (shared keys on: `sink` given), this node's usage rows published as `node`.
     /// It ends when `exit` fires.
     pub fn start(
         settings: Settings,
-        sink: Arc<dyn KeySink>,
+        sink: Option<Arc<dyn KeySink>>,
+        node: String,
+        rows: Rows,
         exit: Shutdown,
     ) -> Result<Arc<Fleet>, String> {
         let (tx, rx) = mpsc::channel();
         let bell = Arc::new(Bell::default());
         let stats = Arc::new(Stats::default());
         let (b, st) = (bell.clone(), stats.clone());
+        let keys = sink.is_some();
+        let name = node.clone();
         std::thread::Builder::new()
             .name("ringgate-fleet".into())
             .spawn(move || {
                 use monoio::{LegacyDriver, RuntimeBuilder};
                 match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
                     Ok(mut rt) => rt.block_on(async move {
-                        let feed = Feed::new(settings, sink, rx, b, st);
+                        let feed = Feed::new(settings, sink, rx, b, st, name, rows);
                         monoio::select! {
                             _ = feed.run() => {}
                             _ = exit.wait() => {}
@@ -193,7 +221,30 @@ impl Fleet {
             tx: Mutex::new(tx),
             bell,
             stats,
+            node,
+            keys,
         }))
+    }
+
+    /// This node's name in fleet usage.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Every node's usage rows as the store holds them (`None`: the store is down or did not
+    /// answer in time). Admin thread only (it waits, at most `WRITE_WAIT`).
+    pub fn usage(&self) -> Option<Vec<NodeUsage>> {
+        let (ack, done) = mpsc::sync_channel(1);
+        let sent = self
+            .tx
+            .lock()
+            .ok()
+            .is_some_and(|tx| tx.send(Req::Usage { ack }).is_ok());
+        if !sent {
+            return None;
+        }
+        self.bell.ring();
+        done.recv_timeout(WRITE_WAIT).ok().flatten()
     }
 
     /// Whether the store is up (as the fleet thread last saw it).
@@ -214,7 +265,7 @@ impl Fleet {
         }
         let (ack, done) = mpsc::sync_channel(1);
         let sent = self.tx.lock().ok().is_some_and(|tx| {
-            tx.send(Req {
+            tx.send(Req::Put {
                 rec: rec.clone(),
                 base,
                 ack,
@@ -232,7 +283,7 @@ impl Fleet {
     pub fn render(&self, out: &mut String) {
         let s = &self.stats;
         let help = crate::observe::metrics::help;
-        let rows: [(&str, &str, &str, u64); 8] = [
+        let rows: [(&str, &str, &str, u64); 10] = [
             (
                 "ringgate_fleet_store_up",
                 "gauge",
@@ -281,8 +332,23 @@ impl Fleet {
                 "Key records in the store this node refused (malformed).",
                 s.bad_records.load(Ordering::Relaxed),
             ),
+            (
+                "ringgate_fleet_usage_published_total",
+                "counter",
+                "Times this node's usage rows were written to the store (fleet usage).",
+                s.usage_published.load(Ordering::Relaxed),
+            ),
+            (
+                "ringgate_fleet_usage_bad_rows_total",
+                "counter",
+                "Usage rows or node names in the store this node refused (malformed).",
+                s.usage_bad.load(Ordering::Relaxed),
+            ),
         ];
         for (name, kind, text, v) in rows {
+            if !self.keys && name.contains("_keys_") {
+                continue;
+            }
             help(out, name, kind, text);
             let _ = writeln!(out, "{name} {v}");
         }
@@ -292,7 +358,13 @@ impl Fleet {
 /// The fleet thread's state.
 struct Feed {
     store: Rc<Store>,
-    sink: Arc<dyn KeySink>,
+    /// `None`: shared keys are off (fleet usage only).
+    sink: Option<Arc<dyn KeySink>>,
+    node: String,
+    rows: Rows,
+    /// The rows last written (written again only when they changed).
+    published: std::cell::RefCell<Option<Vec<UsageRow>>>,
+    prefix: String,
     rx: Receiver<Req>,
     bell: Arc<Bell>,
     stats: Arc<Stats>,
@@ -304,10 +376,12 @@ struct Feed {
 impl Feed {
     fn new(
         mut settings: Settings,
-        sink: Arc<dyn KeySink>,
+        sink: Option<Arc<dyn KeySink>>,
         rx: Receiver<Req>,
         bell: Arc<Bell>,
         stats: Arc<Stats>,
+        node: String,
+        rows: Rows,
     ) -> Feed {
         settings.timeout = settings.timeout.max(COMMAND);
         let p = settings.prefix.to_string();
@@ -317,8 +391,12 @@ impl Feed {
                 format!("{p}{{fleet}}:keys:log"),
                 format!("{p}{{fleet}}:keys:ver"),
             ],
-            store: Rc::new(Store::for_fleet(settings)),
+            prefix: p.clone(),
+            store: Rc::new(Store::for_fleet(settings, sink.is_some())),
             sink,
+            node,
+            rows,
+            published: Default::default(),
             rx,
             bell,
             stats,
@@ -331,16 +409,23 @@ impl Feed {
         monoio::spawn(async move { store.maintain(&String::new, &|| {}).await });
         // `None`: not reconciled since the store came up
         let mut synced = false;
+        let mut usage_at: Option<Instant> = None;
         loop {
             self.writes().await;
             let up = self.store.up();
             self.stats.up.store(up, Ordering::Relaxed);
-            if !up {
+            if self.sink.is_none() {
+                // fleet usage only
+            } else if !up {
                 synced = false;
             } else if !synced {
                 synced = self.reconcile().await;
             } else if !self.pull().await {
                 synced = false;
+            }
+            if up && usage_at.is_none_or(|t| t.elapsed() >= usage::EVERY) {
+                usage_at = Some(Instant::now());
+                self.publish().await;
             }
             monoio::select! {
                 _ = self.bell.wait() => {}
@@ -349,14 +434,46 @@ impl Feed {
         }
     }
 
-    /// Answer the admin thread's writes waiting in the queue.
+    /// Answer the admin thread's requests waiting in the queue.
     async fn writes(&self) {
         while let Ok(req) = self.rx.try_recv() {
-            let put = match self.store.up() {
-                true => self.push(&req.rec, req.base).await,
-                false => Put::Down,
-            };
-            let _ = req.ack.send(put);
+            match req {
+                Req::Put { rec, base, ack } => {
+                    let put = match self.store.up() {
+                        true => self.push(&rec, base).await,
+                        false => Put::Down,
+                    };
+                    let _ = ack.send(put);
+                }
+                Req::Usage { ack } if !self.store.up() => {
+                    let _ = ack.send(None);
+                }
+                Req::Usage { ack } => {
+                    // this node's latest rows first, so its own part is current
+                    self.publish().await;
+                    let mut bad = 0;
+                    let got = usage::read(&self.store, &self.prefix, &mut bad).await;
+                    add(&self.stats.usage_bad, bad);
+                    if let Err(e) = &got {
+                        self.failed(&format!("fleet usage: {e}"));
+                    }
+                    let _ = ack.send(got.ok());
+                }
+            }
+        }
+    }
+
+    /// Write this node's usage rows when they changed since the last write.
+    async fn publish(&self) {
+        let rows = (self.rows)();
+        if self.published.borrow().as_ref() == Some(&rows) {
+            return;
+        }
+        if usage::publish(&self.store, &self.prefix, &self.node, &rows).await {
+            add(&self.stats.usage_published, 1);
+            *self.published.borrow_mut() = Some(rows);
+        } else {
+            add(&self.stats.errors, 1);
         }
     }
 
@@ -366,7 +483,7 @@ impl Feed {
         let Some(ver) = self.version().await else {
             return false;
         };
-        let Some(top) = self.sink.top() else {
+        let Some(top) = self.sink.as_ref().and_then(|k| k.top()) else {
             return false;
         };
         let known = top.max(self.seen.get());
@@ -374,11 +491,11 @@ impl Feed {
             crate::observe::log::info(format_args!(
                 "fleet: the store holds key version {ver}, this node has seen {known}: it lost records; writing back the keys held here"
             ));
-            if !self.sink.reseed() {
+            if !self.sink.as_ref().is_some_and(|k| k.reseed()) {
                 return false;
             }
         }
-        let Some(pending) = self.sink.pending() else {
+        let Some(pending) = self.sink.as_ref().and_then(|k| k.pending()) else {
             return false;
         };
         let mut back = Vec::new();
@@ -403,7 +520,7 @@ impl Feed {
                 pending.len()
             ));
         }
-        if !back.is_empty() && !self.sink.apply(&back) {
+        if !back.is_empty() && !self.sink.as_ref().is_some_and(|k| k.apply(&back)) {
             return false;
         }
         self.seen.set(0);
@@ -601,7 +718,7 @@ impl Feed {
                     }
                 }
             }
-            if !self.sink.apply(&recs) {
+            if !self.sink.as_ref().is_some_and(|k| k.apply(&recs)) {
                 // the registry is busy: the same page next poll
                 return true;
             }

@@ -205,7 +205,11 @@ impl Registry {
             return None;
         }
         if local.digest == Some(digest) {
-            if local.fleet == Some(r.ver) && !local.pending {
+            // the same version with the same content: nothing to do (a version alone is not
+            // enough: a store that lost its records numbers them again from 1)
+            let same = local.revoked.is_some() == r.revoked.is_some()
+                && local.spec.to_json() == spec.to_json();
+            if local.fleet == Some(r.ver) && !local.pending && same {
                 return None;
             }
             if local.revoked.is_some() && r.revoked.is_none() {

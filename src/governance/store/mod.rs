@@ -206,6 +206,8 @@ pub struct Store {
     cluster: Option<cluster::Cluster>,
     /// The fleet's connection (`governance::fleet`), not a shard's: its own log lines.
     fleet: bool,
+    /// Another user's connection on a shard (`Store::for_user`): its log lines name it.
+    user: Option<(&'static str, &'static str)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -232,15 +234,37 @@ impl Store {
             connects: Cell::new(0),
             reply_log: RateLimited::new(1),
             fleet: false,
+            user: None,
         }
     }
 
-    /// The fleet thread's connection (`governance::fleet`): same settings, its own log lines.
-    pub fn for_fleet(s: Settings) -> Store {
+    /// Shard `shard`'s connection for another user of the store (`what`, e.g. "responses"),
+    /// whose log lines say what happens while it is down (`meanwhile`).
+    pub fn for_user(
+        s: Settings,
+        shard: usize,
+        what: &'static str,
+        meanwhile: &'static str,
+    ) -> Store {
+        Store {
+            user: Some((what, meanwhile)),
+            ..Store::new(s, shard)
+        }
+    }
+
+    /// The fleet thread's connection (`governance::fleet`): same settings, its own log lines
+    /// (`keys`: shared keys are on, else it carries fleet usage only).
+    pub fn for_fleet(s: Settings, keys: bool) -> Store {
         Store {
             fleet: true,
+            user: (!keys).then_some(("fleet: usage", "fleet usage answers 503 until it is back")),
             ..Store::new(s, 0)
         }
+    }
+
+    /// How long a request waits for a reply (`redis_timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.s.timeout
     }
 
     /// Whether the store is connected and ready.
@@ -714,6 +738,20 @@ impl Store {
         }
         self.logged.set(Some(up));
         let (shard, url) = (self.shard, &self.s.url);
+        if let Some((what, meanwhile)) = self.user {
+            let at = match self.fleet {
+                true => String::new(),
+                false => format!("shard {shard}: "),
+            };
+            match up {
+                true => crate::observe::log::info(format_args!("{at}{what} store {url} up")),
+                false => crate::observe::log::info(format_args!(
+                    "{at}{what} store {url} unavailable ({}); {meanwhile}",
+                    self.reason.borrow()
+                )),
+            }
+            return;
+        }
         if self.fleet {
             match up {
                 true => crate::observe::log::info(format_args!(

@@ -24,8 +24,21 @@ const KEYS: [(&str, &str); 3] = [
     ),
 ];
 
-fn config(shards: usize, driver: &str, seed: u16) -> String {
-    config_with(shards, driver, seed, "rpm = 20", "instant", "")
+/// `rpm = 20` keys, shared keys and an admin listener.
+fn config_fleet(shards: usize, driver: &str, seed: u16) -> String {
+    let state = crate::harness::temp_dir("state");
+    config_with(
+        shards,
+        driver,
+        seed,
+        "rpm = 20",
+        "instant",
+        crate::FLEET_KEYS,
+    )
+    .replace(
+        "pin = false\n",
+        &format!("pin = false\nstate_dir = \"{}\"\n", state.display()),
+    )
 }
 
 fn config_with(
@@ -75,8 +88,9 @@ provider = "mock"
 fn two_gateways_share_rpm_on_a_cluster_and_follow_a_moved_slot() {
     let cluster = RedisCluster::start();
     let seed = cluster.nodes[0].port;
-    let a = Gateway::start(&config(1, "epoll", seed));
-    let b = Gateway::start(&config(2, "io_uring", seed));
+    let env = [("RINGGATE_ADMIN_TOKEN", crate::TOKEN)];
+    let a = Gateway::start_env(&config_fleet(1, "epoll", seed), &env);
+    let b = Gateway::start_env(&config_fleet(2, "io_uring", seed), &env);
     a.wait_metric("ringgate_limit_store_up", 1);
     b.wait_metric("ringgate_limit_store_up", 2);
     assert!(a.log().contains("(Cluster of 3 masters)"), "{}", a.log());
@@ -124,6 +138,8 @@ fn two_gateways_share_rpm_on_a_cluster_and_follow_a_moved_slot() {
     );
     let redirects = |g: &Gateway| g.metric("ringgate_limit_store_redirects_total");
     assert!(redirects(&a) + redirects(&b) >= 1, "no MOVED was followed");
+    // shared keys on the Cluster ({fleet} hash tag: the script's keys in one slot)
+    crate::fleet_key_shares_rpm(&a, &[&a, &b], "team-cluster", 20);
     for g in [&a, &b] {
         assert_eq!(
             g.metric("ringgate_limit_store_fallbacks_total"),
