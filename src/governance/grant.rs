@@ -34,6 +34,9 @@ pub(super) enum Pending {
     },
 }
 
+/// The key index of an `unkeyed` grant (no key has it: every key lookup misses).
+const NO_KEY: u32 = u32::MAX;
+
 #[derive(Debug)]
 pub struct Grant<'g> {
     pub(super) gov: &'g Governance,
@@ -114,6 +117,19 @@ impl<'g> Grant<'g> {
             answered_by: None,
             finished: false,
         }
+    }
+
+    /// A traced request without a key: a grant that holds nothing and records nothing, and
+    /// only reads the answer (its usage, and what `UsageScan::observe` asks) for the trace.
+    pub fn unkeyed(gov: &'g Governance) -> Grant<'g> {
+        let mut g = Grant::deferred(gov, NO_KEY, 0);
+        g.pending = Pending::Nothing;
+        g
+    }
+
+    /// Whether this grant is a key's (not `unkeyed`).
+    pub fn keyed(&self) -> bool {
+        self.key != NO_KEY
     }
 
     /// After the body's model is known (and routed to route `route`): the key's allow-list
@@ -230,7 +246,7 @@ impl<'g> Grant<'g> {
     ) {
         self.answered = Some(head.status);
         self.answered_by = by.map(|(r, d)| (r.index, d.price));
-        self.usage = UsageScan::new(dialect);
+        self.usage.restart(dialect, head.is_event_stream());
         let Some((key, _)) = self.gov.key(self.key) else {
             return;
         };

@@ -571,6 +571,14 @@ async fn serve(
         }
     }
 
+    // a traced request's answer is read for its span (usage, id, finish reasons, content)
+    crate::telemetry::read_answer(
+        req.otel.as_deref(),
+        &shard.telemetry,
+        &mut grant,
+        &shard.governance,
+    );
+
     // cache: a stored answer replayed here, or a miss whose answer is recorded
     let mut miss = None;
     if let (Some(c), Some(ask)) = (shard.cache.as_deref(), cache_ask.as_ref()) {
@@ -655,9 +663,12 @@ async fn serve(
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
-    req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
+    req.trace.tokens = grant
+        .as_mut()
+        .filter(|g| g.keyed())
+        .and_then(|g| g.usage().io());
     if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), grant.as_mut()) {
-        o.cache_tokens = g.usage().cached();
+        o.answered(g.usage());
     }
     drop(opened);
     if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {

@@ -135,6 +135,8 @@ impl ShardTelemetry {
             cache: None,
             input: None,
             error: None,
+            usage: None,
+            answer: None,
         }))
     }
 
@@ -147,6 +149,26 @@ impl ShardTelemetry {
         if req.attempts.len() < MAX_ATTEMPT_SPANS {
             req.attempts.push(a);
         }
+    }
+}
+
+/// A traced (sampled) request's answer is read for its span: its usage (an unkeyed request gets
+/// a `Grant::unkeyed` that only reads), id, finish reasons and, with `capture_content`, text.
+/// Nothing for requests that are not traced.
+pub fn read_answer<'g>(
+    req: Option<&Request>,
+    tel: &Option<ShardTelemetry>,
+    grant: &mut Option<crate::governance::Grant<'g>>,
+    gov: &'g crate::governance::Governance,
+) {
+    let (Some(req), Some(tel)) = (req, tel) else {
+        return;
+    };
+    if req.ctx.sampled {
+        grant
+            .get_or_insert_with(|| crate::governance::Grant::unkeyed(gov))
+            .usage()
+            .observe(tel.capture());
     }
 }
 
@@ -181,6 +203,10 @@ pub struct Request {
     pub input: Option<Box<str>>,
     /// `error.type` of a failure answered by the gateway.
     pub error: Option<&'static str>,
+    /// (input, output) tokens the answer reported (keyed or not).
+    pub usage: Option<(u64, u64)>,
+    /// What the answer said about itself (id, finish reasons, text).
+    pub answer: Option<Box<crate::observe::answer::Facts>>,
 }
 
 impl Request {
@@ -203,6 +229,13 @@ impl Request {
             }
             self.input = Some(text.into());
         }
+    }
+
+    /// The answer was relayed or translated: what its scan read.
+    pub fn answered(&mut self, scan: &mut crate::governance::usage::UsageScan) {
+        self.usage = scan.io();
+        self.cache_tokens = scan.cached();
+        self.answer = scan.take_facts();
     }
 
     /// The last attempt ended: its status, or how it failed, and why it was retried.

@@ -125,7 +125,29 @@ pub fn request_ended(
     if let Some(v) = p.top_p {
         a.push(KeyValue::new("gen_ai.request.top_p", Value::Double(v)));
     }
-    if let Some((i, o)) = t.tokens {
+    if let Some(f) = req.answer.as_deref() {
+        if let Some(id) = &f.id {
+            a.push(KeyValue::new("gen_ai.response.id", s(id)));
+        }
+        let reasons = f.finish_reasons();
+        if !reasons.is_empty() {
+            let values = reasons
+                .iter()
+                .map(|r| proto::AnyValue { value: Some(s(r)) })
+                .collect();
+            a.push(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                Value::Array(proto::ArrayValue { values }),
+            ));
+        }
+        if let Some(text) = f.text() {
+            a.push(KeyValue::new(
+                "gen_ai.output.messages",
+                Value::String(output_messages(&text, reasons.first().map(|r| &**r))),
+            ));
+        }
+    }
+    if let Some((i, o)) = req.usage.or(t.tokens) {
         a.push(KeyValue::new("gen_ai.usage.input_tokens", int(i)));
         a.push(KeyValue::new("gen_ai.usage.output_tokens", int(o)));
     }
@@ -260,6 +282,22 @@ pub fn request_ended(
         status,
         flags: remote | 1,
     });
+}
+
+/// `gen_ai.output.messages` (the conventions' JSON shape): one assistant message with one text
+/// part; `text` is already the contents of a JSON string (escaped as the answer sent it).
+fn output_messages(text: &str, finish: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len() + 96);
+    out.push_str(r#"[{"role":"assistant","parts":[{"type":"text","content":""#);
+    out.push_str(text);
+    out.push_str("\"}]");
+    if let Some(r) = finish {
+        out.push_str(r#","finish_reason":""#);
+        out.push_str(r);
+        out.push('"');
+    }
+    out.push_str("}]");
+    out
 }
 
 fn int(v: u64) -> Value {

@@ -88,7 +88,8 @@ def gemini_answer(stream):
              "totalTokenCount": USAGE_IN + USAGE_OUT}
     cand = {"content": {"role": "model", "parts": [{"text": "hello"}]}, "finishReason": "STOP",
             "index": 0}
-    whole = {"candidates": [cand], "usageMetadata": usage, "modelVersion": "up-model"}
+    whole = {"candidates": [cand], "usageMetadata": usage, "modelVersion": "up-model",
+             "responseId": "r-gem"}
     if not stream:
         return "application/json", json.dumps(whole).encode()
     return "text/event-stream", sse([whole])
@@ -200,7 +201,8 @@ def collector():
     c.close()
 
 
-def config(upstream, shards, telemetry, log=""):
+def config(upstream, shards, telemetry, log="", keys=True):
+    key = '[[key]]\nname = "tel"\nkey_env = "RG_SDK_TELEMETRY_KEY"' if keys else ""
     return f"""
 [server]
 listen = "127.0.0.1:0"
@@ -246,9 +248,7 @@ name = "gem-x"
 provider = "gm"
 upstream_model = "up-gem"
 
-[[key]]
-name = "tel"
-key_env = "RG_SDK_TELEMETRY_KEY"
+{key}
 """
 
 
@@ -256,8 +256,8 @@ ENV = {"RG_TEST_ANTHROPIC_KEY": "sk-an", "RG_TEST_GEMINI_KEY": "gm-key",
        "RG_SDK_TELEMETRY_KEY": KEY}
 
 
-def gateway_on(upstream, driver, shards, telemetry, log=""):
-    return serve_config(config(upstream, shards, telemetry, log),
+def gateway_on(upstream, driver, shards, telemetry, log="", keys=True):
+    return serve_config(config(upstream, shards, telemetry, log, keys),
                         {"RINGGATE_DRIVER": driver, **ENV})
 
 
@@ -328,6 +328,10 @@ CASES = [
     ("gemini", "gpt-x", "openai", "generate_content"),
 ]
 UPSTREAM_MODEL = {"gpt-x": "up-gpt", "claude-x": "up-claude", "gem-x": "up-gem"}
+# what each upstream's answer names itself and why it stopped (read from the upstream's answer,
+# whatever dialect the client got it in)
+ANSWER = {"openai": ("c1", ["stop"]), "anthropic": ("msg_1", ["end_turn"]),
+          "gcp.gemini": ("r-gem", ["STOP"])}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -358,6 +362,10 @@ def test_server_and_client_spans(traced, collector, upstream, sdk, model, provid
     assert a["gen_ai.request.top_p"] == 0.9
     assert a["gen_ai.usage.input_tokens"] == USAGE_IN
     assert a["gen_ai.usage.output_tokens"] == USAGE_OUT
+    assert a["gen_ai.response.id"] == ANSWER[provider][0]
+    assert [v.string_value for v in a["gen_ai.response.finish_reasons"].values] == \
+        ANSWER[provider][1]
+    assert "gen_ai.output.messages" not in a, "content is off by default"
     assert a["http.request.method"] == "POST"
     assert a["http.response.status_code"] == 200
     assert "error.type" not in a
@@ -437,18 +445,34 @@ def test_exported_spans_are_counted(traced, collector):
 
 @pytest.fixture(scope="module")
 def captured(upstream, collector, driver, shards):
+    """Content capture on, and no virtual keys: the spans still carry the answer's usage."""
     tel = (f'otlp_endpoint = "{collector.url}"\ncapture_content = true\n'
            'content_max_bytes = 100')
-    yield from gateway_on(upstream, driver, shards, tel)
+    yield from gateway_on(upstream, driver, shards, tel, keys=False)
 
 
-def test_content_only_when_captured(captured, collector):
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("sdk,model,provider", [("openai", "gpt-x", "openai"),
+                                                ("openai", "claude-x", "anthropic"),
+                                                ("gemini", "gem-x", "gcp.gemini")])
+def test_content_when_captured_and_usage_without_keys(captured, collector, sdk, model,
+                                                      provider, stream):
     trace_id, _, tp = traceparent()
-    call(captured, "openai", "gpt-x", False, {"traceparent": tp})
+    assert call(captured, sdk, model, stream, {"traceparent": tp}) == "hello"
     s = [s for s in collector.wait(trace_id, 2) if s.kind == Span.SPAN_KIND_SERVER][0]
-    content = attrs(s)["gen_ai.input.messages"]
-    assert PROMPT in content
+    a = attrs(s)
+    content = a["gen_ai.input.messages"]
+    assert PROMPT[:14] in content
     assert len(content.encode()) == 100, content  # the body was longer: cut
+    # the answer's text, in the conventions' shape, read from the upstream's answer
+    out = json.loads(a["gen_ai.output.messages"])
+    assert out == [{"role": "assistant", "parts": [{"type": "text", "content": "hello"}],
+                    "finish_reason": ANSWER[provider][1][0]}], out
+    assert a["gen_ai.response.id"] == ANSWER[provider][0]
+    # an unkeyed request's span has the usage its upstream reported
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == \
+        (USAGE_IN, USAGE_OUT)
+    assert "ringgate.key" not in a
 
 
 @pytest.fixture(scope="module")
