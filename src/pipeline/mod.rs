@@ -318,14 +318,17 @@ async fn serve(
     let path = head.path(&conn.buf);
     let target = classify(head.method, path);
     // trace context and sampling (nothing when `[telemetry]` is off)
-    if let (Some(tel), Ok(Target::Api(d, op))) = (&shard.telemetry, &target) {
+    if let (Some(tel), Ok(t @ (Target::Api(..) | Target::Mcp))) = (&shard.telemetry, &target) {
         let buf = &conn.buf;
         req.otel = tel.begin(
             head.header(buf, &head.traceparent),
             head.header(buf, &head.tracestate),
             head.method.as_str(),
             path,
-            crate::telemetry::operation(*d, *op),
+            match t {
+                Target::Api(d, op) => crate::telemetry::operation(*d, *op),
+                _ => "execute_tool",
+            },
         );
     }
     // Answer unclassified or refused requests in the dialect the path suggests.

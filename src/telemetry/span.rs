@@ -87,6 +87,12 @@ pub fn request_ended(
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let at = |i: Instant| wall.saturating_sub(now.saturating_duration_since(i).as_nanos() as u64);
+    if t.endpoint == crate::observe::trace::Endpoint::Mcp {
+        if let Some(m) = t.mcp.as_deref().filter(|m| &*m.method == "tools/call") {
+            tel.shared.send(tool_span(&req, m, e, at(t.start), wall));
+        }
+        return;
+    }
     let route = t.route.and_then(|r| routes.route(r as usize));
     let dep = t
         .served
@@ -282,6 +288,76 @@ pub fn request_ended(
         status,
         flags: remote | 1,
     });
+}
+
+/// An MCP `tools/call` request's SERVER span (the GenAI `execute_tool` and MCP conventions):
+/// named `tools/call {tool}`, with `gen_ai.tool.name` (the tool as its server knows it),
+/// `mcp.method.name`, `ringgate.mcp_server`; a tool that answered `isError`, a denied call and
+/// an unreachable server are errors (`error.type` `tool_error`, `denied`, `unavailable`).
+fn tool_span(
+    req: &Request,
+    m: &crate::observe::trace::McpCall,
+    e: &Ended<'_>,
+    start: u64,
+    end: u64,
+) -> proto::Span {
+    let s = |v: &str| Value::String(v.to_string());
+    let tool = m.tool.as_deref().unwrap_or("");
+    let mut a = Vec::with_capacity(12);
+    a.push(KeyValue::new("gen_ai.operation.name", s("execute_tool")));
+    a.push(KeyValue::new("gen_ai.tool.name", s(tool)));
+    a.push(KeyValue::new("mcp.method.name", s(&m.method)));
+    if let Some(srv) = &m.server {
+        a.push(KeyValue::new("ringgate.mcp_server", s(srv)));
+    }
+    a.push(KeyValue::new("http.request.method", s(req.method)));
+    a.push(KeyValue::new("url.path", s(&req.path)));
+    a.push(KeyValue::new(
+        "http.response.status_code",
+        Value::Int(e.status as i64),
+    ));
+    let error = match m.result {
+        "ok" if e.status < 400 => None,
+        "ok" => Some(
+            req.error
+                .map(str::to_string)
+                .unwrap_or(e.status.to_string()),
+        ),
+        "error" => Some("tool_error".to_string()),
+        other => Some(other.to_string()),
+    };
+    if let Some(et) = &error {
+        a.push(KeyValue::new("error.type", s(et)));
+    }
+    if let Some(k) = e.key {
+        a.push(KeyValue::new("ringgate.key", s(k)));
+    }
+    a.push(KeyValue::new("ringgate.request_id", s(e.request_id)));
+    let remote = if req.ctx.parent.is_some() {
+        0x300
+    } else {
+        0x100
+    };
+    proto::Span {
+        trace_id: req.ctx.trace_id.to_vec(),
+        span_id: req.ctx.span_id.to_vec(),
+        trace_state: req.ctx.state.as_deref().unwrap_or("").to_string(),
+        parent_span_id: req.ctx.parent.map(|p| p.to_vec()).unwrap_or_default(),
+        name: if tool.is_empty() {
+            m.method.to_string()
+        } else {
+            format!("{} {tool}", m.method)
+        },
+        kind: proto::KIND_SERVER,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: a,
+        status: error.map(|_| proto::Status {
+            message: String::new(),
+            code: proto::STATUS_ERROR,
+        }),
+        flags: remote | 1,
+    }
 }
 
 /// `gen_ai.output.messages` (the conventions' JSON shape): one assistant message with one text

@@ -118,6 +118,38 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         pass
 
 
+class McpHandler(BaseHTTPRequestHandler):
+    """A minimal MCP server (Streamable HTTP, JSON answers): initialize, notifications, and
+    tools/call of `echo` (answers its text) and `fail` (a tool error, `isError`)."""
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+        if "id" not in msg:
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if msg["method"] == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "f", "version": "1"}}
+        elif msg["method"] == "tools/call":
+            name = msg["params"]["name"]
+            result = {"content": [{"type": "text", "text": name}], "isError": name == "fail"}
+        else:
+            result = {"tools": []}
+        out = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("mcp-session-id", "up-session-1")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *a):
+        pass
+
+
 # ---- the collector: a real OTLP/HTTP receiver ------------------------------------------------
 
 class Collector:
@@ -195,13 +227,23 @@ def upstream():
 
 
 @pytest.fixture(scope="module")
+def mcp_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), McpHandler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
 def collector():
     c = Collector()
     yield c
     c.close()
 
 
-def config(upstream, shards, telemetry, log="", keys=True):
+def config(upstream, shards, telemetry, log="", keys=True, mcp=None):
+    mcp = f'[[mcp_server]]\nname = "tools"\nurl = "http://{mcp}/mcp"' if mcp else ""
     key = '[[key]]\nname = "tel"\nkey_env = "RG_SDK_TELEMETRY_KEY"' if keys else ""
     return f"""
 [server]
@@ -249,6 +291,8 @@ provider = "gm"
 upstream_model = "up-gem"
 
 {key}
+
+{mcp}
 """
 
 
@@ -256,15 +300,15 @@ ENV = {"RG_TEST_ANTHROPIC_KEY": "sk-an", "RG_TEST_GEMINI_KEY": "gm-key",
        "RG_SDK_TELEMETRY_KEY": KEY}
 
 
-def gateway_on(upstream, driver, shards, telemetry, log="", keys=True):
-    return serve_config(config(upstream, shards, telemetry, log, keys),
+def gateway_on(upstream, driver, shards, telemetry, log="", keys=True, mcp=None):
+    return serve_config(config(upstream, shards, telemetry, log, keys, mcp),
                         {"RINGGATE_DRIVER": driver, **ENV})
 
 
 @pytest.fixture(scope="module")
-def traced(upstream, collector, driver, shards):
+def traced(upstream, collector, mcp_server, driver, shards):
     tel = f'otlp_endpoint = "{collector.url}"\nservice_name = "rg-test"'
-    yield from gateway_on(upstream, driver, shards, tel)
+    yield from gateway_on(upstream, driver, shards, tel, mcp=mcp_server)
 
 
 def traceparent(sampled=True):
@@ -414,6 +458,51 @@ def test_error_answer_is_an_error_span(traced, collector):
     a = attrs(s)
     assert a["http.response.status_code"] == 404
     assert a["error.type"] == "model_not_found"
+
+
+def mcp_post(base, msg, headers):
+    req = urllib.request.Request(base + "/mcp", data=json.dumps(msg).encode(), method="POST",
+                                 headers={"content-type": "application/json",
+                                          "accept": "application/json, text/event-stream",
+                                          "authorization": f"Bearer {KEY}", **headers})
+    with urllib.request.urlopen(req, timeout=20) as r:
+        return r.headers.get("mcp-session-id"), json.loads(r.read() or b"null")
+
+
+def test_mcp_tool_calls_are_execute_tool_spans(traced, collector):
+    session, _ = mcp_post(traced, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}, {})
+    h = {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+    mcp_post(traced, {"jsonrpc": "2.0", "method": "notifications/initialized"}, h)
+    # a method other than tools/call: no span
+    list_id, _, tp = traceparent()
+    mcp_post(traced, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, {**h, "traceparent": tp})
+    spans = {}
+    for tool in ("echo", "fail"):
+        trace_id, parent, tp = traceparent()
+        _, answer = mcp_post(traced, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                      "params": {"name": f"tools__{tool}", "arguments": {}}},
+                             {**h, "traceparent": tp})
+        assert answer["result"]["content"][0]["text"] == tool
+        [s] = collector.wait(trace_id, 1)
+        assert s.parent_span_id.hex() == parent
+        spans[tool] = s
+    s = spans["echo"]
+    assert (s.name, s.kind) == ("tools/call echo", Span.SPAN_KIND_SERVER)
+    a = attrs(s)
+    assert a["gen_ai.operation.name"] == "execute_tool"
+    assert a["gen_ai.tool.name"] == "echo"
+    assert a["mcp.method.name"] == "tools/call"
+    assert a["ringgate.mcp_server"] == "tools"
+    assert a["ringgate.key"] == "tel"
+    assert a["http.response.status_code"] == 200
+    assert "error.type" not in a and s.status.code != s.status.STATUS_CODE_ERROR
+    f = spans["fail"]
+    assert attrs(f)["error.type"] == "tool_error"
+    assert f.status.code == f.status.STATUS_CODE_ERROR
+    # exported in order: the tools/list request's span would be here by now
+    assert collector.of_trace(list_id) == []
 
 
 def metric(base, name, labels):
