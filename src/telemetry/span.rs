@@ -72,7 +72,7 @@ pub struct Ended<'a> {
 
 /// The request `t` ended now: its spans built and queued (sampled requests only).
 pub fn request_ended(
-    tel: &ShardTelemetry,
+    _tel: &ShardTelemetry,
     routes: &RouteTable,
     t: &Trace,
     req: Box<Request>,
@@ -89,7 +89,7 @@ pub fn request_ended(
     let at = |i: Instant| wall.saturating_sub(now.saturating_duration_since(i).as_nanos() as u64);
     if t.endpoint == crate::observe::trace::Endpoint::Mcp {
         if let Some(m) = t.mcp.as_deref().filter(|m| &*m.method == "tools/call") {
-            tel.shared.send(tool_span(&req, m, e, at(t.start), wall));
+            req.tel.send(tool_span(&req, m, e, at(t.start), wall));
         }
         return;
     }
@@ -258,7 +258,7 @@ pub fn request_ended(
             c.push(KeyValue::new("ringgate.retry_reason", s(r)));
         }
         c.push(KeyValue::new("ringgate.deployment", s(&at_.deployment)));
-        tel.shared.send(proto::Span {
+        req.tel.send(proto::Span {
             trace_id: trace_id.clone(),
             span_id: at_.span_id.to_vec(),
             trace_state: state.clone(),
@@ -275,7 +275,7 @@ pub fn request_ended(
             flags: 0x101,
         });
     }
-    tel.shared.send(proto::Span {
+    req.tel.send(proto::Span {
         trace_id,
         span_id: req.ctx.span_id.to_vec(),
         trace_state: state,
