@@ -6,6 +6,9 @@
 //! decide is left `pending` for `confirm` (in `governance::shared`, which also does the store's
 //! side of `Drop`).
 //!
+//! A traced request without a key gets a `Grant::unkeyed`: it holds and records nothing, and
+//! only carries the answer's scan (usage, and what the trace asks) through `answer`.
+//!
 //! Owns: `Grant` — the model check, the TPM and budget reservations after the body is read, the
 //! rate-limit header lines, the reconciliation and the usage record. Must not: do IO itself or outlive
 //! its request.

@@ -472,6 +472,7 @@ async fn serve(
             admission: &shard.admission,
             upstream: &shard.upstream,
             metrics: &shard.metrics,
+            trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
         };
         let out = crate::mcp::serve::serve(conn, head, &env, g, mh, &mut req.trace, &mut req.keep);
         return Ok(Box::pin(out).await?);

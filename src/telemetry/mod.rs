@@ -176,6 +176,7 @@ impl ShardTelemetry {
             error: None,
             usage: None,
             answer: None,
+            tool_span: None,
         }))
     }
 
@@ -209,6 +210,17 @@ pub fn read_answer<'g>(
             .usage()
             .observe(tel.capture());
     }
+}
+
+/// A traced MCP request: the `traceparent` line its forwarded `tools/call` carries, naming the
+/// CLIENT span `request_ended` exports for that call (`None`: not traced).
+pub fn tool_call(req: Option<&mut Request>, tel: &Option<ShardTelemetry>) -> Option<Vec<u8>> {
+    let (req, tel) = (req?, tel.as_ref()?);
+    let span = tel.ids.span_id();
+    let mut lines = Vec::with_capacity(72);
+    context::upstream_lines(&mut lines, &req.ctx, &span);
+    req.tool_span = Some(span);
+    Some(lines)
 }
 
 /// CLIENT spans kept per request (a retry storm does not grow a request's state without end).
@@ -248,6 +260,8 @@ pub struct Request {
     pub usage: Option<(u64, u64)>,
     /// What the answer said about itself (id, finish reasons, text).
     pub answer: Option<Box<crate::observe::answer::Facts>>,
+    /// An MCP request's CLIENT span for its forwarded `tools/call`.
+    pub tool_span: Option<[u8; 8]>,
 }
 
 impl Request {

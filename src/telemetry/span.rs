@@ -89,6 +89,10 @@ pub fn request_ended(
     let at = |i: Instant| wall.saturating_sub(now.saturating_duration_since(i).as_nanos() as u64);
     if t.endpoint == crate::observe::trace::Endpoint::Mcp {
         if let Some(m) = t.mcp.as_deref().filter(|m| &*m.method == "tools/call") {
+            if let (Some(id), Some((start, end, host, port))) = (req.tool_span, &m.upstream) {
+                let span = tool_client_span(&req, m, id, (at(*start), at(*end)), (host, *port));
+                req.tel.send(span);
+            }
             req.tel.send(tool_span(&req, m, e, at(t.start), wall));
         }
         return;
@@ -357,6 +361,53 @@ fn tool_span(
             code: proto::STATUS_ERROR,
         }),
         flags: remote | 1,
+    }
+}
+
+/// The CLIENT span of a `tools/call` forwarded to its MCP server (child of the SERVER span;
+/// the server got a `traceparent` naming it).
+fn tool_client_span(
+    req: &Request,
+    m: &crate::observe::trace::McpCall,
+    id: [u8; 8],
+    (start, end): (u64, u64),
+    (host, port): (&str, u16),
+) -> proto::Span {
+    let s = |v: &str| Value::String(v.to_string());
+    let tool = m.tool.as_deref().unwrap_or("");
+    let mut a = vec![
+        KeyValue::new("gen_ai.operation.name", s("execute_tool")),
+        KeyValue::new("gen_ai.tool.name", s(tool)),
+        KeyValue::new("mcp.method.name", s("tools/call")),
+        KeyValue::new("server.address", s(host)),
+        KeyValue::new("server.port", Value::Int(port as i64)),
+    ];
+    if let Some(srv) = &m.server {
+        a.push(KeyValue::new("ringgate.mcp_server", s(srv)));
+    }
+    let error = match m.result {
+        "ok" => None,
+        "error" => Some("tool_error"),
+        other => Some(other),
+    };
+    if let Some(et) = error {
+        a.push(KeyValue::new("error.type", s(et)));
+    }
+    proto::Span {
+        trace_id: req.ctx.trace_id.to_vec(),
+        span_id: id.to_vec(),
+        trace_state: req.ctx.state.as_deref().unwrap_or("").to_string(),
+        parent_span_id: req.ctx.span_id.to_vec(),
+        name: format!("tools/call {tool}"),
+        kind: proto::KIND_CLIENT,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: a,
+        status: error.map(|_| proto::Status {
+            message: String::new(),
+            code: proto::STATUS_ERROR,
+        }),
+        flags: 0x101,
     }
 }
 

@@ -122,8 +122,10 @@ class UpstreamHandler(BaseHTTPRequestHandler):
 
 class McpHandler(BaseHTTPRequestHandler):
     """A minimal MCP server (Streamable HTTP, JSON answers): initialize, notifications, and
-    tools/call of `echo` (answers its text) and `fail` (a tool error, `isError`)."""
+    tools/call of `echo` (answers its text) and `fail` (a tool error, `isError`); remembers each
+    call's traceparent."""
     protocol_version = "HTTP/1.1"
+    calls = []  # (tool, traceparent)
 
     def do_POST(self):
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
@@ -137,6 +139,7 @@ class McpHandler(BaseHTTPRequestHandler):
                       "capabilities": {"tools": {}}, "serverInfo": {"name": "f", "version": "1"}}
         elif msg["method"] == "tools/call":
             name = msg["params"]["name"]
+            McpHandler.calls.append((name, self.headers.get("traceparent")))
             result = {"content": [{"type": "text", "text": name}], "isError": name == "fail"}
         else:
             result = {"tools": []}
@@ -487,8 +490,16 @@ def test_mcp_tool_calls_are_execute_tool_spans(traced, collector):
                                       "params": {"name": f"tools__{tool}", "arguments": {}}},
                              {**h, "traceparent": tp})
         assert answer["result"]["content"][0]["text"] == tool
-        [s] = collector.wait(trace_id, 1)
+        got = collector.wait(trace_id, 2)
+        [s] = [x for x in got if x.kind == Span.SPAN_KIND_SERVER]
+        [c] = [x for x in got if x.kind == Span.SPAN_KIND_CLIENT]
         assert s.parent_span_id.hex() == parent
+        # the forwarded call is the SERVER span's CLIENT child, named in the traceparent the
+        # MCP server got
+        assert c.parent_span_id == s.span_id and c.name == f"tools/call {tool}"
+        sent = [t for name, t in McpHandler.calls if t and trace_id in t]
+        assert sent == [f"00-{trace_id}-{c.span_id.hex()}-01"], sent
+        assert attrs(c)["server.address"] == "127.0.0.1"
         spans[tool] = s
     s = spans["echo"]
     assert (s.name, s.kind) == ("tools/call echo", Span.SPAN_KIND_SERVER)
