@@ -91,6 +91,7 @@ pub async fn translated(
         };
         let out = chat.and_then(|chat| {
             if let Some(g) = grant.as_deref_mut() {
+                g.usage().observe_piece(&raw);
                 give(g.usage(), dialect::chat_usage(&chat));
                 g.finish();
             }
@@ -304,6 +305,9 @@ async fn stream(
             }
         };
         decoder.feed(piece);
+        if let Some(g) = grant.as_deref_mut() {
+            g.usage().observe_piece(piece);
+        }
         if !more && !close_delimited {
             // A framed end: a last event missing its blank line is still dispatched (lenient;
             // several upstreams omit it) — and fails below if it was cut mid-JSON.

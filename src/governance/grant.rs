@@ -6,6 +6,9 @@
 //! decide is left `pending` for `confirm` (in `governance::shared`, which also does the store's
 //! side of `Drop`).
 //!
+//! A traced request without a key gets a `Grant::unkeyed`: it holds and records nothing, and
+//! only carries the answer's scan (usage, and what the trace asks) through `answer`.
+//!
 //! Owns: `Grant` — the model check, the TPM and budget reservations after the body is read, the
 //! rate-limit header lines, the reconciliation and the usage record. Must not: do IO itself or outlive
 //! its request.
@@ -33,6 +36,9 @@ pub(super) enum Pending {
         route: usize,
     },
 }
+
+/// The key index of an `unkeyed` grant (no key has it: every key lookup misses).
+const NO_KEY: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub struct Grant<'g> {
@@ -137,6 +143,19 @@ impl<'g> Grant<'g> {
         }
         gov.metrics.request(self.key, route.index);
         Ok(())
+    }
+
+    /// A traced request without a key: a grant that holds nothing and records nothing, and
+    /// only reads the answer (its usage, and what `UsageScan::observe` asks) for the trace.
+    pub fn unkeyed(gov: &'g Governance) -> Grant<'g> {
+        let mut g = Grant::deferred(gov, NO_KEY, 0);
+        g.pending = Pending::Nothing;
+        g
+    }
+
+    /// Whether this grant is a key's (not `unkeyed`).
+    pub fn keyed(&self) -> bool {
+        self.key != NO_KEY
     }
 
     /// After the body's model is known (and routed to route `route`): the key's allow-list
@@ -253,7 +272,7 @@ impl<'g> Grant<'g> {
     ) {
         self.answered = Some(head.status);
         self.answered_by = by.map(|(r, d)| (r.index, d.price));
-        self.usage = UsageScan::new(dialect);
+        self.usage.restart(dialect, head.is_event_stream());
         let Some((key, _)) = self.gov.key(self.key) else {
             return;
         };

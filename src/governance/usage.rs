@@ -21,9 +21,14 @@
 //! Answers translated from another dialect do not go through the scan: the translator parsed
 //! their usage and hands it over (`UsageScan::set`).
 //!
-//! Owns: `UsageScan`. Must not: allocate, copy more than the seam, or change the bytes.
+//! A traced request's scan also reads the answer's id, finish reasons and (content capture on)
+//! text in the same `feed` call (`observe::answer::Facts`, boxed: `None` costs one branch).
+//!
+//! Owns: `UsageScan`. Must not: allocate (but a traced request's `Facts`), copy more than the
+//! seam, or change the bytes.
 
 use crate::dialect::Dialect;
+use crate::observe::answer::Facts;
 
 /// Key names before `_tokens"` (OpenAI, Anthropic).
 const NAMES: [&[u8]; 7] = [
@@ -57,6 +62,8 @@ pub struct UsageScan {
     gemini: bool,
     /// Set by `set` (a translated answer): wins over scanned values.
     given: Option<(u64, u64)>,
+    /// What the answer says about itself, for its trace (`None`: not traced).
+    facts: Option<Box<Facts>>,
 }
 
 impl Default for UsageScan {
@@ -74,7 +81,38 @@ impl UsageScan {
             values: [None; 7],
             gemini: dialect == Dialect::Gemini,
             given: None,
+            facts: None,
         }
+    }
+
+    /// Also read the answer's id, finish reasons and (`capture`: up to this many bytes of)
+    /// text, for its trace.
+    pub fn observe(&mut self, capture: Option<usize>) {
+        self.facts = Some(Box::new(Facts::new(capture)));
+    }
+
+    /// An answer's head arrived, in `dialect` (as a stream or not): scan it afresh (a retried
+    /// attempt's answer left nothing), its facts too when they are read.
+    pub fn restart(&mut self, dialect: Dialect, stream: bool) {
+        let mut facts = self.facts.take();
+        if let Some(f) = facts.as_deref_mut() {
+            f.restart(dialect, stream);
+        }
+        *self = UsageScan::new(dialect);
+        self.facts = facts;
+    }
+
+    /// A piece of an answer whose usage is handed over (`set`, translated answers): only its
+    /// facts are read, when they are.
+    pub fn observe_piece(&mut self, piece: &[u8]) {
+        if let Some(f) = self.facts.as_deref_mut() {
+            f.feed(piece);
+        }
+    }
+
+    /// The facts read (`None`: not traced).
+    pub fn take_facts(&mut self) -> Option<Box<Facts>> {
+        self.facts.take()
     }
 
     /// The usage of an answer that was parsed elsewhere (translated answers): `input` and
@@ -87,6 +125,9 @@ impl UsageScan {
     pub fn feed(&mut self, piece: &[u8]) {
         if piece.is_empty() {
             return;
+        }
+        if let Some(f) = self.facts.as_deref_mut() {
+            f.feed(piece);
         }
         if self.tail_len > 0 {
             let mut seam = [0u8; 2 * SEAM];

@@ -67,6 +67,8 @@ pub struct Call<'a> {
     pub session: Option<&'a str>,
     pub protocol: Option<&'a str>,
     pub body: &'a [u8],
+    /// More header lines of the gateway's own (a traced call's `traceparent`).
+    pub lines: &'a [u8],
 }
 
 /// Send `call` to `server` and read the whole answer (at most `limit` body bytes), charging
@@ -120,6 +122,7 @@ pub async fn send(
         req.extend_from_slice(b"\r\n");
     }
     req.extend_from_slice(&server.lines);
+    req.extend_from_slice(call.lines);
     req.extend_from_slice(b"\r\n");
     req.extend_from_slice(call.body);
     let (res, _) = conn.write_all(req).await;

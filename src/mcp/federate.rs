@@ -42,6 +42,8 @@ pub struct Ctx<'a> {
     /// The key's `mcp_tools` as of this request (`None`: every tool).
     pub tools: Option<&'a [Box<str>]>,
     pub permit: &'a Permit,
+    /// A traced request's `traceparent` line for its `tools/call` (its CLIENT span).
+    pub trace: Option<&'a [u8]>,
 }
 
 /// A server's answer to one forwarded request.
@@ -58,6 +60,8 @@ pub struct Called {
     pub server: Option<Box<str>>,
     pub tool: Box<str>,
     pub result: &'static str,
+    /// The forwarded call's start and end and the server's (host, port) (a traced request).
+    pub upstream: Option<(Instant, Instant, Box<str>, u16)>,
 }
 
 impl Ctx<'_> {
@@ -112,6 +116,10 @@ impl Ctx<'_> {
                 session: up.id.as_deref(),
                 protocol: Some(&up.protocol),
                 body: &body,
+                lines: match (method, self.trace) {
+                    ("tools/call", Some(l)) => l,
+                    _ => b"",
+                },
             };
             let ans = match client::send(
                 self.up,
@@ -159,6 +167,7 @@ impl Ctx<'_> {
             session: None,
             protocol: None,
             body: &body,
+            lines: b"",
         };
         let ans = client::send(
             self.up,
@@ -188,6 +197,7 @@ impl Ctx<'_> {
             session: up.id.as_deref(),
             protocol: Some(&up.protocol),
             body: &note,
+            lines: b"",
         };
         let ans = client::send(self.up, s, &call, 64 * 1024, Some(self.permit)).await?;
         if !(200..300).contains(&ans.status) {
@@ -283,6 +293,7 @@ impl Ctx<'_> {
                 server,
                 tool: shown.as_str().into(),
                 result: "denied",
+                upstream: None,
             };
             (answer, empty(), called)
         };
@@ -299,15 +310,21 @@ impl Ctx<'_> {
             return denied(None);
         };
         params.insert("name".into(), Value::from(tool));
+        let started = Instant::now();
+        let r = self
+            .call(s, "tools/call", Some(Value::Object(params)), id)
+            .await;
+        let upstream = self.trace.map(|_| {
+            let ep = &s.endpoint;
+            (started, Instant::now(), ep.host.as_str().into(), ep.port)
+        });
         let called = |result| Called {
             server: Some(s.name.clone()),
             tool: tool.into(),
             result,
+            upstream: upstream.clone(),
         };
-        match self
-            .call(s, "tools/call", Some(Value::Object(params)), id)
-            .await
-        {
+        match r {
             Ok(mut up) => {
                 let result = match &up.response {
                     r if r.get("error").is_some() => "error",

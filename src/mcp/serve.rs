@@ -39,6 +39,9 @@ pub struct Env<'a> {
     pub admission: &'a Admission,
     pub upstream: &'a Client,
     pub metrics: &'a ShardMetrics,
+    /// A traced request's `traceparent` line for the `tools/call` it forwards (naming its
+    /// CLIENT span, `telemetry::Request::tool_call`).
+    pub trace: Option<Vec<u8>>,
 }
 
 /// Revisions the gateway speaks to clients, oldest first.
@@ -132,6 +135,7 @@ pub async fn serve(
                     session: Some(uid),
                     protocol: Some(&u.protocol),
                     body: b"",
+                    lines: b"",
                 };
                 let send = super::client::send(env.upstream, s, &call, 64 * 1024, None);
                 let _ = monoio::time::timeout(s.timeout, send).await;
@@ -264,6 +268,7 @@ pub async fn serve(
         session: sid,
         tools: tools.as_deref(),
         permit: &permit,
+        trace: env.trace.as_deref(),
     };
     let mut answers = Vec::new();
     let mut notes = Vec::new();
@@ -368,6 +373,7 @@ fn mcp_call(c: Called) -> McpCall {
         server: c.server,
         tool: Some(c.tool),
         result: c.result,
+        upstream: c.upstream,
     }
 }
 

@@ -8,6 +8,7 @@
 //! about a request (the stages do; this only counts and writes down).
 
 pub mod accesslog;
+pub mod answer;
 pub mod log;
 pub mod metrics;
 pub mod trace;

@@ -135,6 +135,9 @@ pub struct McpCall {
     pub tool: Option<Box<str>>,
     /// `ok`, `error` (the tool or server said so), `denied`, `unavailable`.
     pub result: &'static str,
+    /// The forwarded call (traced requests): when it started and ended, and the server's
+    /// (host, port).
+    pub upstream: Option<(Instant, Instant, Box<str>, u16)>,
 }
 
 impl Trace {

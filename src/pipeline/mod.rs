@@ -319,14 +319,17 @@ async fn serve(
     let path = head.path(&conn.buf);
     let target = classify(head.method, path);
     // trace context and sampling (nothing when `[telemetry]` is off)
-    if let (Some(tel), Ok(Target::Api(d, op))) = (&shard.telemetry, &target) {
+    if let (Some(tel), Ok(t @ (Target::Api(..) | Target::Mcp))) = (&shard.telemetry, &target) {
         let buf = &conn.buf;
         req.otel = tel.begin(
             head.header(buf, &head.traceparent),
             head.header(buf, &head.tracestate),
             head.method.as_str(),
             path,
-            crate::telemetry::operation(*d, *op),
+            match t {
+                Target::Api(d, op) => crate::telemetry::operation(*d, *op),
+                _ => "execute_tool",
+            },
         );
     }
     // Answer unclassified or refused requests in the dialect the path suggests.
@@ -473,6 +476,7 @@ async fn serve(
             admission: &shard.admission,
             upstream: &shard.upstream,
             metrics: &shard.metrics,
+            trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
         };
         let out = crate::mcp::serve::serve(conn, head, &env, g, mh, &mut req.trace, &mut req.keep);
         return Ok(Box::pin(out).await?);
@@ -589,6 +593,14 @@ async fn serve(
         }
     }
 
+    // a traced request's answer is read for its span (usage, id, finish reasons, content)
+    crate::telemetry::read_answer(
+        req.otel.as_deref(),
+        &shard.telemetry,
+        &mut grant,
+        &shard.governance,
+    );
+
     // cache: a stored answer replayed here, or a miss whose answer is recorded
     let mut miss = None;
     if let (Some(c), Some(ask)) = (shard.cache.as_deref(), cache_ask.as_ref()) {
@@ -673,9 +685,12 @@ async fn serve(
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
-    req.trace.tokens = grant.as_mut().and_then(|g| g.usage().io());
+    req.trace.tokens = grant
+        .as_mut()
+        .filter(|g| g.keyed())
+        .and_then(|g| g.usage().io());
     if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), grant.as_mut()) {
-        o.cache_tokens = g.usage().cached();
+        o.answered(g.usage());
     }
     drop(opened);
     if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {

@@ -36,6 +36,9 @@ use crate::runtime::shutdown::{LocalSignal, Shutdown};
 use crate::runtime::{self, DriverChoice};
 use crate::upstream::Client;
 
+/// How long the last spans may take to leave at shutdown.
+const TELEMETRY_FLUSH: Duration = Duration::from_secs(5);
+
 /// A started gateway.
 pub struct Running {
     pub addr: SocketAddr,
@@ -63,6 +66,8 @@ pub struct Running {
     log_writer: Option<JoinHandle<()>>,
     /// The request log export's writer (the same).
     request_log_writer: Option<JoinHandle<()>>,
+    /// The trace export (flushed after the shards, within `TELEMETRY_FLUSH`).
+    telemetry: Arc<crate::telemetry::switch::Switch>,
     admin: Option<crate::control::admin::Admin>,
     state: Option<Arc<crate::governance::state::Store>>,
 }
@@ -81,6 +86,12 @@ impl Running {
     pub fn wait(self) {
         for h in self.handles {
             let _ = h.join();
+        }
+        if !self.telemetry.flush(TELEMETRY_FLUSH) {
+            crate::observe::log::info(format_args!(
+                "telemetry: the collector did not take the last spans within {} s; they are lost",
+                TELEMETRY_FLUSH.as_secs()
+            ));
         }
         if let Some(w) = self.log_writer {
             let _ = w.join();
@@ -256,9 +267,10 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         Some((log, writer)) => (Some(log), Some(writer)),
         None => (None, None),
     };
-    let telemetry =
-        crate::telemetry::Telemetry::start(&cfg.telemetry, hub.process.telemetry_spans.clone())?
-            .map(|(t, _thread)| t);
+    let telemetry = crate::telemetry::switch::Switch::start(
+        &cfg.telemetry,
+        hub.process.telemetry_spans.clone(),
+    )?;
     let (request_log, request_log_writer) = match crate::telemetry::requests::start(
         cfg.log.requests_file.as_deref(),
         cfg.log.requests_file_max_bytes.bytes(),
@@ -277,7 +289,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             live_keys.then(|| registry.clone()),
             tls_certs.clone(),
         )
-        .with_cache(cache.clone()),
+        .with_cache(cache.clone())
+        .with_telemetry(telemetry.clone()),
     );
     // the Responses state store: one for the process (see `responses_state`)
     // shared Responses state: the same store, also without keys (`auth = "none"`)
@@ -328,6 +341,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         .set(crate::observe::metrics::process::Extra(Arc::new(
             move |out: &mut String| for_scrape.render(out),
         )));
+    let shard_telemetry = telemetry.clone();
     let handles = runtime::spawn(
         listeners,
         driver,
@@ -353,7 +367,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             let responses_store = responses_store.clone();
             let peers = peers.clone();
             let key_guesses = key_guesses.clone();
-            let telemetry = telemetry.clone();
+            let telemetry = shard_telemetry.clone();
             let mcp = mcp.clone();
             async move {
                 let s = &cfg.server;
@@ -410,7 +424,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
                     metrics_here,
                     cache,
                     cache_remote,
-                    telemetry: telemetry.map(crate::telemetry::ShardTelemetry::new),
+                    telemetry: Some(crate::telemetry::ShardTelemetry::new(telemetry)),
                     mcp,
                 });
                 drop(cfg);
@@ -459,6 +473,7 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
         handles,
         log_writer,
         request_log_writer,
+        telemetry,
         admin,
         state,
     })

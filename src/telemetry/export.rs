@@ -9,12 +9,15 @@
 //! 5 s: a hung collector costs the thread time, never memory — meanwhile the queue fills and
 //! the shards' spans are dropped and counted there.
 //!
+//! At shutdown (`Telemetry::stopping`: a flag and a mark in the queue) the thread stops
+//! waiting: what is queued goes out in batches of up to 512, one try each, and the thread ends.
+//!
 //! Owns: `start` and the thread. Must not: run on a shard, or hold more than one batch.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,12 +42,13 @@ pub fn start(
     cfg: &TelemetryConfig,
     target: OtlpEndpoint,
     counts: Arc<Counts>,
-) -> io::Result<(SyncSender<proto::Span>, JoinHandle<()>)> {
+    stop: Arc<AtomicBool>,
+) -> io::Result<(SyncSender<Option<proto::Span>>, JoinHandle<()>)> {
     let (tx, rx) = sync_channel(cfg.queue_spans);
     let post = Post::new(cfg, target);
     let handle = std::thread::Builder::new()
         .name("rg-telemetry".into())
-        .spawn(move || run(rx, post, &counts))?;
+        .spawn(move || run(rx, post, &counts, &stop))?;
     Ok((tx, handle))
 }
 
@@ -172,20 +176,41 @@ fn retryable(r: &io::Result<u16>) -> bool {
     }
 }
 
-fn run(rx: Receiver<proto::Span>, post: Post, counts: &Counts) {
+/// The next queued item: waiting up to `wait` (`None`: until one comes), or — once the
+/// process is stopping — only what is already queued.
+fn next(
+    rx: &Receiver<Option<proto::Span>>,
+    stop: &AtomicBool,
+    wait: Option<Duration>,
+) -> Result<Option<proto::Span>, RecvTimeoutError> {
+    if stop.load(Ordering::Acquire) {
+        return rx.try_recv().map_err(|e| match e {
+            TryRecvError::Empty => RecvTimeoutError::Timeout,
+            TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+        });
+    }
+    match wait {
+        Some(w) => rx.recv_timeout(w),
+        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+    }
+}
+
+fn run(rx: Receiver<Option<proto::Span>>, post: Post, counts: &Counts, stop: &AtomicBool) {
     let mut healthy = true;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
-        match rx.recv() {
-            Ok(s) => batch.push(s),
-            Err(_) => return,
+        match next(&rx, stop, None) {
+            Ok(Some(s)) => batch.push(s),
+            Ok(None) => continue, // the shutdown mark: `stop` is set, what is queued follows
+            Err(_) => return,     // disconnected, or stopping with nothing left
         }
         let deadline = Instant::now() + BATCH_WAIT;
         let mut last = false;
         while batch.len() < MAX_BATCH {
             let wait = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(s) => batch.push(s),
+            match next(&rx, stop, Some(wait)) {
+                Ok(Some(s)) => batch.push(s),
+                Ok(None) => continue,
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => {
                     last = true;
@@ -199,7 +224,7 @@ fn run(rx: Receiver<proto::Span>, post: Post, counts: &Counts) {
         let mut r = post.send(&body);
         if healthy {
             for pause in BACKOFF {
-                if !retryable(&r) || last {
+                if !retryable(&r) || last || stop.load(Ordering::Relaxed) {
                     break;
                 }
                 std::thread::sleep(pause);

@@ -18,8 +18,10 @@ pub mod export;
 pub mod proto;
 pub mod requests;
 mod span;
+pub mod switch;
 
-use std::sync::atomic::Ordering;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,13 +35,16 @@ pub use crate::observe::metrics::process::SpanCounts as Counts;
 
 /// The process's trace export: the queue's sending side and its settings.
 pub struct Telemetry {
-    tx: SyncSender<proto::Span>,
+    /// Spans, and `None`: the shutdown's mark (export what is queued, then end).
+    tx: SyncSender<Option<proto::Span>>,
     pub counts: Arc<Counts>,
     /// Sampled when a fresh random `u64` is below this (`u64::MAX` with ratio 1: always).
     bound: u64,
     always: bool,
     pub capture: bool,
     pub content_max: usize,
+    /// Shutdown: the export thread stops retrying.
+    stop: Arc<AtomicBool>,
 }
 
 impl Telemetry {
@@ -53,7 +58,8 @@ impl Telemetry {
         };
         let target = crate::config::telemetry::parse_endpoint(url)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let (tx, handle) = export::start(cfg, target, counts.clone())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, handle) = export::start(cfg, target, counts.clone(), stop.clone())?;
         let ratio = cfg.sample_ratio.clamp(0.0, 1.0);
         Ok(Some((
             Arc::new(Telemetry {
@@ -63,14 +69,22 @@ impl Telemetry {
                 always: ratio >= 1.0,
                 capture: cfg.capture_content,
                 content_max: cfg.content_max_bytes,
+                stop,
             }),
             handle,
         )))
     }
 
+    /// The process is stopping: what is queued gets one try per batch, then the export thread
+    /// ends (the mark wakes it; when the queue is full it is not waiting anyway).
+    pub fn stopping(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.tx.try_send(None);
+    }
+
     /// Queue a finished span; a full queue drops it (counted), never waits.
     fn send(&self, s: proto::Span) {
-        match self.tx.try_send(s) {
+        match self.tx.try_send(Some(s)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.counts.dropped.fetch_add(1, Ordering::Relaxed);
@@ -79,22 +93,45 @@ impl Telemetry {
     }
 }
 
-/// A shard's handle: the process's export and the shard's own id source.
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+/// A shard's handle: the process's export as of the last API request (a reload moves the
+/// `Switch`'s generation) and the shard's own id source.
 pub struct ShardTelemetry {
-    shared: Arc<Telemetry>,
+    switch: Arc<switch::Switch>,
+    seen: Cell<u64>,
+    current: RefCell<Option<Arc<Telemetry>>>,
     ids: Ids,
 }
 
 impl ShardTelemetry {
-    pub fn new(shared: Arc<Telemetry>) -> ShardTelemetry {
+    pub fn new(switch: Arc<switch::Switch>) -> ShardTelemetry {
         ShardTelemetry {
-            shared,
+            seen: Cell::new(switch.generation()),
+            current: RefCell::new(switch.current()),
+            switch,
             ids: Ids::new(),
         }
     }
 
+    /// The export, following a reload (one atomic load; a lock only when it moved).
+    fn now(&self) -> Option<Arc<Telemetry>> {
+        let g = self.switch.generation();
+        if g != self.seen.get() {
+            self.seen.set(g);
+            *self.current.borrow_mut() = self.switch.current();
+        }
+        self.current.borrow().clone()
+    }
+
     pub fn capture(&self) -> Option<usize> {
-        self.shared.capture.then_some(self.shared.content_max)
+        let cur = self.current.borrow();
+        let t = cur.as_deref()?;
+        t.capture.then_some(t.content_max)
     }
 
     /// A new API request with the caller's `traceparent` / `tracestate` header values: its
@@ -108,10 +145,11 @@ impl ShardTelemetry {
         path: &[u8],
         operation: &'static str,
     ) -> Option<Box<Request>> {
+        let tel = self.now()?;
         let parent = traceparent.and_then(context::parse_traceparent);
         let sampled = match parent {
             Some((_, _, flag)) => flag,
-            None => self.shared.always || self.ids.next_u64() < self.shared.bound,
+            None => tel.always || self.ids.next_u64() < tel.bound,
         };
         if !sampled && parent.is_none() {
             return None;
@@ -124,6 +162,7 @@ impl ShardTelemetry {
             state: parent.and(tracestate).and_then(context::valid_tracestate),
         };
         Some(Box::new(Request {
+            tel,
             ctx,
             method,
             operation,
@@ -135,6 +174,9 @@ impl ShardTelemetry {
             cache: None,
             input: None,
             error: None,
+            usage: None,
+            answer: None,
+            tool_span: None,
         }))
     }
 
@@ -148,6 +190,37 @@ impl ShardTelemetry {
             req.attempts.push(a);
         }
     }
+}
+
+/// A traced (sampled) request's answer is read for its span: its usage (an unkeyed request gets
+/// a `Grant::unkeyed` that only reads), id, finish reasons and, with `capture_content`, text.
+/// Nothing for requests that are not traced.
+pub fn read_answer<'g>(
+    req: Option<&Request>,
+    tel: &Option<ShardTelemetry>,
+    grant: &mut Option<crate::governance::Grant<'g>>,
+    gov: &'g crate::governance::Governance,
+) {
+    let (Some(req), Some(tel)) = (req, tel) else {
+        return;
+    };
+    if req.ctx.sampled {
+        grant
+            .get_or_insert_with(|| crate::governance::Grant::unkeyed(gov))
+            .usage()
+            .observe(tel.capture());
+    }
+}
+
+/// A traced MCP request: the `traceparent` line its forwarded `tools/call` carries, naming the
+/// CLIENT span `request_ended` exports for that call (`None`: not traced).
+pub fn tool_call(req: Option<&mut Request>, tel: &Option<ShardTelemetry>) -> Option<Vec<u8>> {
+    let (req, tel) = (req?, tel.as_ref()?);
+    let span = tel.ids.span_id();
+    let mut lines = Vec::with_capacity(72);
+    context::upstream_lines(&mut lines, &req.ctx, &span);
+    req.tool_span = Some(span);
+    Some(lines)
 }
 
 /// CLIENT spans kept per request (a retry storm does not grow a request's state without end).
@@ -164,6 +237,8 @@ pub struct Params {
 /// One API request's span state (see the module doc).
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// The export it began with (a reload meanwhile does not move it).
+    tel: Arc<Telemetry>,
     pub ctx: Context,
     pub method: &'static str,
     /// `gen_ai.operation.name`.
@@ -181,6 +256,12 @@ pub struct Request {
     pub input: Option<Box<str>>,
     /// `error.type` of a failure answered by the gateway.
     pub error: Option<&'static str>,
+    /// (input, output) tokens the answer reported (keyed or not).
+    pub usage: Option<(u64, u64)>,
+    /// What the answer said about itself (id, finish reasons, text).
+    pub answer: Option<Box<crate::observe::answer::Facts>>,
+    /// An MCP request's CLIENT span for its forwarded `tools/call`.
+    pub tool_span: Option<[u8; 8]>,
 }
 
 impl Request {
@@ -203,6 +284,13 @@ impl Request {
             }
             self.input = Some(text.into());
         }
+    }
+
+    /// The answer was relayed or translated: what its scan read.
+    pub fn answered(&mut self, scan: &mut crate::governance::usage::UsageScan) {
+        self.usage = scan.io();
+        self.cache_tokens = scan.cached();
+        self.answer = scan.take_facts();
     }
 
     /// The last attempt ended: its status, or how it failed, and why it was retried.

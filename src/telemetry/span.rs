@@ -72,7 +72,7 @@ pub struct Ended<'a> {
 
 /// The request `t` ended now: its spans built and queued (sampled requests only).
 pub fn request_ended(
-    tel: &ShardTelemetry,
+    _tel: &ShardTelemetry,
     routes: &RouteTable,
     t: &Trace,
     req: Box<Request>,
@@ -87,6 +87,16 @@ pub fn request_ended(
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let at = |i: Instant| wall.saturating_sub(now.saturating_duration_since(i).as_nanos() as u64);
+    if t.endpoint == crate::observe::trace::Endpoint::Mcp {
+        if let Some(m) = t.mcp.as_deref().filter(|m| &*m.method == "tools/call") {
+            if let (Some(id), Some((start, end, host, port))) = (req.tool_span, &m.upstream) {
+                let span = tool_client_span(&req, m, id, (at(*start), at(*end)), (host, *port));
+                req.tel.send(span);
+            }
+            req.tel.send(tool_span(&req, m, e, at(t.start), wall));
+        }
+        return;
+    }
     let route = t.route.and_then(|r| routes.route(r as usize));
     let dep = t
         .served
@@ -125,7 +135,29 @@ pub fn request_ended(
     if let Some(v) = p.top_p {
         a.push(KeyValue::new("gen_ai.request.top_p", Value::Double(v)));
     }
-    if let Some((i, o)) = t.tokens {
+    if let Some(f) = req.answer.as_deref() {
+        if let Some(id) = &f.id {
+            a.push(KeyValue::new("gen_ai.response.id", s(id)));
+        }
+        let reasons = f.finish_reasons();
+        if !reasons.is_empty() {
+            let values = reasons
+                .iter()
+                .map(|r| proto::AnyValue { value: Some(s(r)) })
+                .collect();
+            a.push(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                Value::Array(proto::ArrayValue { values }),
+            ));
+        }
+        if let Some(text) = f.text() {
+            a.push(KeyValue::new(
+                "gen_ai.output.messages",
+                Value::String(output_messages(&text, reasons.first().map(|r| &**r))),
+            ));
+        }
+    }
+    if let Some((i, o)) = req.usage.or(t.tokens) {
         a.push(KeyValue::new("gen_ai.usage.input_tokens", int(i)));
         a.push(KeyValue::new("gen_ai.usage.output_tokens", int(o)));
     }
@@ -230,7 +262,7 @@ pub fn request_ended(
             c.push(KeyValue::new("ringgate.retry_reason", s(r)));
         }
         c.push(KeyValue::new("ringgate.deployment", s(&at_.deployment)));
-        tel.shared.send(proto::Span {
+        req.tel.send(proto::Span {
             trace_id: trace_id.clone(),
             span_id: at_.span_id.to_vec(),
             trace_state: state.clone(),
@@ -247,7 +279,7 @@ pub fn request_ended(
             flags: 0x101,
         });
     }
-    tel.shared.send(proto::Span {
+    req.tel.send(proto::Span {
         trace_id,
         span_id: req.ctx.span_id.to_vec(),
         trace_state: state,
@@ -260,6 +292,139 @@ pub fn request_ended(
         status,
         flags: remote | 1,
     });
+}
+
+/// An MCP `tools/call` request's SERVER span (the GenAI `execute_tool` and MCP conventions):
+/// named `tools/call {tool}`, with `gen_ai.tool.name` (the tool as its server knows it),
+/// `mcp.method.name`, `ringgate.mcp_server`; a tool that answered `isError`, a denied call and
+/// an unreachable server are errors (`error.type` `tool_error`, `denied`, `unavailable`).
+fn tool_span(
+    req: &Request,
+    m: &crate::observe::trace::McpCall,
+    e: &Ended<'_>,
+    start: u64,
+    end: u64,
+) -> proto::Span {
+    let s = |v: &str| Value::String(v.to_string());
+    let tool = m.tool.as_deref().unwrap_or("");
+    let mut a = Vec::with_capacity(12);
+    a.push(KeyValue::new("gen_ai.operation.name", s("execute_tool")));
+    a.push(KeyValue::new("gen_ai.tool.name", s(tool)));
+    a.push(KeyValue::new("mcp.method.name", s(&m.method)));
+    if let Some(srv) = &m.server {
+        a.push(KeyValue::new("ringgate.mcp_server", s(srv)));
+    }
+    a.push(KeyValue::new("http.request.method", s(req.method)));
+    a.push(KeyValue::new("url.path", s(&req.path)));
+    a.push(KeyValue::new(
+        "http.response.status_code",
+        Value::Int(e.status as i64),
+    ));
+    let error = match m.result {
+        "ok" if e.status < 400 => None,
+        "ok" => Some(
+            req.error
+                .map(str::to_string)
+                .unwrap_or(e.status.to_string()),
+        ),
+        "error" => Some("tool_error".to_string()),
+        other => Some(other.to_string()),
+    };
+    if let Some(et) = &error {
+        a.push(KeyValue::new("error.type", s(et)));
+    }
+    if let Some(k) = e.key {
+        a.push(KeyValue::new("ringgate.key", s(k)));
+    }
+    a.push(KeyValue::new("ringgate.request_id", s(e.request_id)));
+    let remote = if req.ctx.parent.is_some() {
+        0x300
+    } else {
+        0x100
+    };
+    proto::Span {
+        trace_id: req.ctx.trace_id.to_vec(),
+        span_id: req.ctx.span_id.to_vec(),
+        trace_state: req.ctx.state.as_deref().unwrap_or("").to_string(),
+        parent_span_id: req.ctx.parent.map(|p| p.to_vec()).unwrap_or_default(),
+        name: if tool.is_empty() {
+            m.method.to_string()
+        } else {
+            format!("{} {tool}", m.method)
+        },
+        kind: proto::KIND_SERVER,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: a,
+        status: error.map(|_| proto::Status {
+            message: String::new(),
+            code: proto::STATUS_ERROR,
+        }),
+        flags: remote | 1,
+    }
+}
+
+/// The CLIENT span of a `tools/call` forwarded to its MCP server (child of the SERVER span;
+/// the server got a `traceparent` naming it).
+fn tool_client_span(
+    req: &Request,
+    m: &crate::observe::trace::McpCall,
+    id: [u8; 8],
+    (start, end): (u64, u64),
+    (host, port): (&str, u16),
+) -> proto::Span {
+    let s = |v: &str| Value::String(v.to_string());
+    let tool = m.tool.as_deref().unwrap_or("");
+    let mut a = vec![
+        KeyValue::new("gen_ai.operation.name", s("execute_tool")),
+        KeyValue::new("gen_ai.tool.name", s(tool)),
+        KeyValue::new("mcp.method.name", s("tools/call")),
+        KeyValue::new("server.address", s(host)),
+        KeyValue::new("server.port", Value::Int(port as i64)),
+    ];
+    if let Some(srv) = &m.server {
+        a.push(KeyValue::new("ringgate.mcp_server", s(srv)));
+    }
+    let error = match m.result {
+        "ok" => None,
+        "error" => Some("tool_error"),
+        other => Some(other),
+    };
+    if let Some(et) = error {
+        a.push(KeyValue::new("error.type", s(et)));
+    }
+    proto::Span {
+        trace_id: req.ctx.trace_id.to_vec(),
+        span_id: id.to_vec(),
+        trace_state: req.ctx.state.as_deref().unwrap_or("").to_string(),
+        parent_span_id: req.ctx.span_id.to_vec(),
+        name: format!("tools/call {tool}"),
+        kind: proto::KIND_CLIENT,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: a,
+        status: error.map(|_| proto::Status {
+            message: String::new(),
+            code: proto::STATUS_ERROR,
+        }),
+        flags: 0x101,
+    }
+}
+
+/// `gen_ai.output.messages` (the conventions' JSON shape): one assistant message with one text
+/// part; `text` is already the contents of a JSON string (escaped as the answer sent it).
+fn output_messages(text: &str, finish: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len() + 96);
+    out.push_str(r#"[{"role":"assistant","parts":[{"type":"text","content":""#);
+    out.push_str(text);
+    out.push_str("\"}]");
+    if let Some(r) = finish {
+        out.push_str(r#","finish_reason":""#);
+        out.push_str(r);
+        out.push('"');
+    }
+    out.push_str("}]");
+    out
 }
 
 fn int(v: u64) -> Value {

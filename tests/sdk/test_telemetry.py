@@ -11,10 +11,12 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
@@ -24,7 +26,7 @@ from google import genai
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from conftest import serve_config
+from conftest import serve_config, spawn, stop
 
 KEY = "rg-sdk-telemetry-3f2a1b0c9d8e7f6a5b4c3d2e"
 USAGE_IN, USAGE_OUT = 11, 7
@@ -88,7 +90,8 @@ def gemini_answer(stream):
              "totalTokenCount": USAGE_IN + USAGE_OUT}
     cand = {"content": {"role": "model", "parts": [{"text": "hello"}]}, "finishReason": "STOP",
             "index": 0}
-    whole = {"candidates": [cand], "usageMetadata": usage, "modelVersion": "up-model"}
+    whole = {"candidates": [cand], "usageMetadata": usage, "modelVersion": "up-model",
+             "responseId": "r-gem"}
     if not stream:
         return "application/json", json.dumps(whole).encode()
     return "text/event-stream", sse([whole])
@@ -109,6 +112,41 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             ct, out = chat_answer(bool(json.loads(body or b"{}").get("stream")))
         self.send_response(200)
         self.send_header("content-type", ct)
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *a):
+        pass
+
+
+class McpHandler(BaseHTTPRequestHandler):
+    """A minimal MCP server (Streamable HTTP, JSON answers): initialize, notifications, and
+    tools/call of `echo` (answers its text) and `fail` (a tool error, `isError`); remembers each
+    call's traceparent."""
+    protocol_version = "HTTP/1.1"
+    calls = []  # (tool, traceparent)
+
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+        if "id" not in msg:
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if msg["method"] == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "f", "version": "1"}}
+        elif msg["method"] == "tools/call":
+            name = msg["params"]["name"]
+            McpHandler.calls.append((name, self.headers.get("traceparent")))
+            result = {"content": [{"type": "text", "text": name}], "isError": name == "fail"}
+        else:
+            result = {"tools": []}
+        out = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("mcp-session-id", "up-session-1")
         self.send_header("content-length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
@@ -194,13 +232,24 @@ def upstream():
 
 
 @pytest.fixture(scope="module")
+def mcp_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), McpHandler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
 def collector():
     c = Collector()
     yield c
     c.close()
 
 
-def config(upstream, shards, telemetry, log=""):
+def config(upstream, shards, telemetry, log="", keys=True, mcp=None):
+    mcp = f'[[mcp_server]]\nname = "tools"\nurl = "http://{mcp}/mcp"' if mcp else ""
+    key = '[[key]]\nname = "tel"\nkey_env = "RG_SDK_TELEMETRY_KEY"' if keys else ""
     return f"""
 [server]
 listen = "127.0.0.1:0"
@@ -246,9 +295,9 @@ name = "gem-x"
 provider = "gm"
 upstream_model = "up-gem"
 
-[[key]]
-name = "tel"
-key_env = "RG_SDK_TELEMETRY_KEY"
+{key}
+
+{mcp}
 """
 
 
@@ -256,15 +305,15 @@ ENV = {"RG_TEST_ANTHROPIC_KEY": "sk-an", "RG_TEST_GEMINI_KEY": "gm-key",
        "RG_SDK_TELEMETRY_KEY": KEY}
 
 
-def gateway_on(upstream, driver, shards, telemetry, log=""):
-    return serve_config(config(upstream, shards, telemetry, log),
+def gateway_on(upstream, driver, shards, telemetry, log="", keys=True, mcp=None):
+    return serve_config(config(upstream, shards, telemetry, log, keys, mcp),
                         {"RINGGATE_DRIVER": driver, **ENV})
 
 
 @pytest.fixture(scope="module")
-def traced(upstream, collector, driver, shards):
+def traced(upstream, collector, mcp_server, driver, shards):
     tel = f'otlp_endpoint = "{collector.url}"\nservice_name = "rg-test"'
-    yield from gateway_on(upstream, driver, shards, tel)
+    yield from gateway_on(upstream, driver, shards, tel, mcp=mcp_server)
 
 
 def traceparent(sampled=True):
@@ -328,6 +377,10 @@ CASES = [
     ("gemini", "gpt-x", "openai", "generate_content"),
 ]
 UPSTREAM_MODEL = {"gpt-x": "up-gpt", "claude-x": "up-claude", "gem-x": "up-gem"}
+# what each upstream's answer names itself and why it stopped (read from the upstream's answer,
+# whatever dialect the client got it in)
+ANSWER = {"openai": ("c1", ["stop"]), "anthropic": ("msg_1", ["end_turn"]),
+          "gcp.gemini": ("r-gem", ["STOP"])}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -358,6 +411,10 @@ def test_server_and_client_spans(traced, collector, upstream, sdk, model, provid
     assert a["gen_ai.request.top_p"] == 0.9
     assert a["gen_ai.usage.input_tokens"] == USAGE_IN
     assert a["gen_ai.usage.output_tokens"] == USAGE_OUT
+    assert a["gen_ai.response.id"] == ANSWER[provider][0]
+    assert [v.string_value for v in a["gen_ai.response.finish_reasons"].values] == \
+        ANSWER[provider][1]
+    assert "gen_ai.output.messages" not in a, "content is off by default"
     assert a["http.request.method"] == "POST"
     assert a["http.response.status_code"] == 200
     assert "error.type" not in a
@@ -408,6 +465,59 @@ def test_error_answer_is_an_error_span(traced, collector):
     assert a["error.type"] == "model_not_found"
 
 
+def mcp_post(base, msg, headers):
+    req = urllib.request.Request(base + "/mcp", data=json.dumps(msg).encode(), method="POST",
+                                 headers={"content-type": "application/json",
+                                          "accept": "application/json, text/event-stream",
+                                          "authorization": f"Bearer {KEY}", **headers})
+    with urllib.request.urlopen(req, timeout=20) as r:
+        return r.headers.get("mcp-session-id"), json.loads(r.read() or b"null")
+
+
+def test_mcp_tool_calls_are_execute_tool_spans(traced, collector):
+    session, _ = mcp_post(traced, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}, {})
+    h = {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+    mcp_post(traced, {"jsonrpc": "2.0", "method": "notifications/initialized"}, h)
+    # a method other than tools/call: no span
+    list_id, _, tp = traceparent()
+    mcp_post(traced, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, {**h, "traceparent": tp})
+    spans = {}
+    for tool in ("echo", "fail"):
+        trace_id, parent, tp = traceparent()
+        _, answer = mcp_post(traced, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                      "params": {"name": f"tools__{tool}", "arguments": {}}},
+                             {**h, "traceparent": tp})
+        assert answer["result"]["content"][0]["text"] == tool
+        got = collector.wait(trace_id, 2)
+        [s] = [x for x in got if x.kind == Span.SPAN_KIND_SERVER]
+        [c] = [x for x in got if x.kind == Span.SPAN_KIND_CLIENT]
+        assert s.parent_span_id.hex() == parent
+        # the forwarded call is the SERVER span's CLIENT child, named in the traceparent the
+        # MCP server got
+        assert c.parent_span_id == s.span_id and c.name == f"tools/call {tool}"
+        sent = [t for name, t in McpHandler.calls if t and trace_id in t]
+        assert sent == [f"00-{trace_id}-{c.span_id.hex()}-01"], sent
+        assert attrs(c)["server.address"] == "127.0.0.1"
+        spans[tool] = s
+    s = spans["echo"]
+    assert (s.name, s.kind) == ("tools/call echo", Span.SPAN_KIND_SERVER)
+    a = attrs(s)
+    assert a["gen_ai.operation.name"] == "execute_tool"
+    assert a["gen_ai.tool.name"] == "echo"
+    assert a["mcp.method.name"] == "tools/call"
+    assert a["ringgate.mcp_server"] == "tools"
+    assert a["ringgate.key"] == "tel"
+    assert a["http.response.status_code"] == 200
+    assert "error.type" not in a and s.status.code != s.status.STATUS_CODE_ERROR
+    f = spans["fail"]
+    assert attrs(f)["error.type"] == "tool_error"
+    assert f.status.code == f.status.STATUS_CODE_ERROR
+    # exported in order: the tools/list request's span would be here by now
+    assert collector.of_trace(list_id) == []
+
+
 def metric(base, name, labels):
     # /metrics is on the main listener for a loopback gateway
     text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
@@ -437,18 +547,34 @@ def test_exported_spans_are_counted(traced, collector):
 
 @pytest.fixture(scope="module")
 def captured(upstream, collector, driver, shards):
+    """Content capture on, and no virtual keys: the spans still carry the answer's usage."""
     tel = (f'otlp_endpoint = "{collector.url}"\ncapture_content = true\n'
            'content_max_bytes = 100')
-    yield from gateway_on(upstream, driver, shards, tel)
+    yield from gateway_on(upstream, driver, shards, tel, keys=False)
 
 
-def test_content_only_when_captured(captured, collector):
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("sdk,model,provider", [("openai", "gpt-x", "openai"),
+                                                ("openai", "claude-x", "anthropic"),
+                                                ("gemini", "gem-x", "gcp.gemini")])
+def test_content_when_captured_and_usage_without_keys(captured, collector, sdk, model,
+                                                      provider, stream):
     trace_id, _, tp = traceparent()
-    call(captured, "openai", "gpt-x", False, {"traceparent": tp})
+    assert call(captured, sdk, model, stream, {"traceparent": tp}) == "hello"
     s = [s for s in collector.wait(trace_id, 2) if s.kind == Span.SPAN_KIND_SERVER][0]
-    content = attrs(s)["gen_ai.input.messages"]
-    assert PROMPT in content
+    a = attrs(s)
+    content = a["gen_ai.input.messages"]
+    assert PROMPT[:14] in content
     assert len(content.encode()) == 100, content  # the body was longer: cut
+    # the answer's text, in the conventions' shape, read from the upstream's answer
+    out = json.loads(a["gen_ai.output.messages"])
+    assert out == [{"role": "assistant", "parts": [{"type": "text", "content": "hello"}],
+                    "finish_reason": ANSWER[provider][1][0]}], out
+    assert a["gen_ai.response.id"] == ANSWER[provider][0]
+    # an unkeyed request's span has the usage its upstream reported
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == \
+        (USAGE_IN, USAGE_OUT)
+    assert "ringgate.key" not in a
 
 
 @pytest.fixture(scope="module")
@@ -501,10 +627,15 @@ def test_bad_collector_costs_requests_nothing(upstream, driver, shards, mode):
         for base in gateway_on(upstream, driver, shards, tel):
             c = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=20)
             t0 = time.time()
-            for i in range(200):
+
+            def one(_):
                 r = c.chat.completions.create(model="gpt-x",
                                               messages=[{"role": "user", "content": "hi"}])
-                assert r.choices[0].message.content == "hello"
+                return r.choices[0].message.content
+
+            # eight clients at a time: the same 200 requests in a fraction of the wall time
+            with ThreadPoolExecutor(8) as pool:
+                assert list(pool.map(one, range(200))) == ["hello"] * 200
             took = time.time() - t0
             spans = lambda r: metric(base, "ringgate_telemetry_spans_total", f'result="{r}"')
             if mode == "hang":
@@ -520,6 +651,9 @@ def test_bad_collector_costs_requests_nothing(upstream, driver, shards, mode):
             assert spans("exported") == 0
             # generous: 200 loopback requests in a debug build on a loaded box
             assert took < 120, took
+            if bad:
+                # a collector that hangs lets go: the stop's flush need not wait out its timeout
+                bad.release.set()
     finally:
         if bad:
             bad.close()
@@ -565,3 +699,70 @@ def test_request_log_lines_and_rotation(upstream, collector, driver, shards, tmp
             for l in f.read_text().splitlines():
                 json.loads(l)
         assert metric(base, "ringgate_request_log_dropped_total", "") == 0
+
+
+# ---- reload and shutdown -----------------------------------------------------------------
+
+def test_reload_applies_telemetry_and_shutdown_flushes(upstream, driver, shards, tmp_path):
+    """A reload moves `[telemetry]`: to another endpoint and sample ratio, off, on again; the
+    spans of the last request before a stop are exported as the gateway ends (within the
+    export's 1 s batch window, which would otherwise still be open)."""
+    a, b = Collector(), Collector()
+    path = tmp_path / "ringgate.toml"
+    env = {"RINGGATE_DRIVER": driver, **ENV}
+
+    def write(tel):
+        path.write_text(config(upstream, shards, tel))
+
+    write(f'otlp_endpoint = "{a.url}"')
+    proc, addr = spawn(["--config", str(path)], env)
+    base = f"http://{addr}"
+    c = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=20)
+
+    def sent_traceparent(headers):
+        c.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "x"}],
+                                  extra_headers=headers)
+        return Upstream.seen[-1][1]
+
+    def until(what, check):
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise AssertionError(what)
+
+    def exported_to(coll):
+        trace_id, _, tp = traceparent()
+        sent_traceparent({"traceparent": tp})
+        time.sleep(0.2)
+        return any(s.kind == Span.SPAN_KIND_SERVER for s in coll.of_trace(trace_id))
+
+    try:
+        until("exported to a", lambda: exported_to(a))
+        # another endpoint and ratio 0: a sampled caller's trace goes to b, none is started
+        write(f'otlp_endpoint = "{b.url}"\nsample_ratio = 0.0')
+        proc.send_signal(signal.SIGHUP)
+        until("exported to b", lambda: exported_to(b))
+        assert sent_traceparent({}) is None
+        n = len(a.spans)
+        # off: nothing traced, nothing passed on
+        write("")
+        proc.send_signal(signal.SIGHUP)
+        until("off", lambda: sent_traceparent({"traceparent": traceparent()[2]}) is None)
+        # on again, ratio 1: a fresh trace for a request without context
+        write(f'otlp_endpoint = "{b.url}"')
+        proc.send_signal(signal.SIGHUP)
+        until("on again", lambda: sent_traceparent({}) is not None)
+        assert len(a.spans) == n, "nothing went to the old endpoint after the reload"
+        # the last request's spans leave at shutdown
+        trace_id, _, tp = traceparent()
+        sent_traceparent({"traceparent": tp})
+        proc.terminate()
+        proc.wait(timeout=20)
+        assert len(b.of_trace(trace_id)) == 2
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+        a.close()
+        b.close()

@@ -18,13 +18,14 @@ use toml::Value;
 use crate::config::origin::Origin;
 
 /// Top-level sections a reload applies.
-const LIVE: [&str; 6] = [
+const LIVE: [&str; 7] = [
     "provider",
     "model",
     "routing",
     "key",
     "reload",
     "mcp_server",
+    "telemetry",
 ];
 /// `[server]` settings a reload applies.
 const LIVE_SERVER: [&str; 2] = ["tls_cert", "tls_key"];

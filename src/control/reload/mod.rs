@@ -8,7 +8,8 @@
 //!   overrides are laid over it again (`config::origin`),
 //!   the TLS certificate and key load, config keys fit with the runtime ones. Nothing is
 //!   published unless all of it passed.
-//! - **Publish**: the certificate replaces the TLS listener's (new connections), config keys
+//! - **Publish**: a changed `[telemetry]` starts its new trace export (`telemetry::switch`),
+//!   the certificate replaces the TLS listener's (new connections), config keys
 //!   are replaced in the key registry (runtime keys made through the admin API are kept) and
 //!   the config goes into the process-wide `Versioned` every shard follows
 //!   (`shard::routing`): each shard builds its route table from it on its next request, and
@@ -118,6 +119,8 @@ pub struct Reloader {
     /// The response cache, whose per-model policies follow `[[model]]` (`[cache]` itself
     /// needs a restart).
     cache: Option<Arc<crate::cache::Cache>>,
+    /// The trace export a reload reconfigures (`[telemetry]`).
+    telemetry: Option<Arc<crate::telemetry::switch::Switch>>,
 }
 
 impl Reloader {
@@ -148,12 +151,19 @@ impl Reloader {
                 tls_client: tls_client(cfg),
             }),
             cache: None,
+            telemetry: None,
         }
     }
 
     /// Reloads also rebuild `cache`'s per-model policies.
     pub fn with_cache(mut self, cache: Option<Arc<crate::cache::Cache>>) -> Reloader {
         self.cache = cache;
+        self
+    }
+
+    /// A reload applies `[telemetry]` to this export.
+    pub fn with_telemetry(mut self, t: Arc<crate::telemetry::switch::Switch>) -> Reloader {
+        self.telemetry = Some(t);
         self
     }
 
@@ -264,6 +274,15 @@ impl Reloader {
         let hash = cfg.hash.clone();
         if let Some(c) = &self.cache {
             c.reconfigure(&cfg);
+        }
+        // [telemetry]: a changed block starts its new export (shards follow on their next
+        // request); one that cannot start leaves the running export
+        if let Some(t) = &self.telemetry {
+            if let Err(why) = t.apply(&cfg.telemetry) {
+                report
+                    .restart_needed
+                    .push(format!("telemetry (the export did not start: {why})"));
+            }
         }
         report.generation = self.published.publish(Setup {
             config: cfg,
