@@ -3,7 +3,7 @@
 //! bodies and stream events alike, any dialect), inside the same `feed` call that reads its
 //! usage (`governance::usage::UsageScan`), and only for requests that are traced.
 //!
-//! The bytes are not parsed: one `memmem` pass finds `":` and looks back for a known key name
+//! The bytes are not parsed: one `memchr` pass finds `":` and looks back for a known key name
 //! right after an unescaped quote (a key, never text inside a string, whose quotes are
 //! escaped), then reads the string value that follows. Keys per dialect:
 //! - id: the first `"id"` (OpenAI Chat and Responses, Anthropic: the answer's own id comes
@@ -163,8 +163,13 @@ impl Facts {
     fn scan(&mut self, dialect: Dialect, b: &[u8]) -> usize {
         let mut end = 0;
         let mut from = 0;
-        while let Some(i) = memchr::memmem::find(&b[from..], b"\":").map(|i| i + from) {
-            from = i + 2;
+        // `":` found as a `:` (memchr: no searcher built per call) right after a quote
+        while let Some(c) = memchr::memchr(b':', &b[from..]).map(|c| c + from) {
+            from = c + 1;
+            if c == 0 || b[c - 1] != b'"' {
+                continue;
+            }
+            let i = c - 1;
             let Some(slot) = self.key_before(dialect, &b[..i]) else {
                 continue;
             };

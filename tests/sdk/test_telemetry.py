@@ -633,14 +633,18 @@ def test_bad_collector_costs_requests_nothing(upstream, driver, shards, mode):
                                               messages=[{"role": "user", "content": "hi"}])
                 return r.choices[0].message.content
 
-            # eight clients at a time: the same 200 requests in a fraction of the wall time
+            # eight clients at a time: the requests in a fraction of the wall time. A hung
+            # collector's exporter holds at most one batch (512) and the queue (8): 400
+            # requests (800 spans) leave at least 280 that can only have been dropped
+            n = 400 if mode == "hang" else 200
             with ThreadPoolExecutor(8) as pool:
-                assert list(pool.map(one, range(200))) == ["hello"] * 200
+                assert list(pool.map(one, range(n))) == ["hello"] * n
             took = time.time() - t0
             spans = lambda r: metric(base, "ringgate_telemetry_spans_total", f'result="{r}"')
             if mode == "hang":
                 # the exporter waits out its timeouts on one batch: the queue of 8 overflows
-                wait_metric(base, "ringgate_telemetry_spans_total", 'result="dropped"', 100)
+                wait_metric(base, "ringgate_telemetry_spans_total", 'result="dropped"',
+                            2 * n - 512 - 8)
             else:
                 # every one of the 400 spans (a SERVER and a CLIENT a request) is accounted for
                 deadline = time.time() + 60
