@@ -11,6 +11,10 @@ use ringgate::dialect::{self, encode_event, Dialect, SseDecoder, StreamTranslato
 
 #[path = "conformance/agent.rs"]
 mod agent;
+#[path = "conformance/cloud.rs"]
+mod cloud;
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "conformance/responses_state.rs"]
 mod responses_state;
 use serde_json::{json, Value};
@@ -848,6 +852,9 @@ fn conformance() {
     let (state_md, state_failures) = responses_state::section();
     md.push_str(&state_md);
     failures += state_failures;
+    let (cloud_md, cloud_failures) = cloud::section();
+    md.push_str(&cloud_md);
+    failures += cloud_failures;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
     if std::env::var("RINGGATE_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -865,4 +872,5 @@ fn conformance() {
         "agent sections: every cell passes or states why"
     );
     assert_eq!(state_failures, 0, "Responses state: every cell passes");
+    assert_eq!(cloud_failures, 0, "Bedrock and Vertex: every cell passes");
 }
