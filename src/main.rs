@@ -63,6 +63,11 @@ fn main() -> ExitCode {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
         }
+        // the size of one request's future (boxed once per request; benches/README.md)
+        Some("--request-future-bytes") => {
+            println!("{}", ringgate::pipeline::request_future_bytes());
+            return ExitCode::SUCCESS;
+        }
         Some("--version") | Some("-V") => {
             println!("ringgate {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;

@@ -14,6 +14,8 @@ use crate::answer::outcome::{gone, Outcome};
 use crate::answer::relay;
 use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
 use crate::error::{Error, Kind};
+use crate::forward::open::{Call, Opened};
+use crate::forward::plan::Mode;
 use crate::forward::report::{report, shutting_down};
 use crate::forward::Env;
 use crate::governance::usage::UsageScan;
@@ -22,40 +24,46 @@ use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::responses_state::Remember;
 use crate::upstream::bedrock::events::ConverseEvents;
-use crate::upstream::{Exchange, RespFraming};
+use crate::upstream::RespFraming;
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
 /// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
 const MAX_TRAILING: usize = 64 * 1024;
 
-/// Another dialect: translate the answer of `ex` (in `up`) back into the client's dialect —
-/// error bodies, whole answers, or SSE event by event. A keyed request's `grant`, when given,
-/// gets the usage the translator read from the answer and is finished just before the
-/// answer's last bytes go out. A Responses answer to `remember` is recorded in the Responses
-/// state store then too (a client's next request may follow the instant it has the answer).
-#[allow(clippy::too_many_arguments)]
+/// Another dialect: translate the answer of `opened` (in the dialect its upstream speaks) back
+/// into `call`'s — error bodies, whole answers, or SSE event by event. A keyed request's
+/// grant, when there is one, gets the usage the translator read from the answer and is
+/// finished just before the answer's last bytes go out. A Responses answer to remember
+/// (`Opened::remember`) is recorded in the Responses state store then too (a client's next
+/// request may follow the instant it has the answer).
 pub async fn translated(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    ex: &mut Exchange<'_>,
-    pname: &str,
-    up: Dialect,
-    client: Dialect,
-    (client_model, stream_requested, include_usage, converse): (&str, bool, bool, bool),
-    keep_alive: bool,
-    permit: &Permit,
-    mut grant: Option<&mut Grant<'_>>,
-    remember: Option<Remember>,
+    call: &mut Call<'_>,
+    opened: &mut Opened<'_>,
 ) -> Outcome {
+    if opened.ex.head.status >= 400 {
+        return relay::error_answer(conn, env, call, opened).await;
+    }
+    // (`respond` sends only translated answers here; a passthrough one would go through the
+    // hub from and to the client's own dialect)
+    let (up, include_usage, converse) = match opened.mode {
+        Mode::Translate {
+            up,
+            include_usage,
+            converse,
+        } => (up, include_usage, converse),
+        Mode::Passthrough { .. } => (call.dialect, false, false),
+    };
+    let (pname, remember, ex) = (opened.provider, opened.remember.take(), &mut opened.ex);
+    let (client, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
+    let (client_model, stream_requested) = (call.fields.model.as_str(), call.fields.stream);
+    let mut grant = call.grant.as_mut();
     let wt = env.limits.write_timeout;
     let shape = crate::answer::outcome::shape(client);
 
-    // translate back: errors, whole answers, or streams
-    if ex.head.status >= 400 {
-        let up = (pname, up);
-        return relay::error_answer(conn, env, ex, up, client, keep_alive, permit).await;
-    }
+    // translate back: whole answers, or streams (errors above)
     if !stream_requested {
         // The whole answer is needed for translation: read it, charging its buffer to the
         // permit as it grows (bounded by MAX_TRANSLATED_BODY); the permit returns the bytes
@@ -162,22 +170,41 @@ pub async fn translated(
     } else {
         Frames::Sse(SseDecoder::new())
     };
-    let outcome = stream(
-        conn,
-        env,
+    let t = Translating {
         ex,
-        (pname, up, client, frames),
-        (&mut tr, grant.as_deref_mut(), remember),
+        provider: pname,
+        up,
+        client,
+        frames,
+        tr: &mut tr,
+        grant: grant.as_deref_mut(),
+        remember,
         keep_alive,
-        (&mut rb, permit),
-    )
-    .await;
+        permit,
+    };
+    let outcome = stream(conn, env, t, &mut rb).await;
     // What the upstream reported, however the stream ended (recorded when the grant drops,
     // unless the stream completed and finished it).
     if let Some(g) = grant {
         give(g.usage(), tr.usage());
     }
     outcome
+}
+
+/// A translated stream's parts: the exchange, who answers in which dialect, its frames, the
+/// translator to the client's dialect, the grant that gets its usage, the Responses answer to
+/// record, and the request's side (whether its connection stays, its permit).
+struct Translating<'a, 'c, 'g> {
+    ex: &'a mut crate::upstream::Exchange<'c>,
+    provider: &'a str,
+    up: Dialect,
+    client: Dialect,
+    frames: Frames,
+    tr: &'a mut StreamTranslator,
+    grant: Option<&'a mut Grant<'g>>,
+    remember: Option<Remember>,
+    keep_alive: bool,
+    permit: &'a Permit,
 }
 
 /// Where a translated stream's upstream events come from: SSE, or Bedrock's event-stream
@@ -242,16 +269,21 @@ fn give(to: &mut UsageScan, u: dialect::Usage) {
 async fn stream(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    ex: &mut crate::upstream::Exchange<'_>,
-    (provider, up, client, mut decoder): (&str, Dialect, Dialect, Frames),
-    (tr, mut grant, mut remember): (
-        &mut StreamTranslator,
-        Option<&mut Grant<'_>>,
-        Option<Remember>,
-    ),
-    keep_alive: bool,
-    (rb, permit): (&mut relay::StreamBuf, &Permit),
+    t: Translating<'_, '_, '_>,
+    rb: &mut relay::StreamBuf,
 ) -> Outcome {
+    let Translating {
+        ex,
+        provider,
+        up,
+        client,
+        frames: mut decoder,
+        tr,
+        mut grant,
+        mut remember,
+        keep_alive,
+        permit,
+    } = t;
     let wt = env.limits.write_timeout;
     let mut extra = b"cache-control: no-cache\r\n".to_vec();
     extra.extend_from_slice(&ex.head.forward);

@@ -6,31 +6,23 @@
 //! retry (once a byte went to the client there is no retry: a broken stream ends with the
 //! client dialect's error event, see `relay` and `bridge`).
 
-use crate::admit::Permit;
 use crate::answer::outcome::Outcome;
-use crate::dialect::extract::RoutingFields;
-use crate::dialect::Dialect;
-use crate::forward::open::Opened;
+use crate::forward::open::{Call, Opened};
 use crate::forward::plan::Mode;
 use crate::forward::Env;
-use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::{answer::bridge, answer::relay};
 
-/// Write the answer of `opened` to the client in `client`'s dialect. A keyed request's `grant`
-/// learns the answer's status and who answered, and gets the answer's usage (scanned from
-/// relayed bytes, or handed over by the translator).
-#[allow(clippy::too_many_arguments)]
+/// Write the answer of `opened` to the client in `call`'s dialect. A keyed request's grant
+/// (`call.grant`) learns the answer's status and who answered, and gets the answer's usage
+/// (scanned from relayed bytes, or handed over by the translator).
 pub async fn respond(
     conn: &mut ClientConn,
     env: &Env<'_>,
+    call: &mut Call<'_>,
     opened: &mut Opened<'_>,
-    client: Dialect,
-    fields: &RoutingFields,
-    keep_alive: bool,
-    permit: &Permit,
-    mut grant: Option<&mut Grant<'_>>,
 ) -> Outcome {
+    let client = call.dialect;
     let by = opened.answered_by();
     let answer_dialect = match opened.mode {
         Mode::Passthrough { .. } => client,
@@ -40,34 +32,13 @@ pub async fn respond(
         // the provider's response header lines, in the client dialect's names (header policy)
         crate::upstream::headers::to_client(&mut opened.ex.head.forward, answer_dialect, client);
     }
-    if let Some(g) = grant.as_deref_mut() {
+    if let Some(g) = call.grant.as_mut() {
         g.on_answer(&mut opened.ex.head, by, answer_dialect);
     }
-    let provider = opened.provider;
-    let ex = &mut opened.ex;
     match opened.mode {
-        Mode::Passthrough { strip_usage } => {
-            let up = (provider, client, strip_usage);
-            relay::passthrough(conn, env, ex, up, keep_alive, permit, grant).await
-        }
-        Mode::Translate {
-            up,
-            include_usage,
-            converse,
-        } => {
-            let want = (
-                fields.model.as_str(),
-                fields.stream,
-                include_usage,
-                converse,
-            );
-            let remember = opened.remember.take();
-            // Boxed: a translation's state is large, and inline it would make every request's
-            // future (moved into its box once per request) that much larger, passthrough too.
-            Box::pin(bridge::translated(
-                conn, env, ex, provider, up, client, want, keep_alive, permit, grant, remember,
-            ))
-            .await
-        }
+        Mode::Passthrough { .. } => relay::passthrough(conn, env, call, opened).await,
+        // Boxed: a translation's state is large, and inline it would make every request's
+        // future (moved into its box once per request) that much larger, passthrough too.
+        Mode::Translate { .. } => Box::pin(bridge::translated(conn, env, call, opened)).await,
     }
 }

@@ -19,7 +19,7 @@ use crate::admit::Permit;
 use crate::config::provider::Op;
 use crate::dialect::extract::routing_fields;
 use crate::dialect::{self, Dialect};
-use crate::forward::open::{open, Tried};
+use crate::forward::open::{open, Call, Tried};
 use crate::http::conn::ClientConn;
 use crate::upstream::headers::ClientHeaders;
 
@@ -156,23 +156,20 @@ pub async fn embed(
     let fields = routing_fields(&body).ok()?;
     let headers = ClientHeaders::default();
     let call = async {
-        let mut tried = Tried::default();
-        let mut opened = open(
-            conn,
-            fwd,
-            &routing,
+        let mut call = Call {
+            dialect: Dialect::Chat,
+            op: Op::Embeddings,
+            fields: &fields,
+            routing: &routing,
             route,
-            Op::Embeddings,
-            Dialect::Chat,
-            &body,
-            &fields,
-            &headers,
-            &mut tried,
+            headers: &headers,
             permit,
-            std::time::Instant::now(),
-        )
-        .await
-        .ok()?;
+            grant: None,
+            tried: Tried::default(),
+            keep_alive: true,
+            start: std::time::Instant::now(),
+        };
+        let mut opened = open(conn, fwd, &mut call, &body).await.ok()?;
         if opened.ex.head.status != 200 {
             return None;
         }

@@ -17,16 +17,15 @@ use super::key::{self, Directives, Key};
 use super::metrics::Skip;
 use super::store::Entry;
 use super::{semantic, Cache, Mode};
-use crate::admit::Permit;
 use crate::answer::outcome::Outcome;
 use crate::config::provider::Op;
-use crate::dialect::extract::{RoutingFields, UsageOption};
+use crate::dialect::extract::UsageOption;
 use crate::dialect::Dialect;
 use crate::forward::live::LiveRouting;
+use crate::forward::open::Call;
 use crate::governance::credential::{with_presented, Presented};
 use crate::http::conn::{ClientConn, Tee};
 use crate::http::RequestHead;
-use crate::route::Route;
 
 /// What the request head says to the cache, read while it is in the buffer (the tenant's name
 /// is made only for a cached model's request, `Ask::tenant`).
@@ -132,20 +131,20 @@ fn header(conn: &mut ClientConn, value: &str) {
     conn.resp_headers.extend_from_slice(b"\r\n");
 }
 
-/// Look the request up. A hit is written to the client here.
-#[allow(clippy::too_many_arguments)]
+/// Look `call` (body `body`, cache directives and tenant `ask`) up. A hit is written to the
+/// client here.
 pub async fn lookup(
-    cache: &Cache,
     conn: &mut ClientConn,
     env: &Env<'_>,
-    route: &Route,
-    (dialect, op): (Dialect, Op),
+    call: &Call<'_>,
     body: &[u8],
-    fields: &RoutingFields,
     ask: &Ask,
-    permit: &Permit,
-    keep_alive: bool,
 ) -> Lookup {
+    let (dialect, op, route, fields) = (call.dialect, call.op, call.route, call.fields);
+    let permit = call.permit;
+    let Some(cache) = env.cache else {
+        return Lookup::Pass;
+    };
     if op != Op::Generate || dialect == Dialect::Gemini {
         return Lookup::Pass;
     }
@@ -190,9 +189,7 @@ pub async fn lookup(
         };
         cache.stats.lookup(t0.elapsed());
         if let Some(e) = found {
-            if let Some(o) =
-                answer_with(conn, env, route, &e, dialect, fields, "hit", keep_alive).await
-            {
+            if let Some(o) = answer_with(conn, env, call, &e, "hit").await {
                 crate::observe::metrics::add_atomic(&cache.stats.hits, 1);
                 return Lookup::Hit(o);
             }
@@ -213,11 +210,7 @@ pub async fn lookup(
                             .flatten();
                         if let Some((e, score)) = best.filter(|(_, s)| *s >= policy.threshold) {
                             let label = format!("semantic-hit ({score:.3})");
-                            if let Some(o) = answer_with(
-                                conn, env, route, &e, dialect, fields, &label, keep_alive,
-                            )
-                            .await
-                            {
+                            if let Some(o) = answer_with(conn, env, call, &e, &label).await {
                                 crate::observe::metrics::add_atomic(&cache.stats.semantic_hits, 1);
                                 return Lookup::Hit(o);
                             }
@@ -260,17 +253,15 @@ fn several_choices(body: &[u8]) -> bool {
 
 /// Write entry `e` to the client (`label` in `x-ringgate-cache`); `None` when it cannot be
 /// replayed in this mode (then the request goes upstream).
-#[allow(clippy::too_many_arguments)]
 async fn answer_with(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    route: &Route,
+    call: &Call<'_>,
     e: &Entry,
-    dialect: Dialect,
-    fields: &RoutingFields,
     label: &str,
-    keep_alive: bool,
 ) -> Option<Outcome> {
+    let (route, dialect, fields, keep_alive) =
+        (call.route, call.dialect, call.fields, call.keep_alive);
     let chat_usage = matches!(fields.usage_option, UsageOption::Asked);
     let (body, ct) =
         answer::replay(&e.body, dialect, fields.stream, &fields.model, chat_usage).ok()?;
@@ -296,11 +287,11 @@ async fn answer_with(
 
 /// The answer to `miss` went out with `status`: keep it when complete, within the entry size,
 /// the store's bytes and this shard's budget.
-pub fn store(cache: &Cache, conn: &mut ClientConn, env: &Env<'_>, miss: Miss, status: u16) {
+pub fn store(conn: &mut ClientConn, env: &Env<'_>, miss: Miss, status: u16) {
     let tee = conn.capture.take();
-    if !miss.store {
+    let Some(cache) = env.cache.filter(|_| miss.store) else {
         return;
-    }
+    };
     let refused = || {
         crate::observe::metrics::add_atomic(&cache.stats.refused, 1);
     };

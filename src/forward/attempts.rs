@@ -133,6 +133,19 @@ pub struct Attempts<'a> {
 }
 
 impl<'a> Attempts<'a> {
+    /// The attempts of `call` (its routing, route and model; its plan's deadline counts from
+    /// `call.start`).
+    pub fn for_call(call: &super::call::Call<'a>) -> Attempts<'a> {
+        let (routing, model) = (call.routing, call.fields.model.as_str());
+        Attempts::new(
+            &routing.routes,
+            &routing.forward,
+            call.route,
+            model,
+            call.start,
+        )
+    }
+
     /// A plan for a request that asked for `requested` and resolved to `route`, starting at
     /// `now` (the deadline counts from here).
     pub fn new(

@@ -26,8 +26,11 @@
 //! - `live`: a shard's live routing (route table + this state), swapped whole by a reload;
 //! - `plan`: one attempt's upstream request (passthrough or translated) and how its answer
 //!   comes back;
-//! - `open`: the one async step that performs the attempts (`forward::open::open`): plans
-//!   each candidate's request, sends it, reports its outcome (`report`), retries or falls back.
+//! - `call`: `Call`, one routed request as it travels down (dialect, operation, routing
+//!   fields, routing and route, forwarded headers, permit, grant, what its attempts did);
+//! - `open`: the one async step that performs the attempts (`forward::open::open`, over a
+//!   `Call`): plans each candidate's request, sends it, reports its outcome (`report`), retries
+//!   or falls back.
 //!
 //! Owns: the runtime routing state and every retry/fallback/breaker/balancing decision.
 //! Must not: write to the client or see the shard (it gets an `Env`). Everything but `open`
@@ -40,6 +43,7 @@ pub mod report;
 pub mod plan;
 
 pub mod attempts;
+pub mod call;
 pub mod balance;
 pub mod breaker;
 pub mod keys;

@@ -17,7 +17,7 @@
 //! once (429 + Retry-After, nothing sent); block mode re-checks every 20 ms for up to
 //! `queue_timeout_ms`, at most the shard's share of `max_queue` waiting so (`full_wait`).
 //!
-//! Owns: `open`, `Opened`, `Tried`, `NoHead`, and charging an attempt's spliced or translated
+//! Owns: `open`, `Opened`, `NoHead`, and charging an attempt's spliced or translated
 //! body copy to the request's permit while it is sent. Must not: write to the client or read
 //! the request body (it is replayed from the permit-held buffer for every attempt).
 
@@ -26,13 +26,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::attempts::{Attempts, Candidate, Step, Stop};
 use super::keys::{parse_retry_after, KeyPick};
-use crate::admit::Permit;
 use crate::config::policy::Reason;
 use crate::config::provider::Op;
-use crate::dialect::extract::RoutingFields;
 use crate::dialect::references::{self, Expanded};
 use crate::dialect::Dialect;
 use crate::error::{Cause, Error, Kind};
+pub use crate::forward::call::{Call, Tried};
 use crate::forward::live::Routing;
 use crate::forward::plan::{self, Mode, Target};
 use crate::forward::report::{report, report_status, shutting_down};
@@ -40,7 +39,6 @@ use crate::forward::Env;
 use crate::http::conn::ClientConn;
 use crate::responses_state::Remember;
 use crate::route::Route;
-use crate::upstream::headers::ClientHeaders;
 use crate::upstream::pipe::{pipe, PipeWriter};
 use crate::upstream::{Exchange, UpstreamRequest};
 
@@ -76,31 +74,6 @@ impl<'s> Opened<'s> {
     }
 }
 
-/// What the attempts of one request did, for the client's `x-ringgate-provider` and
-/// `x-ringgate-attempts` headers (filled whether or not an answer came).
-#[derive(Debug, Default)]
-pub struct Tried<'s> {
-    /// The provider of the last attempt.
-    pub provider: Option<&'s str>,
-    /// The deployment of the last attempt: (route index, deployment index).
-    pub served: Option<(u32, u32)>,
-    pub attempts: u32,
-    /// The request's span state while it is traced: each attempt adds its CLIENT span.
-    pub otel: Option<Box<crate::telemetry::Request>>,
-}
-
-impl Tried<'_> {
-    /// Append the two header lines (nothing when no attempt was made).
-    pub fn write_headers(&self, out: &mut Vec<u8>) {
-        let Some(p) = self.provider else { return };
-        out.extend_from_slice(b"x-ringgate-provider: ");
-        out.extend_from_slice(p.as_bytes());
-        out.extend_from_slice(b"\r\nx-ringgate-attempts: ");
-        out.extend_from_slice(self.attempts.to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
 /// Why no upstream answer is available.
 pub enum NoHead {
     /// Answer the client with this error (upstream details already logged and redacted).
@@ -116,30 +89,18 @@ impl From<Error> for NoHead {
     }
 }
 
-/// Get an upstream answer for the client's request to `route`, asked for at `start` (the
-/// caller's clock read: the routing plan's deadline counts from it).
-#[allow(clippy::too_many_arguments)]
+/// Get an upstream answer for `call`, whose request body is `body`, from its route's
+/// deployments (the routing plan's deadline counts from `call.start`). What the attempts did
+/// is left in `call.tried`.
 pub async fn open<'s>(
     conn: &ClientConn,
     env: &Env<'s>,
-    routing: &'s Routing,
-    route: &'s Route,
-    op: Op,
-    client: Dialect,
+    call: &mut Call<'s>,
     body: &[u8],
-    fields: &'s RoutingFields,
-    client_headers: &ClientHeaders,
-    tried: &mut Tried<'s>,
-    permit: &Permit,
-    start: Instant,
 ) -> Result<Opened<'s>, NoHead> {
-    let mut attempts = Attempts::new(
-        &routing.routes,
-        &routing.forward,
-        route,
-        &fields.model,
-        start,
-    );
+    let (routing, route, fields, permit) = (call.routing, call.route, call.fields, call.permit);
+    let (client, start) = (call.dialect, call.start);
+    let mut attempts = Attempts::for_call(call);
     if routing
         .forward
         .model(route.index)
@@ -208,7 +169,7 @@ pub async fn open<'s>(
         let planned = plan::plan(
             &cand.deployment.provider,
             Some(cand.upstream_model),
-            op,
+            call.op,
             client,
             sent_body,
             fields,
@@ -221,19 +182,24 @@ pub async fn open<'s>(
                 .charge_capacity(copy, &mut charged)
                 .map_err(|r| NoHead::Failed(Error::overloaded(r.as_str())))?;
         }
-        tried.provider = Some(provider);
-        tried.served = Some((cand.route.index as u32, cand.deployment_index as u32));
-        tried.attempts = attempts.attempts();
+        call.tried.provider = Some(provider);
+        call.tried.served = Some((cand.route.index as u32, cand.deployment_index as u32));
+        call.tried.attempts = attempts.attempts();
         let timeout = attempts.attempt_timeout(Instant::now());
         // traced: this attempt's CLIENT span and the `traceparent` naming it
         let mut trace_lines = Vec::new();
-        if let (Some(o), Some(tel)) = (tried.otel.as_deref_mut(), &env.telemetry) {
+        if let (Some(o), Some(tel)) = (call.tried.otel.as_deref_mut(), &env.telemetry) {
             let a = crate::telemetry::Attempt::new(cand.deployment, &planned.upstream_model);
             tel.attempt(o, a, &mut trace_lines);
         }
-        let call = (client, op, client_headers, &trace_lines[..]);
-        let sent = attempt(conn, env, &cand, &planned, fields, call, timeout).await;
-        if let Some(o) = tried.otel.as_deref_mut() {
+        let one = Attempt {
+            cand: &cand,
+            planned: &planned,
+            trace_lines: &trace_lines,
+            timeout,
+        };
+        let sent = attempt(conn, env, &*call, one).await;
+        if let Some(o) = call.tried.otel.as_deref_mut() {
             match &sent {
                 Ok(ex) => {
                     let s = ex.head.status;
@@ -423,19 +389,31 @@ fn retry_after(forward: &[u8]) -> Option<Duration> {
     })
 }
 
+/// One attempt: the candidate deployment, what to send it, the `traceparent` line naming the
+/// attempt's span (empty: untraced) and its first-byte timeout.
+struct Attempt<'a> {
+    cand: &'a Candidate<'a>,
+    planned: &'a plan::Plan<'a>,
+    trace_lines: &'a [u8],
+    timeout: Duration,
+}
+
 /// Send one planned attempt and wait for its response head, watching the client meanwhile: a
 /// client that closes cancels the attempt at once (not at the first-byte timeout), and the end
 /// of the drain cancels it with a 503.
-#[allow(clippy::too_many_arguments)]
 async fn attempt<'s>(
     conn: &ClientConn,
     env: &Env<'s>,
-    cand: &Candidate<'_>,
-    planned: &plan::Plan<'_>,
-    fields: &RoutingFields,
-    (client, op, client_headers, trace_lines): (Dialect, Op, &ClientHeaders, &[u8]),
-    first_byte_timeout: Duration,
+    call: &Call<'_>,
+    one: Attempt<'_>,
 ) -> Result<Exchange<'s>, NoHead> {
+    let Attempt {
+        cand,
+        planned,
+        trace_lines,
+        timeout: first_byte_timeout,
+    } = one;
+    let (client, op) = (call.dialect, call.op);
     let provider = &cand.deployment.provider;
     let up = env.upstream;
     let path = match &planned.target {
@@ -444,7 +422,7 @@ async fn attempt<'s>(
             let (w, r) = pipe(PIPE_BYTES);
             let model = planned.upstream_model.clone();
             let body = planned.body.to_vec();
-            let (profile, stream) = (provider.mock_profile, fields.stream);
+            let (profile, stream) = (provider.mock_profile, call.fields.stream);
             monoio::spawn(mock_answer(w, client, op, model, stream, body, profile));
             return Ok(up.open_pipe(r).await?);
         }
@@ -465,7 +443,9 @@ async fn attempt<'s>(
         )
     })?;
     // the provider's own lines, plus what the header policy forwards from the client
-    let mut headers = client_headers.upstream_lines(provider.kind, cand.auth_headers());
+    let mut headers = call
+        .headers
+        .upstream_lines(provider.kind, cand.auth_headers());
     if !trace_lines.is_empty() {
         headers.to_mut().extend_from_slice(trace_lines);
     }

@@ -1,8 +1,9 @@
 //! Reading a request body that follows a parsed head, by Content-Length or chunked framing,
 //! within a size limit and a deadline.
 //!
-//! Owns: moving body bytes out of the connection buffer (leaving any pipelined next request in
-//! it) and reading the rest from the socket. Must not: parse the body.
+//! Owns: moving body bytes out of the connection buffer (leaving the head before them and any
+//! pipelined next request after them) and reading the rest from the socket. Must not: parse
+//! the body.
 
 use std::time::Instant;
 
@@ -14,8 +15,10 @@ use super::io::{read_more, read_upto};
 use crate::admit::Permit;
 use crate::error::{Error, Kind};
 
-/// Read the body of the request whose head takes `head_len` bytes at the start of `buf`.
-/// On success `buf` holds only what follows the body (a pipelined next request, if any).
+/// Read the body of the request whose head takes `head_len` bytes at the start of `buf`. On
+/// success `buf` holds the head, then what follows the body (a pipelined next request, if
+/// any): the head stays readable until the request ends, when the caller drops its bytes
+/// (`ClientConn::consume`; see `http::Request`).
 pub async fn read_body<S: AsyncReadRent>(
     s: &mut S,
     buf: &mut Vec<u8>,
@@ -25,11 +28,9 @@ pub async fn read_body<S: AsyncReadRent>(
     deadline: Instant,
     permit: Option<&Permit>,
 ) -> Result<Vec<u8>, Error> {
+    let head_len = head_len.min(buf.len());
     match framing {
-        BodyFraming::None => {
-            buf.drain(..head_len.min(buf.len()));
-            Ok(Vec::new())
-        }
+        BodyFraming::None => Ok(Vec::new()),
         BodyFraming::Length(n) => {
             if n > max_body {
                 return Err(too_large(max_body));
@@ -38,12 +39,12 @@ pub async fn read_body<S: AsyncReadRent>(
             let avail = buf.len().saturating_sub(head_len);
             if avail >= n {
                 let body = buf[head_len..head_len + n].to_vec();
-                buf.drain(..head_len + n);
+                buf.drain(head_len..head_len + n);
                 return Ok(body);
             }
             let mut body = Vec::with_capacity(n);
             body.extend_from_slice(&buf[head_len..]);
-            buf.clear();
+            buf.truncate(head_len);
             while body.len() < n {
                 let got = read_upto(s, &mut body, n, deadline)
                     .await
@@ -64,7 +65,7 @@ pub async fn read_body<S: AsyncReadRent>(
             let mut body = Vec::new();
             let mut charged = 0u64;
             let used = dec.decode(&buf[head_len..], &mut body)?;
-            buf.drain(..head_len + used);
+            buf.drain(head_len..head_len + used);
             charge(permit, &body, &mut charged)?;
             while !dec.is_done() {
                 let got = read_more(s, buf, deadline).await.map_err(client_read)?;
@@ -74,8 +75,8 @@ pub async fn read_body<S: AsyncReadRent>(
                         "client closed before the end of the chunked body",
                     ));
                 }
-                let used = dec.decode(buf, &mut body)?;
-                buf.drain(..used);
+                let used = dec.decode(&buf[head_len..], &mut body)?;
+                buf.drain(head_len..head_len + used);
                 charge(permit, &body, &mut charged)?;
             }
             Ok(body)

@@ -127,6 +127,10 @@ pub struct ClientConn {
     pub first_head_by: Option<Instant>,
     /// The client's address as the per-address tables key it (`None`: not known, e.g. mocks).
     pub peer: Option<crate::admit::peer::Peer>,
+    /// Bytes of the current request's head still at the start of `buf` (`hold_head`): they stay
+    /// until the request ends (`http::Request`), or until a stage that streams the body from
+    /// the buffer drops them first (`drop_head`).
+    head_len: usize,
     bufs: ReadBufs,
     /// Cancels the buffered wait for a next request when the connection goes idle.
     canceller: Canceller,
@@ -155,6 +159,7 @@ impl ClientConn {
             head_at: Instant::now(),
             first_head_by: None,
             peer: None,
+            head_len: 0,
             bufs: bufs.clone(),
             canceller: Canceller::new(),
         }
@@ -266,6 +271,19 @@ impl ClientConn {
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).
     pub fn consume(&mut self, n: usize) {
         self.buf.drain(..n.min(self.buf.len()));
+    }
+
+    /// The current request's head takes the first `len` bytes of the read buffer: they stay
+    /// there until `drop_head`.
+    pub fn hold_head(&mut self, len: usize) {
+        self.head_len = len;
+    }
+
+    /// Drop the current request's head bytes from the read buffer (once: a second call does
+    /// nothing). What follows them is the body, or the next request.
+    pub fn drop_head(&mut self) {
+        let n = std::mem::take(&mut self.head_len);
+        self.consume(n);
     }
 
     /// The reusable output buffer holding a response head (with this request's CORS lines), for

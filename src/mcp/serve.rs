@@ -184,12 +184,12 @@ pub async fn serve(
             });
         }
     }
-    let head_len = if body_pending { head.len } else { 0 };
+    // the head's bytes stay in the buffer until the request ends (`http::Request`)
     let deadline = Instant::now() + env.limits.body_timeout;
     let body = read_body(
         &mut conn.stream,
         &mut conn.buf,
-        head_len,
+        head.len,
         head.body,
         max_body,
         deadline,

@@ -212,7 +212,11 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         )
         .await
         {
-            Ok(b) => b,
+            Ok(b) => {
+                // the head's bytes stay in the buffer through the body read
+                conn.consume(head.len);
+                b
+            }
             Err(e) => {
                 conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
                     .await;

@@ -1,8 +1,11 @@
 //! The request path, top to bottom, in one place (`serve`):
 //! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
-//! (model, tokens) → guardrails (request text: mask or 400) → forward (plan → attempts → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
+//! (model, tokens) → guardrails (request text: mask or 400) → cache → forward (plan → attempts
+//! → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
 //! file only sequences them and turns their errors into responses in the client's dialect, in
-//! one sink (`handle`).
+//! one sink (`handle`). A request is one `http::Request` (the head's bytes stay in the read
+//! buffer until `handle` drops them, so a stage reads a header when it needs it); once routed it
+//! travels down as one `forward::Call`.
 //!
 //! Connections: the first head must come within `first_request_timeout_ms`; an address that
 //! keeps sending unknown keys waits before its key is acted on (`peer::slowdown`; nothing when
@@ -23,15 +26,16 @@ use std::time::Instant;
 
 use crate::answer::outcome::{gone, Outcome};
 use crate::config::provider::Op;
+use crate::dialect::extract::RoutingFields;
 use crate::dialect::Dialect;
 use crate::error::{Error, ErrorShape, Kind};
 use crate::forward::live::Routing;
-use crate::forward::open::{NoHead, Tried};
-use crate::governance::{Caller, Gate};
+use crate::forward::open::{Call, NoHead, Tried};
+use crate::governance::{Caller, Gate, Grant};
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
-use crate::http::{BodyFraming, RequestHead};
+use crate::http::{BodyFraming, Request, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
@@ -67,15 +71,13 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
     t.endpoint = endpoint;
     let id = conn.request_id;
     let routing = shard.live.peek();
-    crate::pipeline::record::request_ended(
-        shard,
-        &routing.routes,
-        &t,
+    let end = record::Ended {
         status,
-        id.as_str(),
-        conn.bytes_out,
-        None,
-    );
+        request_id: id.as_str(),
+        bytes_out: conn.bytes_out,
+        trace_id: None,
+    };
+    record::request_ended(shard, &routing.routes, &t, &end);
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -252,6 +254,20 @@ impl From<NoHead> for Fail {
     }
 }
 
+/// Bytes of one request's future (`handle`'s, boxed once per request by `serve_connection`:
+/// every byte of it is moved into the box per request). `ringgate --request-future-bytes`
+/// prints it; the unit test `request_future_size` bounds it.
+#[doc(hidden)]
+pub fn request_future_bytes() -> usize {
+    fn size<'a, F, R>(_: &F) -> usize
+    where
+        F: Fn(&'a mut ClientConn, &'a RequestHead, &'a Shard) -> R,
+    {
+        std::mem::size_of::<R>()
+    }
+    size(&handle)
+}
+
 /// One request. Returns whether the connection may carry another one. Every failure before the
 /// answer started ends here, in one place: counted, then answered in the client's dialect.
 async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> bool {
@@ -264,7 +280,9 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         otel: None,
         guard: None,
     };
-    let outcome = match serve(conn, head, shard, &routing, &mut req).await {
+    let mut request = Request::new(head);
+    conn.hold_head(head.len);
+    let outcome = match serve(conn, &mut request, shard, &routing, &mut req).await {
         Ok(o) => o,
         Err(Fail::Error(e)) => {
             if let Some(o) = req.otel.as_deref_mut() {
@@ -275,19 +293,19 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
         }
         Err(Fail::ClientGone) => gone(&shard.metrics, 499),
     };
+    // the request is answered: its head's bytes go (what follows is the next request's)
+    conn.drop_head();
     if let Some(g) = req.guard.take() {
         crate::guardrail::hits::ended(&g, &shard.guardrail_hits, &mut req.trace);
     }
     let id = conn.request_id;
-    crate::pipeline::record::request_ended(
-        shard,
-        &routing.routes,
-        &req.trace,
-        outcome.status,
-        id.as_str(),
-        conn.bytes_out,
-        req.otel.as_ref().map(|o| o.ctx.trace_id),
-    );
+    let end = record::Ended {
+        status: outcome.status,
+        request_id: id.as_str(),
+        bytes_out: conn.bytes_out,
+        trace_id: req.otel.as_ref().map(|o| o.ctx.trace_id),
+    };
+    record::request_ended(shard, &routing.routes, &req.trace, &end);
     if let (Some(o), Some(tel)) = (req.otel.take(), &shard.telemetry) {
         let key = req.trace.key.and_then(|k| shard.governance.key_name(k));
         let ended = crate::telemetry::Ended {
@@ -300,137 +318,25 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
     outcome.keep_alive
 }
 
-/// The request path, top to bottom: parse (done) → edge checks → classify → admit → read body →
-/// route → forward (plan, attempts, upstream) → respond (relay or translate back).
+/// The request path, top to bottom: parse (done) → edge checks → classify → govern (key, rate)
+/// → admit → read body → route → govern (model, tokens) → guardrails → cache → forward (plan,
+/// attempts, upstream) → answer (relay or translate back). The head stays readable to the end
+/// (`http::Request`): each stage reads the header it needs when it needs it.
 async fn serve(
     conn: &mut ClientConn,
-    head: &RequestHead,
+    request: &mut Request<'_>,
     shard: &Shard,
     routing: &Routing,
     req: &mut Req,
 ) -> Result<Outcome, Fail> {
-    let wt = shard.limits.write_timeout;
-    let keep_alive = head.keep_alive;
-    let body_pending = head.body != BodyFraming::None;
+    let head = request.head;
     // Until the body is read, an error answer closes the connection.
-    req.keep = keep_alive && !body_pending;
-
-    // route by path (head only)
-    let path = head.path(&conn.buf);
-    let target = classify(head.method, path);
-    // trace context and sampling (nothing when `[telemetry]` is off)
-    if let (Some(tel), Ok(t @ (Target::Api(..) | Target::Mcp))) = (&shard.telemetry, &target) {
-        let buf = &conn.buf;
-        req.otel = tel.begin(
-            head.header(buf, &head.traceparent),
-            head.header(buf, &head.tracestate),
-            head.method.as_str(),
-            path,
-            match t {
-                Target::Api(d, op) => crate::telemetry::operation(*d, *op),
-                _ => "execute_tool",
-            },
-        );
+    req.keep = head.keep_alive && head.body == BodyFraming::None;
+    let target = classify(head.method, head.path(&conn.buf));
+    begin(conn, head, shard, &target, req);
+    if let Some(out) = edge(conn, head, shard, req.keep)? {
+        return Ok(preflight(conn, out, shard, req.keep).await);
     }
-    // Answer unclassified or refused requests in the dialect the path suggests.
-    if path.starts_with(b"/v1/messages") {
-        req.shape = ErrorShape::Anthropic;
-    } else if gemini_call::is_gemini_path(path) {
-        req.shape = ErrorShape::Gemini;
-    }
-    // What else the head says, read while it is in the buffer: a Gemini call's model and
-    // stream choice (its body names neither), a model endpoint's answer shape and id.
-    let gemini = matches!(target, Ok(Target::Api(Dialect::Gemini, _)))
-        .then(|| gemini_call::call(path, head.query(&conn.buf)));
-    // the client headers the header policy may forward (`upstream::headers`)
-    let client_headers = match target {
-        Ok(Target::Api(..)) => ClientHeaders::capture(head, &conn.buf, conn.request_id),
-        _ => Ok(ClientHeaders::default()),
-    };
-    let ask = match target {
-        Ok(Target::Models) => Some(Ask::of(head, &conn.buf, None)),
-        Ok(Target::Model) => Some(Ask::of(head, &conn.buf, model_id_in(path))),
-        _ => None,
-    };
-    if let Some(a) = &ask {
-        req.shape = a.shape.errors();
-    }
-    // an MCP request's session id and Accept (nothing for other requests)
-    let mcp_head =
-        matches!(target, Ok(Target::Mcp)).then(|| crate::mcp::serve::McpHead::of(head, &conn.buf));
-    // a surface call's id, query and headers (files, audio, …; nothing for other requests)
-    let surface_head = matches!(target, Ok(Target::Surface(_)))
-        .then(|| crate::surface::serve::SurfaceHead::of(head, &conn.buf, conn.request_id));
-    // browser-facing checks (Origin allow-list, loopback Host), on the head: byte compares
-    let verdict = shard.edge.check_on(head, &conn.buf, conn.stream.is_tls());
-    // the caller's virtual key, looked up while the head is in the buffer (acted on below)
-    let caller = shard.governance.identify(head, &conn.buf);
-    req.trace.key = caller.key();
-    // an unknown key: its fingerprint, for the per-address guess count (`peer::slowdown`)
-    let guess = match (caller, &shard.key_guesses) {
-        (Caller::Unknown, Some(slow)) => Some(crate::governance::credential::with_presented(
-            head,
-            &conn.buf,
-            |p| match p {
-                crate::governance::credential::Presented::Key(k) => slow.fingerprint(k),
-                _ => 0,
-            },
-        )),
-        _ => None,
-    };
-    // the response cache's directives and tenant, read off the head (nothing when it is off)
-    let cache_ask = match (&shard.cache, &target) {
-        (Some(c), Ok(Target::Api(..))) => Some(crate::cache::serve::ask_of(
-            c,
-            head,
-            conn,
-            &shard.governance,
-            caller,
-        )),
-        _ => None,
-    };
-    // a Responses request's state namespace, while its key is in the buffer (store on only)
-    let tenant = match target {
-        Ok(Target::Api(Dialect::Responses, Op::Generate)) if shard.responses.on() => {
-            Some(crate::responses_state::tenant_of(
-                &shard.responses,
-                &shard.governance,
-                caller,
-                head,
-                &conn.buf,
-            ))
-        }
-        _ => None,
-    };
-    let mut preflight = None;
-    if let Ok(v @ (Verdict::Cors | Verdict::Preflight)) = verdict {
-        let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
-        if v == Verdict::Preflight {
-            let mut out = std::mem::take(&mut conn.out);
-            out.clear();
-            let req_headers = head.header(&conn.buf, &head.ac_request_headers);
-            edge::preflight_response(&mut out, origin, req_headers, req.keep);
-            preflight = Some(out);
-        } else {
-            edge::cors_headers(&mut conn.resp_headers, origin);
-        }
-    }
-    if !body_pending {
-        conn.consume(head.len);
-    }
-    if let Some(out) = preflight {
-        return Ok(match conn.write_raw(out, wt).await {
-            Some(back) => {
-                conn.out = back;
-                Outcome {
-                    status: 204,
-                    keep_alive: req.keep,
-                }
-            }
-            None => gone(&shard.metrics, 204),
-        });
-    }
-    verdict?;
     let target = target?;
     req.trace.endpoint = endpoint_of(Some(target));
     if target == Target::Metrics && !shard.metrics_here {
@@ -441,47 +347,25 @@ async fn serve(
         )
         .into());
     }
-    // govern: a valid key (401), its in-flight and request-rate shares (429), on the head;
-    // an address that keeps sending unknown keys waits first (nothing when keys are off)
-    if let (Some(slow), Some(peer)) = (&shard.key_guesses, conn.peer) {
-        if caller != Caller::Open && target.gate() != Gate::Open {
-            slow.wait(peer, conn.head_at).await.map_err(|d| {
-                Error::new(
-                    Kind::RateLimited,
-                    "too many requests with an unknown API key from this address; retry later",
-                )
-                .retry_after(d.as_secs().clamp(1, 3600) as u32)
-            })?;
-        }
+    // govern on the head: who the caller is, a valid key (401), its in-flight and request-rate
+    // shares (429); an address that keeps sending unknown keys waits first (nothing when keys
+    // are off). The awaits stay in this function: each helper future moved in costs a copy.
+    let caller = shard.governance.identify(head, &conn.buf);
+    req.trace.key = caller.key();
+    if shard.key_guesses.is_some() && caller != Caller::Open && target.gate() != Gate::Open {
+        slowdown(conn, shard).await?;
     }
-    let grant = shard
-        .governance
-        .admit(caller, target.gate(), &mut conn.resp_headers);
-    if let (Err(_), Some(secret), Some(slow), Some(peer)) =
-        (&grant, guess, &shard.key_guesses, conn.peer)
-    {
-        slow.failed(peer, Instant::now(), secret);
-    }
-    let mut grant = grant?;
+    let mut grant = key_grant(conn, head, shard, caller, target)?;
     if let Some(g) = grant.as_mut() {
         // with a shared limits store: its verdict (a branch otherwise)
         g.confirm(&mut conn.resp_headers).await?;
     }
-    if let Some(mh) = mcp_head {
-        let g = grant.as_ref();
-        let env = crate::mcp::serve::Env {
-            hub: &shard.mcp,
-            servers: &routing.mcp,
-            limits: &shard.limits,
-            admission: &shard.admission,
-            upstream: &shard.upstream,
-            metrics: &shard.metrics,
-            trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
-        };
-        let out = crate::mcp::serve::serve(conn, head, &env, g, mh, &mut req.trace, &mut req.keep);
-        return Ok(Box::pin(out).await?);
+    if target == Target::Mcp {
+        return mcp(conn, head, shard, routing, grant.as_ref(), req).await;
     }
-    if let (Target::Surface(call), Some(sh)) = (target, surface_head) {
+    if let Target::Surface(call) = target {
+        // a surface call's id, query and headers (files, audio, …)
+        let sh = crate::surface::serve::SurfaceHead::of(head, &conn.buf, conn.request_id);
         let (env, g, t) = (shard.env(None), grant.as_mut(), &mut req.trace);
         let out = crate::surface::serve::serve(
             conn,
@@ -496,57 +380,49 @@ async fn serve(
         return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {
-        return Ok(local(conn, shard, routing, target, ask, req.keep).await?);
+        return Ok(local(conn, shard, routing, target, head).await?);
     };
     req.shape = crate::answer::outcome::shape(dialect);
-    let gemini = gemini.transpose()?;
-    let client_headers = client_headers?;
-
-    // admit: decided on the head, before any body byte is read or allocated. The permit
-    // holds `declared body + response reserve` of the shard's budget until this request ends.
-    let declared = match head.body {
-        BodyFraming::Length(n) => n,
-        _ => 0,
-    };
-    if let Some(c) = &shard.cache {
-        // entries removed elsewhere give their bytes back; a short budget sheds this shard's
-        let need = declared.saturating_add(shard.admission.response_reserve());
-        c.settle(shard.id, shard.admission.budget(), need);
-    }
+    // a Gemini call's model and stream choice are in its path (its body names neither)
+    let path = head.path(&conn.buf);
+    let gemini = (dialect == Dialect::Gemini)
+        .then(|| gemini_call::call(path, head.query(&conn.buf)))
+        .transpose()?;
+    // the client headers the header policy may forward (`upstream::headers`)
+    let headers = ClientHeaders::capture(head, &conn.buf, conn.request_id)?;
+    // admit, decided on the head before any body byte is read or allocated: the permit holds
+    // `declared body + response reserve` of the shard's budget until the request ends
+    let declared = declared(head, shard);
     let permit = shard
         .admission
         .admit(declared)
         .await
         .map_err(|r| rejection(r, declared, shard.admission.max_body()))?;
-    if head.expect_continue && body_pending {
+    if head.expect_continue && head.body != BodyFraming::None {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
-        if conn.write_raw(buf, wt).await.is_none() {
+        if conn
+            .write_raw(buf, shard.limits.write_timeout)
+            .await
+            .is_none()
+        {
             return Ok(gone(&shard.metrics, 499));
         }
     }
-
-    // read body (bounded)
+    // read the body (bounded) after the head, which stays
     let body_start = Instant::now();
-    let body_deadline = body_start + shard.limits.body_timeout;
-    let head_len = if body_pending { head.len } else { 0 };
-    let mut body = read_body(
-        &mut conn.stream,
-        &mut conn.buf,
-        head_len,
-        head.body,
-        shard.admission.max_body(),
-        body_deadline,
-        Some(&permit),
-    )
-    .await?;
-    req.keep = keep_alive;
+    let deadline = body_start + shard.limits.body_timeout;
+    let (s, buf, max) = (&mut conn.stream, &mut conn.buf, shard.admission.max_body());
+    let read = read_body(s, buf, head.len, head.body, max, deadline, Some(&permit));
+    request.body = read.await?;
+    req.keep = head.keep_alive;
     req.trace.client_body = body_start.elapsed();
-    req.trace.bytes_in = (head.len + body.len()) as u64;
+    req.trace.bytes_in = (head.len + request.body.len()) as u64;
 
     // route by model
+    let body = &mut request.body;
     let mut fields = match &gemini {
-        Some(call) => extract::gemini_fields(&body, call)?,
-        None => extract::routing_fields(&body)?,
+        Some(call) => extract::gemini_fields(body, call)?,
+        None => extract::routing_fields(body)?,
     };
     let route = routing
         .routes
@@ -554,12 +430,17 @@ async fn serve(
         .ok_or_else(|| unknown_model(&fields.model))?;
     req.trace.route = Some(route.index as u32);
     req.trace.stream = fields.stream;
-    fields.tenant = tenant;
+    // a Responses request's state namespace (store on only)
+    if dialect == Dialect::Responses && op == Op::Generate && shard.responses.on() {
+        let (store, gov) = (&shard.responses, &shard.governance);
+        let tenant = crate::responses_state::tenant_of(store, gov, caller, head, &conn.buf);
+        fields.tenant = Some(tenant);
+    }
     if shard.access_log.on() || shard.request_log.on() {
         req.trace.model = Some(fields.model.as_str().into());
     }
     if let (Some(o), Some(tel)) = (req.otel.as_deref_mut(), &shard.telemetry) {
-        o.routed(&fields.model, dialect, &body, tel.capture());
+        o.routed(&fields.model, dialect, body, tel.capture());
     }
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
@@ -572,25 +453,7 @@ async fn serve(
     if routing.routes.guards.active() {
         let key = grant.as_ref().and_then(|g| g.key_name());
         req.guard = routing.routes.guards.select(&route.name, key.as_deref());
-        if req.guard.is_some() && op == Op::Completions {
-            // a text prompt is not a message list the guardrails read: refuse, never pass
-            return Err(Error::new(
-                Kind::InvalidBody,
-                "this model has guardrails, which do not read /v1/completions prompts: use /v1/chat/completions",
-            )
-            .into());
-        }
-        if let Some(sess) = req.guard.clone() {
-            if let Some(masked) = crate::guardrail::request::guard_request(&sess, dialect, &body)? {
-                body = masked;
-                let (metered, tenant) = (fields.metered, fields.tenant);
-                fields = match &gemini {
-                    Some(call) => extract::gemini_fields(&body, call)?,
-                    None => extract::routing_fields(&body)?,
-                };
-                (fields.metered, fields.tenant) = (metered, tenant);
-            }
-        }
+        guard(req, dialect, op, body, &mut fields, gemini.as_ref())?;
     }
 
     // a traced request's answer is read for its span (usage, id, finish reasons, content)
@@ -601,28 +464,31 @@ async fn serve(
         &shard.governance,
     );
 
+    let mut call = Call {
+        dialect,
+        op,
+        fields: &fields,
+        routing,
+        route,
+        headers: &headers,
+        permit: &permit,
+        grant,
+        tried: Tried::default(),
+        keep_alive: head.keep_alive,
+        // set when forwarding starts, below
+        start: conn.head_at,
+    };
+    let body = &request.body[..];
     // cache: a stored answer replayed here, or a miss whose answer is recorded
     let mut miss = None;
-    if let (Some(c), Some(ask)) = (shard.cache.as_deref(), cache_ask.as_ref()) {
-        let call = (dialect, op);
+    if let Some(c) = shard.cache.as_deref() {
+        let ask = crate::cache::serve::ask_of(c, head, conn, &shard.governance, caller);
         use crate::cache::serve::{lookup, Lookup};
         // Boxed: a replay's state is large, and inline it would make every request's future
         // (moved into its box once per request, byte for byte) that much larger with the
         // cache off too.
-        match Box::pin(lookup(
-            c,
-            conn,
-            &shard.cache_env(),
-            route,
-            call,
-            &body,
-            &fields,
-            ask,
-            &permit,
-            keep_alive,
-        ))
-        .await
-        {
+        let found = Box::pin(lookup(conn, &shard.cache_env(), &call, body, &ask)).await;
+        let seen = match found {
             Lookup::Hit(o) => {
                 if let Some(t) = req.otel.as_deref_mut() {
                     t.cache = Some("hit");
@@ -630,74 +496,228 @@ async fn serve(
                 return Ok(o);
             }
             Lookup::Miss(m) => {
-                if let Some(t) = req.otel.as_deref_mut() {
-                    t.cache = Some("miss");
-                }
-                miss = Some(m)
+                miss = Some(m);
+                Some("miss")
             }
-            Lookup::Pass => {}
+            Lookup::Pass => None,
+        };
+        if let (Some(t), Some(seen)) = (req.otel.as_deref_mut(), seen) {
+            t.cache = Some(seen);
         }
     }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
-    let mut tried = Tried {
-        otel: req.otel.take(),
-        ..Tried::default()
-    };
-    let open_start = Instant::now();
+    call.tried.otel = req.otel.take();
     let env = shard.env(req.guard.clone());
-    let opened = forward::open::open(
-        conn,
-        &env,
-        routing,
-        route,
-        op,
-        dialect,
-        &body,
-        &fields,
-        &client_headers,
-        &mut tried,
-        &permit,
-        open_start,
-    )
-    .await;
+    call.start = Instant::now();
+    let opened = forward::open::open(conn, &env, &mut call, body).await;
     let open_end = Instant::now();
-    req.trace.upstream = open_end.saturating_duration_since(open_start);
-    req.trace.served = tried.served;
-    req.trace.attempts = tried.attempts;
-    req.otel = tried.otel.take();
-    tried.write_headers(&mut conn.resp_headers);
+    req.trace.upstream = open_end.saturating_duration_since(call.start);
+    req.trace.served = call.tried.served;
+    req.trace.attempts = call.tried.attempts;
+    req.otel = call.tried.otel.take();
+    call.tried.write_headers(&mut conn.resp_headers);
     let mut opened = opened?;
 
-    // respond: relay the answer, or translate it back, in the client's dialect
-    let outcome = respond::respond(
-        conn,
-        &env,
-        &mut opened,
-        dialect,
-        &fields,
-        keep_alive,
-        &permit,
-        grant.as_mut(),
-    )
-    .await;
+    // answer: relay the answer, or translate it back, in the client's dialect
+    let outcome = respond::respond(conn, &env, &mut call, &mut opened).await;
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
-    req.trace.tokens = grant
-        .as_mut()
-        .filter(|g| g.keyed())
-        .and_then(|g| g.usage().io());
-    if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), grant.as_mut()) {
-        o.answered(g.usage());
+    req.trace.tokens = call.grant.as_mut().and_then(|g| g.usage().io());
+    if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), call.grant.as_mut()) {
+        o.cache_tokens = g.usage().cached();
     }
     drop(opened);
-    if let (Some(c), Some(m)) = (shard.cache.as_deref(), miss) {
-        crate::cache::serve::store(c, conn, &shard.cache_env(), m, outcome.status);
+    if let Some(m) = miss {
+        crate::cache::serve::store(conn, &shard.cache_env(), m, outcome.status);
     }
+    drop(call);
     drop(permit);
     Ok(outcome)
+}
+
+/// Trace context and sampling (nothing when `[telemetry]` is off), and the dialect errors
+/// speak before the request is classified (the one its path suggests).
+fn begin(
+    conn: &ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    target: &Result<Target, Error>,
+    req: &mut Req,
+) {
+    let (buf, path) = (&conn.buf, head.path(&conn.buf));
+    if let (Some(tel), Ok(t @ (Target::Api(..) | Target::Mcp))) = (&shard.telemetry, target) {
+        req.otel = tel.begin(
+            head.header(buf, &head.traceparent),
+            head.header(buf, &head.tracestate),
+            head.method.as_str(),
+            path,
+            match t {
+                Target::Api(d, op) => crate::telemetry::operation(*d, *op),
+                _ => "execute_tool",
+            },
+        );
+    }
+    if path.starts_with(b"/v1/messages") {
+        req.shape = ErrorShape::Anthropic;
+    } else if gemini_call::is_gemini_path(path) {
+        req.shape = ErrorShape::Gemini;
+    }
+    if let Ok(Target::Models | Target::Model) = target {
+        // the model endpoints answer (and fail) in the asking SDK's shape
+        req.shape = crate::route::models::Shape::of(path, head, buf).errors();
+    }
+}
+
+/// Browser-facing checks (Origin allow-list, loopback Host), on the head: a CORS preflight's
+/// answer is returned (`Some`, written by `preflight`), an allowed cross-origin request gets
+/// its CORS lines, a refused one fails.
+fn edge(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    keep: bool,
+) -> Result<Option<Vec<u8>>, Error> {
+    let verdict = shard.edge.check_on(head, &conn.buf, conn.stream.is_tls())?;
+    if verdict != Verdict::Cors && verdict != Verdict::Preflight {
+        return Ok(None);
+    }
+    let origin = head.header(&conn.buf, &head.origin).unwrap_or_default();
+    if verdict == Verdict::Cors {
+        edge::cors_headers(&mut conn.resp_headers, origin);
+        return Ok(None);
+    }
+    let mut out = std::mem::take(&mut conn.out);
+    out.clear();
+    let req_headers = head.header(&conn.buf, &head.ac_request_headers);
+    edge::preflight_response(&mut out, origin, req_headers, keep);
+    Ok(Some(out))
+}
+
+/// Write a CORS preflight's answer `out`.
+async fn preflight(conn: &mut ClientConn, out: Vec<u8>, shard: &Shard, keep: bool) -> Outcome {
+    match conn.write_raw(out, shard.limits.write_timeout).await {
+        Some(back) => {
+            conn.out = back;
+            Outcome {
+                status: 204,
+                keep_alive: keep,
+            }
+        }
+        None => gone(&shard.metrics, 204),
+    }
+}
+
+/// An address that keeps sending unknown keys waits before its key is acted on
+/// (`peer::slowdown`; 429 when it is over).
+async fn slowdown(conn: &ClientConn, shard: &Shard) -> Result<(), Error> {
+    let (Some(slow), Some(peer)) = (&shard.key_guesses, conn.peer) else {
+        return Ok(());
+    };
+    slow.wait(peer, conn.head_at).await.map_err(|d| {
+        Error::new(
+            Kind::RateLimited,
+            "too many requests with an unknown API key from this address; retry later",
+        )
+        .retry_after(d.as_secs().clamp(1, 3600) as u32)
+    })
+}
+
+/// The caller's key admitted on the head (401, 429; `None`: keys off or open); an unknown
+/// key's failure is counted for its address (`peer::slowdown`).
+fn key_grant<'s>(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &'s Shard,
+    caller: Caller,
+    target: Target,
+) -> Result<Option<Grant<'s>>, Error> {
+    let grant = shard
+        .governance
+        .admit(caller, target.gate(), &mut conn.resp_headers);
+    let slow = shard.key_guesses.as_ref().zip(conn.peer);
+    if let (Err(_), Caller::Unknown, Some((slow, peer))) = (&grant, caller, slow) {
+        // an unknown key: its fingerprint, for the per-address guess count
+        use crate::governance::credential::{with_presented, Presented};
+        let secret = with_presented(head, &conn.buf, |p| match p {
+            Presented::Key(k) => slow.fingerprint(k),
+            _ => 0,
+        });
+        slow.failed(peer, Instant::now(), secret);
+    }
+    grant
+}
+
+/// The body size a request declares on its head (0 for chunked or none), with the cache's
+/// entries removed elsewhere settled first (a short budget sheds this shard's).
+fn declared(head: &RequestHead, shard: &Shard) -> u64 {
+    let declared = match head.body {
+        BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    if let Some(c) = &shard.cache {
+        let need = declared.saturating_add(shard.admission.response_reserve());
+        c.settle(shard.id, shard.admission.budget(), need);
+    }
+    declared
+}
+
+/// The request's guardrails (`req.guard`, selected by the caller): a text prompt is refused
+/// (they read message lists only); the request text is checked (400) or masked, and a masked
+/// body's routing fields read again.
+fn guard(
+    req: &Req,
+    dialect: Dialect,
+    op: Op,
+    body: &mut Vec<u8>,
+    fields: &mut RoutingFields,
+    gemini: Option<&gemini_call::Call>,
+) -> Result<(), Error> {
+    let Some(sess) = req.guard.as_deref() else {
+        return Ok(());
+    };
+    if op == Op::Completions {
+        // a text prompt is not a message list the guardrails read: refuse, never pass
+        return Err(Error::new(
+            Kind::InvalidBody,
+            "this model has guardrails, which do not read /v1/completions prompts: use /v1/chat/completions",
+        ));
+    }
+    if let Some(masked) = crate::guardrail::request::guard_request(sess, dialect, body)? {
+        *body = masked;
+        let (metered, tenant) = (fields.metered, fields.tenant);
+        *fields = match gemini {
+            Some(call) => extract::gemini_fields(body, call)?,
+            None => extract::routing_fields(body)?,
+        };
+        (fields.metered, fields.tenant) = (metered, tenant);
+    }
+    Ok(())
+}
+
+/// An MCP request (`/mcp`), after the same edge checks and key admission as model requests.
+async fn mcp(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    routing: &Routing,
+    grant: Option<&Grant<'_>>,
+    req: &mut Req,
+) -> Result<Outcome, Fail> {
+    let mh = crate::mcp::serve::McpHead::of(head, &conn.buf);
+    let env = crate::mcp::serve::Env {
+        hub: &shard.mcp,
+        servers: &routing.mcp,
+        limits: &shard.limits,
+        admission: &shard.admission,
+        upstream: &shard.upstream,
+        metrics: &shard.metrics,
+        trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
+    };
+    let out = crate::mcp::serve::serve(conn, head, &env, grant, mh, &mut req.trace, &mut req.keep);
+    Ok(Box::pin(out).await?)
 }
 
 /// The gateway's own endpoints: health, readiness, the model list and lookups (in the asking
@@ -707,10 +727,16 @@ async fn local(
     shard: &Shard,
     routing: &Routing,
     target: Target,
-    ask: Option<Ask>,
-    keep: bool,
+    head: &RequestHead,
 ) -> Result<Outcome, Error> {
     let wt = shard.limits.write_timeout;
+    let keep = head.keep_alive && head.body == BodyFraming::None;
+    let path = head.path(&conn.buf);
+    let ask = match target {
+        Target::Models => Some(Ask::of(head, &conn.buf, None)),
+        Target::Model => Some(Ask::of(head, &conn.buf, model_id_in(path))),
+        _ => None,
+    };
     let (status, body): (u16, Vec<u8>) = match (target, ask) {
         (Target::Healthz | Target::Readyz, _) => {
             let (status, body) = health(shard, target);
@@ -770,5 +796,24 @@ fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
             format!("request body of {declared} bytes is over the {max_body}-byte limit"),
         ),
         other => Error::overloaded(other.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Debug-build bytes of one request's future (`request_future_bytes`). Every byte of it is
+    /// moved into its box once per request: a stage that inlines a large state into it
+    /// (instead of boxing it, as the cache replay and the translated answer are) fails here.
+    /// Release builds: `ringgate --request-future-bytes` (benches/README.md).
+    const REQUEST_FUTURE_BOUND: usize = 4096;
+
+    #[test]
+    fn request_future_size() {
+        let n = super::request_future_bytes();
+        eprintln!("request future: {n} bytes (debug build)");
+        assert!(
+            n <= REQUEST_FUTURE_BOUND,
+            "one request's future grew to {n} bytes (bound {REQUEST_FUTURE_BOUND})"
+        );
     }
 }

@@ -11,17 +11,25 @@ use crate::observe::trace::Trace;
 use crate::pipeline::shard::Shard;
 use crate::route::RouteTable;
 
-/// Count the request `t` that ended now with `status`, after `bytes_out` bytes to its client.
-/// `routes` is the table the request ran on; `trace_id` its trace's, when it is traced.
-pub fn request_ended(
-    shard: &Shard,
-    routes: &RouteTable,
-    t: &Trace,
-    status: u16,
-    request_id: &str,
-    bytes_out: u64,
-    trace_id: Option<[u8; 16]>,
-) {
+/// How a request ended, as its record reads it.
+pub struct Ended<'a> {
+    pub status: u16,
+    pub request_id: &'a str,
+    /// Bytes written to its client.
+    pub bytes_out: u64,
+    /// Its trace's id, when it is traced.
+    pub trace_id: Option<[u8; 16]>,
+}
+
+/// Count the request `t` that ended now as `end` says. `routes` is the table the request ran
+/// on.
+pub fn request_ended(shard: &Shard, routes: &RouteTable, t: &Trace, end: &Ended<'_>) {
+    let Ended {
+        status,
+        request_id,
+        bytes_out,
+        trace_id,
+    } = *end;
     let now = Instant::now();
     let dep = t
         .served

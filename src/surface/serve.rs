@@ -123,7 +123,8 @@ pub async fn serve(
         }
     }
     if head.body != BodyFraming::None {
-        conn.consume(head.len);
+        // the body is streamed from the buffer's start: the head's bytes go first
+        conn.drop_head();
     }
     trace.bytes_in = head.len as u64;
     let mut reader = BodyReader::new(head.body, limit, env.limits.body_timeout);

@@ -19,16 +19,20 @@ use crate::forward::report::report_error_body;
 /// Largest upstream error body read; a larger one is replaced like an unusable one.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
-/// The error answer of `ex` (its upstream speaks `up`) to a client of dialect `dialect`.
+/// The error answer of `opened` (relayed, or translated from the dialect its upstream speaks)
+/// to `call`'s client.
 pub(crate) async fn error_answer(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    ex: &mut Exchange<'_>,
-    (provider, up): (&str, Dialect),
-    dialect: Dialect,
-    keep_alive: bool,
-    permit: &Permit,
+    call: &Call<'_>,
+    opened: &mut Opened<'_>,
 ) -> Outcome {
+    let (dialect, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
+    let up = match opened.mode {
+        Mode::Translate { up, .. } => up,
+        Mode::Passthrough { .. } => dialect,
+    };
+    let (provider, ex) = (opened.provider, &mut opened.ex);
     let wt = env.limits.write_timeout;
     let status = crate::dialect::error::client_status(up, dialect, ex.head.status);
     let same = up == dialect;

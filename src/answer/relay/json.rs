@@ -16,17 +16,17 @@ const HEAD_ROOM: usize = 512;
 
 pub(super) async fn relay_json(
     conn: &mut ClientConn,
-    up: Upstream<'_, '_, '_>,
-    keep_alive: bool,
     env: &Env<'_>,
+    up: Upstream<'_, '_, '_>,
     rb: &mut StreamBuf,
-    permit: &Permit,
 ) -> Outcome {
     let Upstream {
         ex,
         provider,
         dialect,
         mut grant,
+        keep_alive,
+        permit,
         ..
     } = up;
     let wt = env.limits.write_timeout;
@@ -58,8 +58,10 @@ pub(super) async fn relay_json(
             dialect,
             grant,
             strip_usage: false,
+            keep_alive,
+            permit,
         };
-        return guarded(conn, up, keep_alive, env, (piece, more), permit, &sess).await;
+        return guarded(conn, env, up, (piece, more, &sess)).await;
     }
     let rid = conn.request_id;
     let invalid = |why: &str| {
@@ -157,20 +159,20 @@ const MAX_GUARDED_BODY: usize = 64 * 1024 * 1024;
 /// checked — `block` answers 400 `guardrail_blocked`, `mask` relays the masked answer.
 async fn guarded(
     conn: &mut ClientConn,
-    up: Upstream<'_, '_, '_>,
-    keep_alive: bool,
     env: &Env<'_>,
-    (piece, mut more): (&mut Vec<u8>, bool),
-    permit: &Permit,
-    sess: &crate::guardrail::Session,
+    up: Upstream<'_, '_, '_>,
+    (piece, mut more, sess): (&mut Vec<u8>, bool, &crate::guardrail::Session),
 ) -> Outcome {
     let Upstream {
         ex,
         provider,
         dialect,
         grant,
+        keep_alive,
+        permit,
         ..
     } = up;
+
     let wt = env.limits.write_timeout;
     let shape = crate::answer::outcome::shape(dialect);
     let status = ex.head.status;

@@ -34,6 +34,8 @@ use crate::admit::{Chunk, Permit};
 use crate::answer::outcome::{gone, Outcome};
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
+use crate::forward::open::{Call, Opened};
+use crate::forward::plan::Mode;
 use crate::forward::report::{report, shutting_down};
 use crate::forward::Env;
 use crate::governance::Grant;
@@ -77,31 +79,23 @@ impl Drop for StreamBuf {
 /// `response.completed` repeats the whole answer and is the largest event seen in practice.
 pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
-/// Same dialect in and out: relay the answer of `ex` (from `provider`, in `dialect`) to the
-/// client as it arrives (SSE in whole events), through one pool chunk of read buffer charged to
-/// the request's permit. A keyed request's `grant`, when given, sees every body byte (its
+/// Same dialect in and out: relay the answer of `opened` (in `call`'s dialect) to the client
+/// as it arrives (SSE in whole events), through one pool chunk of read buffer charged to the
+/// request's permit. A keyed request's grant, when there is one, sees every body byte (its
 /// usage scan) and is finished just before the answer's last bytes go out.
 pub async fn passthrough(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    ex: &mut Exchange<'_>,
-    (provider, dialect, strip_usage): (&str, Dialect, bool),
-    keep_alive: bool,
-    permit: &Permit,
-    grant: Option<&mut Grant<'_>>,
+    call: &mut Call<'_>,
+    opened: &mut Opened<'_>,
 ) -> Outcome {
-    if ex.head.status >= 400 {
-        return errors::error_answer(
-            conn,
-            env,
-            ex,
-            (provider, dialect),
-            dialect,
-            keep_alive,
-            permit,
-        )
-        .await;
+    if opened.ex.head.status >= 400 {
+        return errors::error_answer(conn, env, call, opened).await;
     }
+    let strip_usage = matches!(opened.mode, Mode::Passthrough { strip_usage: true });
+    let (provider, ex) = (opened.provider, &mut opened.ex);
+    let (dialect, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
+    let grant = call.grant.as_mut();
     let mut piece = match StreamBuf::new(env, permit) {
         Ok(b) => b,
         Err(e) => {
@@ -118,11 +112,13 @@ pub async fn passthrough(
         dialect,
         grant,
         strip_usage,
+        keep_alive,
+        permit,
     };
     if vets_json(&up.ex.head) {
-        return json::relay_json(conn, up, keep_alive, env, &mut piece, permit).await;
+        return json::relay_json(conn, env, up, &mut piece).await;
     }
-    relay(conn, up, keep_alive, env, &mut piece, permit).await
+    relay(conn, env, up, &mut piece).await
 }
 
 /// A non-stream success answer with a JSON body: validated before it is relayed.
@@ -133,8 +129,9 @@ fn vets_json(head: &crate::upstream::ResponseHead) -> bool {
         && crate::answer::vet::is_json_type(&head.content_type)
 }
 
-/// The upstream side of a relay: the exchange, who answers, in which dialect, and whose grant
-/// reads the usage it reports.
+/// The upstream side of a relay: the exchange, who answers, in which dialect, whose grant
+/// reads the usage it reports; and the request's side: whether its connection stays, its
+/// permit.
 struct Upstream<'a, 'c, 'g> {
     ex: &'a mut Exchange<'c>,
     provider: &'a str,
@@ -142,6 +139,8 @@ struct Upstream<'a, 'c, 'g> {
     grant: Option<&'a mut Grant<'g>>,
     /// Take the usage-only chunk out of a Chat stream (the client did not ask for it).
     strip_usage: bool,
+    keep_alive: bool,
+    permit: &'a Permit,
 }
 
 /// Forward the response of `up.ex` to the client. SSE is forwarded event by event, whole events
@@ -150,11 +149,9 @@ struct Upstream<'a, 'c, 'g> {
 /// dialect's error event and a proper chunked end. A broken non-SSE body is cut by closing.
 async fn relay(
     conn: &mut ClientConn,
-    up: Upstream<'_, '_, '_>,
-    keep_alive: bool,
     env: &Env<'_>,
+    up: Upstream<'_, '_, '_>,
     rb: &mut StreamBuf,
-    permit: &Permit,
 ) -> Outcome {
     let Upstream {
         ex,
@@ -162,6 +159,8 @@ async fn relay(
         dialect,
         mut grant,
         strip_usage,
+        keep_alive,
+        permit,
     } = up;
     let wt = env.limits.write_timeout;
     let shape = crate::answer::outcome::shape(dialect);

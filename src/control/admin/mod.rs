@@ -304,7 +304,6 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
             }
         }
         let body = if head.body == BodyFraming::None {
-            conn.consume(head.len);
             Ok(Vec::new())
         } else {
             let deadline = Instant::now() + LIMITS.body_timeout;
@@ -319,6 +318,8 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
             )
             .await
         };
+        // the head's bytes stay in the buffer through the body read
+        conn.consume(head.len);
         let reply = match body {
             Ok(body) => route(ctx, method, &path, authorized, &body),
             Err(e) => {
