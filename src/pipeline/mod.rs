@@ -801,12 +801,13 @@ fn rejection(r: crate::admit::Reject, declared: u64, max_body: u64) -> Error {
 
 #[cfg(test)]
 mod tests {
-    /// Bytes of one request's future (`request_future_bytes`) as this tree builds it (6,656 in
-    /// the debug and the release build; 7,168 before issue 21's `Request`/`Call`). Every byte
+    /// Bytes of one request's future (`request_future_bytes`) as this tree builds it in debug:
+    /// 6,784 (on `ddc9f26`, before the telemetry answer reading: 6,656 debug and release, and
+    /// 7,168 in release before issue 21's `Request`/`Call`). Every byte
     /// of it is moved into its box once per request: a stage that inlines a large state into it
     /// (instead of boxing it, as the cache replay and the translated answer are) fails here.
     /// Release builds: `ringgate --request-future-bytes` (benches/README.md).
-    const REQUEST_FUTURE_BOUND: usize = 6656;
+    const REQUEST_FUTURE_BOUND: usize = 6784;
 
     #[test]
     fn request_future_size() {
