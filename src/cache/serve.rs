@@ -174,15 +174,18 @@ pub async fn lookup(
     if look {
         let t0 = Instant::now();
         let found = match &env.remote {
-            Some(r) => r.get(&key).await.map(|(body, usage)| Entry {
-                body: body.into(),
-                tenant: tenant.clone(),
-                model: Arc::from(fields.model.as_str()),
-                usage,
-                expires: t0,
-                owner: env.fwd.id,
-                semantic: None,
-            }),
+            Some(r) => r
+                .get(&key, cache.settings.max_entry_bytes)
+                .await
+                .map(|(body, usage)| Entry {
+                    body: body.into(),
+                    tenant: tenant.clone(),
+                    model: Arc::from(fields.model.as_str()),
+                    usage,
+                    expires: t0,
+                    owner: env.fwd.id,
+                    semantic: None,
+                }),
             None => cache
                 .with_store(|s, freed| s.get(&key, t0, freed))
                 .flatten(),

@@ -112,3 +112,32 @@ def test_one_gateway_stores_the_other_hits(fleet, mock, redis_port):  # noqa: F8
             if k.startswith(b"rgtest:cache:")]
     ttl = int(redis(redis_port, "PTTL", keys[0].decode())[1:].split(b"\r\n")[0])
     assert 0 < ttl <= 600_000
+
+
+def test_an_answer_over_the_store_clients_bulk_bound_is_shared(fleet, mock, redis_port):  # noqa: F811
+    """A ~100 KB answer (over the store client's 64 KiB bulk bound, read back in pieces) stored
+    by one gateway is a whole, identical hit on the other, and the cache connection survives."""
+    a, b = fleet
+    run = uuid.uuid4().hex[:8]
+    wait_for_store(redis_port, a, f"big warm-up {run}")
+    prompt = f"big {run}: write at length"
+    before = upstream_calls(mock)["generate"]
+    first = ask(a, prompt, max_tokens=20000)
+    assert first.headers.get("x-ringgate-cache") == "miss"
+    text = first.parse().choices[0].message.content
+    assert len(text) > 64 * 1024
+    deadline = time.time() + 10
+    while True:
+        second = ask(b, prompt, max_tokens=20000)
+        if second.headers.get("x-ringgate-cache") == "hit":
+            break
+        assert time.time() < deadline, "gateway b never hit the large answer"
+        time.sleep(0.2)
+    assert second.parse().choices[0].message.content == text
+    # a small answer right after: b's cache connection still works
+    small = f"small {run}"
+    ask(a, small)
+    deadline = time.time() + 10
+    while ask(b, small).headers.get("x-ringgate-cache") != "hit":
+        assert time.time() < deadline
+        time.sleep(0.2)
