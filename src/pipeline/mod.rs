@@ -525,9 +525,13 @@ async fn serve(
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
-    req.trace.tokens = call.grant.as_mut().and_then(|g| g.usage().io());
+    req.trace.tokens = call
+        .grant
+        .as_mut()
+        .filter(|g| g.keyed())
+        .and_then(|g| g.usage().io());
     if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), call.grant.as_mut()) {
-        o.cache_tokens = g.usage().cached();
+        o.answered(g.usage());
     }
     drop(opened);
     if let Some(m) = miss {

@@ -22,7 +22,7 @@ use crate::http::head::{parse_content_length, trim};
 use crate::http::io::read_more_at;
 
 /// Largest upstream response head accepted.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+const MAX_RESPONSE_HEAD: usize = 128 * 1024;
 /// The first read's buffer on a fresh connection (a reused plain one reads into its armed
 /// read's buffer, `conn::ARMED_BUF`..`ARMED_BUF_MAX`).
 const HEAD_BUF: usize = 4 * 1024;
