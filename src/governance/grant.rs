@@ -126,23 +126,31 @@ impl<'g> Grant<'g> {
     /// key's allow-list (403) and the request counted for the model; no token estimate (these
     /// answers report no tokens the gateway reads).
     pub fn check_model_name(&mut self, model: &str, route: &Route) -> Result<(), Error> {
-        let gov = self.gov;
-        let Some((key, _)) = gov.key(self.key) else {
+        if self.gov.key(self.key).is_none() {
             return Ok(());
-        };
-        self.requested = Some((route.index, route.price));
-        if !key.allows(model) {
-            gov.metrics.rejected(Some(self.key), Reason::ForbiddenModel);
-            return Err(Error::new(
-                Kind::ModelNotAllowed,
-                format!(
-                    "the API key {:?} may not use the model `{model}`",
-                    &*key.name
-                ),
-            ));
         }
-        gov.metrics.request(self.key, route.index);
+        self.allow(model, route)?;
+        self.gov.metrics.request(self.key, route.index);
         Ok(())
+    }
+
+    /// The key's allow-list for `model` (403, counted), routed to `route` (a keyed grant).
+    fn allow(&mut self, model: &str, route: &Route) -> Result<(), Error> {
+        let gov = self.gov;
+        self.requested = Some((route.index, route.price));
+        match gov.key(self.key) {
+            Some((key, _)) if !key.allows(model) => {
+                gov.metrics.rejected(Some(self.key), Reason::ForbiddenModel);
+                Err(Error::new(
+                    Kind::ModelNotAllowed,
+                    format!(
+                        "the API key {:?} may not use the model `{model}`",
+                        &*key.name
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A traced request without a key: a grant that holds nothing and records nothing, and
@@ -175,17 +183,7 @@ impl<'g> Grant<'g> {
         let Some((key, st)) = gov.key(self.key) else {
             return Ok(());
         };
-        self.requested = Some((route.index, route.price));
-        if !key.allows(model) {
-            gov.metrics.rejected(Some(self.key), Reason::ForbiddenModel);
-            return Err(Error::new(
-                Kind::ModelNotAllowed,
-                format!(
-                    "the API key {:?} may not use the model `{model}`",
-                    &*key.name
-                ),
-            ));
-        }
+        self.allow(model, route)?;
         if op == Op::CountTokens {
             gov.metrics.request(self.key, route.index);
             return Ok(());

@@ -176,22 +176,8 @@ impl Client {
                 .await;
             match res {
                 Ok((resp_head, buf, at, state)) => {
-                    return Ok(Exchange {
-                        client: self,
-                        conn: Some(conn),
-                        key: Some(key.clone()),
-                        pool_ok: resp_head.keep_alive,
-                        buf,
-                        at,
-                        state,
-                        head: resp_head,
-                        gap_timeout: self.gap_timeout,
-                        deadline,
-                        waited: Duration::ZERO,
-                        first_piece: None,
-                        last_read: None,
-                        pieces: false,
-                    })
+                    let parts = (resp_head, buf, at, state);
+                    return Ok(self.exchange_from(conn, Some(key.clone()), parts, deadline));
                 }
                 Err(e) if reused && e.retryable => {
                     self.retries.set(self.retries.get() + 1);
@@ -277,18 +263,20 @@ impl Client {
 
     /// An exchange whose head `read_head` returned on `conn` (`upstream::upload`); pooled
     /// under `key` when its body ends cleanly.
+    /// The exchange of a response head read on `conn` (pooled under `key` when it has one and
+    /// the head allows keep-alive).
     pub(super) fn exchange_from(
         &self,
         conn: Conn,
-        key: PoolKey,
+        key: Option<PoolKey>,
         (head, buf, at, state): (ResponseHead, Vec<u8>, usize, BodyState),
         deadline: Instant,
     ) -> Exchange<'_> {
         Exchange {
             client: self,
             conn: Some(conn),
-            key: Some(key),
-            pool_ok: head.keep_alive,
+            pool_ok: key.is_some() && head.keep_alive,
+            key,
             buf,
             at,
             state,
@@ -310,23 +298,8 @@ impl Client {
         let now = Instant::now();
         let deadline = now + self.total_timeout;
         let first_deadline = (now + self.first_byte_timeout).min(deadline);
-        let (head, buf, at, state) = read_head(&mut conn, first_deadline, now).await?;
-        Ok(Exchange {
-            client: self,
-            conn: Some(conn),
-            key: None,
-            pool_ok: false,
-            buf,
-            at,
-            state,
-            head,
-            gap_timeout: self.gap_timeout,
-            deadline,
-            waited: Duration::ZERO,
-            first_piece: None,
-            last_read: None,
-            pieces: false,
-        })
+        let parts = read_head(&mut conn, first_deadline, now).await?;
+        Ok(self.exchange_from(conn, None, parts, deadline))
     }
 }
 

@@ -127,7 +127,9 @@ impl Client {
                 }
             };
             match res {
-                Ok(parts) => return Ok(self.exchange_from(conn, key.clone(), parts, deadline)),
+                Ok(parts) => {
+                    return Ok(self.exchange_from(conn, Some(key.clone()), parts, deadline))
+                }
                 Err(e) if reused && e.retryable => {
                     self.retries.set(self.retries.get() + 1);
                     fresh_only = true;
@@ -210,7 +212,7 @@ impl<'c> Upload<'c> {
         let parts = read_head(&mut self.conn, first, now).await?;
         let mut ex = self
             .client
-            .exchange_from(self.conn, self.key, parts, self.deadline);
+            .exchange_from(self.conn, Some(self.key), parts, self.deadline);
         if !body_done {
             // the request was cut short: the connection cannot carry another one
             ex.forbid_reuse();
