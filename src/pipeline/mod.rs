@@ -17,6 +17,7 @@
 //! `forward`, `respond`).
 
 pub mod classify;
+mod local;
 pub mod record;
 pub mod scrape;
 pub mod shard;
@@ -39,10 +40,9 @@ use crate::http::{BodyFraming, Request, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
-use crate::route::models::Ask;
 use crate::upstream::headers::ClientHeaders;
 use crate::{answer::respond, dialect::extract, dialect::gemini_call, forward};
-use classify::{classify, model_id_in, Target};
+use classify::{classify, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).
 fn endpoint_of(t: Option<Target>) -> Endpoint {
@@ -176,7 +176,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
             let edge = shard.edge.check_on(&head, &conn.buf, conn.stream.is_tls());
             match (target, edge) {
                 (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
-                    let (status, body) = health(shard.as_ref(), t);
+                    let (status, body) = local::health(shard.as_ref(), t);
                     let start = Instant::now();
                     conn.respond(status, b"application/json", b"", body, false, wt)
                         .await;
@@ -380,7 +380,7 @@ async fn serve(
         return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {
-        return Ok(local(conn, shard, routing, target, head).await?);
+        return Ok(local::local(conn, shard, routing, target, head).await?);
     };
     req.shape = crate::answer::outcome::shape(dialect);
     // a Gemini call's model and stream choice are in its path (its body names neither)
@@ -722,66 +722,6 @@ async fn mcp(
     };
     let out = crate::mcp::serve::serve(conn, head, &env, grant, mh, &mut req.trace, &mut req.keep);
     Ok(Box::pin(out).await?)
-}
-
-/// The gateway's own endpoints: health, readiness, the model list and lookups (in the asking
-/// SDK's shape, `ask`), metrics.
-async fn local(
-    conn: &mut ClientConn,
-    shard: &Shard,
-    routing: &Routing,
-    target: Target,
-    head: &RequestHead,
-) -> Result<Outcome, Error> {
-    let wt = shard.limits.write_timeout;
-    let keep = head.keep_alive && head.body == BodyFraming::None;
-    let path = head.path(&conn.buf);
-    let ask = match target {
-        Target::Models => Some(Ask::of(head, &conn.buf, None)),
-        Target::Model => Some(Ask::of(head, &conn.buf, model_id_in(path))),
-        _ => None,
-    };
-    let (status, body): (u16, Vec<u8>) = match (target, ask) {
-        (Target::Healthz | Target::Readyz, _) => {
-            let (status, body) = health(shard, target);
-            (status, body.to_vec())
-        }
-        (Target::Models, Some(a)) => (200, routing.routes.catalog().list(a.shape).to_vec()),
-        (
-            Target::Model,
-            Some(Ask {
-                shape,
-                id: Some(id),
-            }),
-        ) => {
-            let id = id.as_deref().map_err(|why| *why);
-            let route = id.ok().and_then(|m| routing.routes.resolve(m));
-            (200, crate::route::models::one(shape, id, route)?)
-        }
-        _ => (200, crate::pipeline::scrape::render(shard).into_bytes()),
-    };
-    let ct: &[u8] = if target == Target::Metrics {
-        b"text/plain; version=0.0.4"
-    } else {
-        b"application/json"
-    };
-    let ok = conn.respond(status, ct, b"", &body, keep, wt).await;
-    Ok(Outcome {
-        status,
-        keep_alive: ok && keep,
-    })
-}
-
-/// `/healthz` and `/readyz`: readiness turns 503 the moment a drain starts (SIGTERM or
-/// `POST /admin/drain`), so balancers stop sending before the listener closes.
-fn health(shard: &Shard, target: Target) -> (u16, &'static [u8]) {
-    match target {
-        Target::Readyz if shard.stopping.is_fired() || shard.draining.is_fired() => {
-            (503, b"{\"status\":\"draining\"}")
-        }
-        Target::Readyz => (200, b"{\"status\":\"ready\"}"),
-        _ => (200, b"{\"status\":\"ok\"}"),
-    }
 }
 
 fn unknown_model(model: &str) -> Error {
