@@ -12,11 +12,12 @@
 use crate::admit::Permit;
 use crate::answer::outcome::{gone, Outcome};
 use crate::answer::relay;
+use crate::answer::stream::{self as skeleton, StreamBuf, MAX_PENDING_EVENT};
 use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
 use crate::forward::plan::Mode;
-use crate::forward::report::{report, shutting_down};
+use crate::forward::report::report;
 use crate::forward::Env;
 use crate::governance::usage::UsageScan;
 use crate::governance::Grant;
@@ -153,7 +154,7 @@ pub async fn translated(
             }
         };
     }
-    let mut rb = match relay::StreamBuf::new(env, permit) {
+    let mut rb = match StreamBuf::new(env, permit) {
         Ok(b) => b,
         Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
     };
@@ -270,7 +271,7 @@ async fn stream(
     conn: &mut ClientConn,
     env: &Env<'_>,
     t: Translating<'_, '_, '_>,
-    rb: &mut relay::StreamBuf,
+    rb: &mut StreamBuf,
 ) -> Outcome {
     let Translating {
         ex,
@@ -298,8 +299,6 @@ async fn stream(
         Some(back) => out = back,
         None => return gone(env.metrics, 200),
     }
-    let limit = rb.limit;
-    let piece = &mut rb.buf;
     let mut events = Vec::with_capacity(16 * 1024);
     let close_delimited = ex.head.framing == RespFraming::Close;
     // Gemini has no terminal event: a candidate's finishReason ends its stream.
@@ -312,30 +311,24 @@ async fn stream(
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
-        piece.clear();
         events.clear();
-        let next = monoio::select! {
-            r = ex.next_upto(piece, limit) => r,
-            _ = &mut drain_over => Err(shutting_down()),
-        };
-        let more = match next {
+        let more = match skeleton::read(ex, rb, &mut drain_over).await {
             Ok(m) => m,
             Err(e) => {
                 let e = report(env, &conn.request_id, provider, &e);
                 // The error event ends the stream: no terminal events claiming a normal end
                 // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
-                write_chunk(&mut out, &events);
-                out.extend_from_slice(LAST_CHUNK);
                 // a whole HTTP message (error event, chunked end): the client's connection
                 // stays usable unless the process drains (closing would race its next request)
-                let written = conn.write_raw(out, wt).await;
+                let written = skeleton::end(conn, out, &events, wt).await;
                 return Outcome {
                     status: 502,
-                    keep_alive: keep_alive && written.is_some() && !env.draining.is_fired(),
+                    keep_alive: keep_alive && written && !env.draining.is_fired(),
                 };
             }
         };
+        let piece = &rb.buf[..];
         decoder.feed(piece);
         if let Some(g) = grant.as_deref_mut() {
             g.usage().observe_piece(piece);
@@ -366,7 +359,7 @@ async fn stream(
         if failed.is_none() && !more && close_delimited && !(tr.is_done() || finish_seen) {
             failed = Some("the upstream stream ended before its last event".to_string());
         }
-        if failed.is_none() && decoder.pending_bytes() > relay::MAX_PENDING_EVENT {
+        if failed.is_none() && decoder.pending_bytes() > MAX_PENDING_EVENT {
             failed = Some("upstream stream event too large".to_string());
         }
         if let Some(msg) = failed.take() {
@@ -417,9 +410,7 @@ async fn stream(
             if let Some(msg) = stop {
                 // no byte of a blocked match went out: the error event ends the stream
                 crate::dialect::stream_error_event(client, &msg, &mut rewritten);
-                write_chunk(&mut out, &rewritten);
-                out.extend_from_slice(LAST_CHUNK);
-                let _ = conn.write_raw(out, wt).await;
+                let _ = skeleton::end(conn, out, &rewritten, wt).await;
                 return Outcome {
                     status: 200,
                     keep_alive: false,

@@ -1,6 +1,8 @@
 //! The answer stage: everything that writes bytes to the client once a request has been
 //! forwarded — the seam (`respond`), the same-dialect relay (`relay`, vetted by `vet` and
-//! `json_check`), the translated way back (`bridge`) and how a request ended (`outcome`).
+//! `json_check`), the translated way back (`bridge`), the skeleton both stream loops stand on
+//! (`stream`: read buffer, drain-raced read, the stream's last write) and how a request ended
+//! (`outcome`).
 //! Upstream failures are reported through `forward::report`.
 //!
 //! Owns: the upstream → client byte path. Must not: choose deployments or open upstream
@@ -11,4 +13,5 @@ pub mod json_check;
 pub mod outcome;
 pub mod relay;
 pub mod respond;
+pub mod stream;
 pub mod vet;

@@ -30,8 +30,9 @@ mod usage_chunk;
 
 use std::time::Duration;
 
-use crate::admit::{Chunk, Permit};
+use crate::admit::Permit;
 use crate::answer::outcome::{gone, Outcome};
+use crate::answer::stream::{self, StreamBuf, MAX_PENDING_EVENT};
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
@@ -42,42 +43,6 @@ use crate::governance::Grant;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
 use crate::upstream::{Exchange, RespFraming};
-
-/// A stream's upstream read buffer: one pool chunk charged to the request's permit. Every
-/// relayed piece fits in it (`Exchange::next_upto`), so a stream holds exactly one chunk of
-/// read buffer however fast the upstream or slow the client; the chunk returns to the shard's
-/// pool when the stream ends.
-pub struct StreamBuf {
-    chunk: Chunk,
-    pub buf: Vec<u8>,
-    pub limit: usize,
-}
-
-impl StreamBuf {
-    pub fn new(env: &Env<'_>, permit: &Permit) -> Result<StreamBuf, Error> {
-        let pool = env.admission.pool();
-        let mut chunk = pool
-            .alloc(permit)
-            .map_err(|r| Error::overloaded(r.as_str()))?;
-        let buf = chunk.take_buf();
-        Ok(StreamBuf {
-            chunk,
-            buf,
-            limit: pool.chunk_size(),
-        })
-    }
-}
-
-impl Drop for StreamBuf {
-    fn drop(&mut self) {
-        self.chunk.put_buf(std::mem::take(&mut self.buf));
-    }
-}
-
-/// Largest partial SSE event held while waiting for its end (charged to the request's permit as
-/// it grows). Whole events only are forwarded, so a larger one is an upstream error; Responses'
-/// `response.completed` repeats the whole answer and is the largest event seen in practice.
-pub const MAX_PENDING_EVENT: usize = 4 << 20;
 
 /// Same dialect in and out: relay the answer of `opened` (in `call`'s dialect) to the client
 /// as it arrives (SSE in whole events), through one pool chunk of read buffer charged to the
@@ -181,8 +146,6 @@ async fn relay(
         keep_alive,
         &ex.head.forward,
     );
-    let limit = rb.limit;
-    let piece = &mut rb.buf;
     let mut pending: Vec<u8> = Vec::new();
     let mut charged = 0u64;
     let mut terminal = false;
@@ -195,7 +158,6 @@ async fn relay(
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
-        piece.clear();
         // For SSE, send the head at once (clients see the stream open); otherwise wait for the
         // first body bytes so head and body usually leave in one write.
         if sse && !head_sent {
@@ -205,11 +167,7 @@ async fn relay(
             }
             head_sent = true;
         }
-        let next = monoio::select! {
-            r = ex.next_upto(piece, limit) => r,
-            _ = &mut drain_over => Err(shutting_down()),
-        };
-        let more = match next {
+        let more = match stream::read(ex, rb, &mut drain_over).await {
             Ok(m) => m,
             Err(e) => {
                 let e = report(env, &conn.request_id, provider, &e);
@@ -221,6 +179,7 @@ async fn relay(
                 return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt)).await;
             }
         };
+        let piece = &rb.buf[..];
         if let Some(g) = grant.as_deref_mut() {
             g.usage().feed(piece);
         }
@@ -360,23 +319,21 @@ async fn relay(
 /// the full length would claim completeness).
 async fn broken(
     conn: &mut ClientConn,
-    mut out: Vec<u8>,
+    out: Vec<u8>,
     (sse, terminal, status): (bool, bool, u16),
     dialect: Dialect,
     e: &Error,
     (keep, wt): (bool, Duration),
 ) -> Outcome {
     if sse {
+        let mut ev = Vec::new();
         if !terminal {
-            let mut ev = Vec::new();
             crate::dialect::stream_error_event(dialect, &e.message, &mut ev);
-            write_chunk(&mut out, &ev);
         }
-        out.extend_from_slice(LAST_CHUNK);
-        let written = conn.write_raw(out, wt).await;
+        let written = stream::end(conn, out, &ev, wt).await;
         return Outcome {
             status: if terminal { status } else { 502 },
-            keep_alive: keep && written.is_some(),
+            keep_alive: keep && written,
         };
     }
     Outcome {
