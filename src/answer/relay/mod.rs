@@ -17,7 +17,8 @@
 //! the permit; a `block` match ends the stream with the dialect's error event instead of the
 //! event that matched), and its JSON answer read whole and checked (`json::guarded`).
 //!
-//! Owns: the upstream → client byte path of passthrough answers, `StreamBuf`. Must not: read
+//! Owns: the upstream → client byte path of passthrough answers (its read buffer, drain-raced
+//! read and last write are the shared skeleton in `answer::stream`). Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write
 //! to the client finished, so at most one read buffer per stream is held (error bodies, read
