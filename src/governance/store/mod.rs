@@ -35,26 +35,28 @@
 //! (`RedisUrl`'s `Display`). **Metrics**: `ringgate_limit_store_up`, errors by kind, requests
 //! decided without the store by mode, connects.
 //!
-//! Owns: `Settings`, `Store` (state, deadlines, reconnect loop, lease, metrics). Must not:
+//! Owns: `Store` (state, deadlines, reconnect loop, lease; its log lines and metrics in
+//! `report`, its `Settings` in `settings`). Must not:
 //! decide limits (that is `governance::shared` with the script), or block the shard.
 
 use std::cell::{Cell, RefCell};
-use std::fmt::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Split};
-use monoio::net::TcpStream;
 
-use crate::config::limits::{LimitsConfig, RedisUrl};
 use crate::observe::log::RateLimited;
 
 pub mod cluster;
 pub mod pipeline;
+mod report;
 pub mod resp;
 pub mod script;
+mod settings;
 pub mod tls;
+
+pub use settings::Settings;
+use settings::{open, Conn};
 
 use pipeline::{Fault, Pipeline};
 use resp::{Arg, Reply};
@@ -65,107 +67,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// TCP connect to `addr` and, for `rediss://`, the TLS handshake (the certificate checked
-/// against `name`, default the URL's host), within `CONNECT_TIMEOUT`.
-async fn open(s: &Settings, addr: SocketAddr, name: Option<&str>) -> Result<Conn, String> {
-    let fut = async {
-        let stream = TcpStream::connect_addr(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        let Some(tls) = &s.tls else {
-            return Ok(Conn::Plain(stream));
-        };
-        let server = match name {
-            Some(n) => rustls::pki_types::ServerName::try_from(n.to_string())
-                .map_err(|e| format!("TLS: {n:?} is not a server name: {e}"))?,
-            None => tls.name.clone(),
-        };
-        match tls.connector.connect(server, stream).await {
-            Ok(s) => Ok(Conn::Tls(Box::new(s))),
-            Err(e) => Err(format!("TLS handshake: {}", std::io::Error::from(e))),
-        }
-    };
-    match monoio::time::timeout(CONNECT_TIMEOUT, fut).await {
-        Ok(r) => r,
-        Err(_) => Err("connect timed out".into()),
-    }
-}
-
-/// The process-wide store settings, read once at start.
-#[derive(Clone)]
-pub struct Settings {
-    /// For logs (no password).
-    pub url: RedisUrl,
-    pub addr: SocketAddr,
-    pub timeout: Duration,
-    pub lease: Duration,
-    pub prefix: Box<str>,
-    pub closed: bool,
-    /// This process's part of each shard's instance name (random).
-    pub process: Box<str>,
-    /// `rediss://`: the connector and the name the certificate must carry.
-    pub tls: Option<tls::Tls>,
-    /// `redis_cluster = true`: `addr` is a seed node of a Cluster.
-    pub cluster: bool,
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Settings({}, {})", self.url, self.addr)
-    }
-}
-
-impl Settings {
-    /// `None` for the local store. Resolves the host once (blocking: call before the shards
-    /// start) and reads `redis_password_env`.
-    pub fn from_config(l: &LimitsConfig) -> Result<Option<Settings>, String> {
-        if !l.shared() {
-            return Ok(None);
-        }
-        let mut url = l.url().map_err(|e| format!("limits.redis_url: {e}"))?;
-        if let Some(env) = &l.redis_password_env {
-            if let Ok(p) = std::env::var(env.get_ref()) {
-                url.password = Some(p);
-            }
-        }
-        let tls = match url.tls {
-            true => Some(tls::Tls::new(
-                &url.host,
-                l.redis_ca_file.as_ref().map(|c| c.get_ref().as_str()),
-            )?),
-            false => None,
-        };
-        let addr = (url.host.as_str(), url.port)
-            .to_socket_addrs()
-            .map_err(|e| format!("limits.redis_url {url}: cannot resolve the host: {e}"))?
-            .next()
-            .ok_or_else(|| format!("limits.redis_url {url}: the host has no address"))?;
-        let mut rnd = [0u8; 8];
-        let process =
-            match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut rnd) {
-                Ok(()) => u64::from_ne_bytes(rnd),
-                Err(_) => {
-                    let nanos = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.subsec_nanos());
-                    (u64::from(std::process::id()) << 32) | u64::from(nanos)
-                }
-            };
-        Ok(Some(Settings {
-            url,
-            addr,
-            timeout: Duration::from_millis(*l.redis_timeout_ms.get_ref()),
-            lease: Duration::from_millis(*l.redis_lease_ms.get_ref()),
-            prefix: l.redis_prefix.get_ref().as_str().into(),
-            closed: l.closed(),
-            process: format!("{process:016x}").into(),
-            tls,
-            cluster: l.cluster(),
-        }))
-    }
-}
-
 /// The key of a plain command (its second word, as in `GET k` / `SET k v`).
 fn key_of<'a>(args: &[Arg<'a>]) -> &'a [u8] {
     match args.get(1) {
@@ -173,12 +74,6 @@ fn key_of<'a>(args: &[Arg<'a>]) -> &'a [u8] {
         Some(Arg::S(s)) => s.as_bytes(),
         _ => b"",
     }
-}
-
-/// A connection to the store: plain TCP or TLS over it.
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<monoio_rustls::ClientTlsStream<TcpStream>>),
 }
 
 /// Fault kinds counted in `ringgate_limit_store_errors_total`.
@@ -729,143 +624,5 @@ impl Store {
             Arg::S("PX"),
             Arg::U(ms),
         ]);
-    }
-
-    /// Log a state change (once per change).
-    fn note(&self, up: bool, detail: &str) {
-        if self.logged.get() == Some(up) {
-            return;
-        }
-        self.logged.set(Some(up));
-        let (shard, url) = (self.shard, &self.s.url);
-        if let Some((what, meanwhile)) = self.user {
-            let at = match self.fleet {
-                true => String::new(),
-                false => format!("shard {shard}: "),
-            };
-            match up {
-                true => crate::observe::log::info(format_args!("{at}{what} store {url} up")),
-                false => crate::observe::log::info(format_args!(
-                    "{at}{what} store {url} unavailable ({}); {meanwhile}",
-                    self.reason.borrow()
-                )),
-            }
-            return;
-        }
-        if self.fleet {
-            match up {
-                true => crate::observe::log::info(format_args!(
-                    "fleet: store {url} up: keys are shared{detail}"
-                )),
-                false => crate::observe::log::info(format_args!(
-                    "fleet: store {url} unavailable ({}); serving the keys this node holds, changes made here reach the fleet when it is back",
-                    self.reason.borrow()
-                )),
-            }
-            return;
-        }
-        if up {
-            let kind = match &self.cluster {
-                Some(c) => format!(" (Cluster of {} masters)", c.nodes.borrow().len()),
-                None => String::new(),
-            };
-            crate::observe::log::info(format_args!(
-                "shard {shard}: limit store {url}{kind} up: limits are shared{detail}"
-            ));
-        } else {
-            let then = if self.s.closed {
-                "refusing requests of limited keys with 503 until it is back (on_store_error = \"closed\")"
-            } else {
-                "limits are per process until it is back (on_store_error = \"local\")"
-            };
-            crate::observe::log::info(format_args!(
-                "shard {shard}: limit store {url} unavailable ({}); {then}",
-                self.reason.borrow()
-            ));
-        }
-    }
-
-    /// `ringgate_limit_store_*` for this shard.
-    pub fn render(&self, out: &mut String) {
-        let shard = self.shard;
-        let help = crate::observe::metrics::help;
-        help(
-            out,
-            "ringgate_limit_store_up",
-            "gauge",
-            "1 when the shard's connection to the shared limits store is up.",
-        );
-        let _ = writeln!(
-            out,
-            "ringgate_limit_store_up{{shard=\"{shard}\"}} {}",
-            u8::from(self.up.get())
-        );
-        help(
-            out,
-            "ringgate_limit_store_errors_total",
-            "counter",
-            "Shared limits store errors by kind (connect, timeout, io, reply).",
-        );
-        for (i, f) in COUNTED.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "ringgate_limit_store_errors_total{{shard=\"{shard}\",kind=\"{}\"}} {}",
-                f.as_str(),
-                self.errors[i].get()
-                    + match *f {
-                        Fault::Reply => self.pipe.ignored_errors.get(),
-                        Fault::Connect => self.cluster.as_ref().map_or(0, |c| c.failures()),
-                        _ => 0,
-                    }
-            );
-        }
-        help(
-            out,
-            "ringgate_limit_store_fallbacks_total",
-            "counter",
-            "Requests whose limits were decided without the shared store (local) or refused (closed).",
-        );
-        for (i, mode) in ["local", "closed"].iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "ringgate_limit_store_fallbacks_total{{shard=\"{shard}\",mode=\"{mode}\"}} {}",
-                self.fallbacks[i].get()
-            );
-        }
-        help(
-            out,
-            "ringgate_limit_store_connects_total",
-            "counter",
-            "Connections made to the shared limits store.",
-        );
-        let _ = writeln!(
-            out,
-            "ringgate_limit_store_connects_total{{shard=\"{shard}\"}} {}",
-            self.connects.get() + self.cluster.as_ref().map_or(0, cluster::Cluster::connects)
-        );
-        if let Some(c) = &self.cluster {
-            help(
-                out,
-                "ringgate_limit_store_redirects_total",
-                "counter",
-                "Cluster MOVED and ASK replies followed.",
-            );
-            let _ = writeln!(
-                out,
-                "ringgate_limit_store_redirects_total{{shard=\"{shard}\"}} {}",
-                c.redirects.get()
-            );
-            help(
-                out,
-                "ringgate_limit_store_nodes_up",
-                "gauge",
-                "Cluster masters this shard is connected to.",
-            );
-            let up = c.nodes.borrow().iter().filter(|n| n.up()).count();
-            let _ = writeln!(
-                out,
-                "ringgate_limit_store_nodes_up{{shard=\"{shard}\"}} {up}"
-            );
-        }
     }
 }
