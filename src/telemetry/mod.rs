@@ -19,6 +19,7 @@ pub mod proto;
 pub mod requests;
 mod span;
 pub mod switch;
+mod wire;
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,8 +36,9 @@ pub use crate::observe::metrics::process::SpanCounts as Counts;
 
 /// The process's trace export: the queue's sending side and its settings.
 pub struct Telemetry {
-    /// Spans, and `None`: the shutdown's mark (export what is queued, then end).
-    tx: SyncSender<Option<proto::Span>>,
+    /// Spans (each an encoded OTLP `Span`, `wire`), and `None`: the shutdown's mark (export
+    /// what is queued, then end).
+    tx: SyncSender<Option<Vec<u8>>>,
     pub counts: Arc<Counts>,
     /// Sampled when a fresh random `u64` is below this (`u64::MAX` with ratio 1: always).
     bound: u64,
@@ -83,7 +85,7 @@ impl Telemetry {
     }
 
     /// Queue a finished span; a full queue drops it (counted), never waits.
-    fn send(&self, s: proto::Span) {
+    fn send(&self, s: Vec<u8>) {
         match self.tx.try_send(Some(s)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

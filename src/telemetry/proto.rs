@@ -4,6 +4,9 @@
 //! `opentelemetry-proto` would bring the whole OpenTelemetry SDK into the build for these few
 //! messages; the tests decode what is sent with the official Python package.
 //!
+//! Spans themselves are written by `wire` (the same bytes; a test compares them with these
+//! structs'); the resource and scope are encoded from here once per export thread.
+//!
 //! Owns: the message structs. Must not: hold logic (building spans is `span`'s).
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -184,13 +184,13 @@ mod tests {
         url
     }
 
-    fn span() -> super::super::proto::Span {
-        super::super::proto::Span {
+    fn span() -> Vec<u8> {
+        prost::Message::encode_to_vec(&super::super::proto::Span {
             trace_id: vec![1; 16],
             span_id: vec![2; 8],
             name: "chat m".into(),
             ..Default::default()
-        }
+        })
     }
 
     #[test]
