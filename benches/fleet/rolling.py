@@ -41,6 +41,23 @@ ADMIN_TOKEN = "fleet-bench-admin-token-5e1d0c9b8a7f6e5d"
 CFG_SECRET = "rg-fleet-bench-config-key-0f1e2d3c4b5a69788796a5b4"
 
 
+def read_all(s):
+    """Everything the peer sends on socket `s` until it closes."""
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def http_close(port, raw, timeout):
+    """The whole answer to one `Connection: close` request sent to 127.0.0.1:port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        return read_all(s)
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -105,13 +122,7 @@ backend fleet
             s.settimeout(2)
             s.connect(self.sock)
             s.sendall(line.encode() + b"\n")
-            out = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        return out.decode()
+            return read_all(s).decode()
 
     def stats(self):
         """{server name: row dict} for the fleet backend (show stat CSV)."""
@@ -184,15 +195,7 @@ def admin_call(port, method, path, body=None, timeout=2.0):
     req = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
            f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(req)
-        out = b""
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-    head, _, payload = out.partition(b"\r\n\r\n")
+    head, _, payload = http_close(port, req, timeout).partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     try:
         return status, json.loads(payload) if payload else None
@@ -235,14 +238,7 @@ def chat_status(port, secret):
     req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
            f"Authorization: Bearer {secret}\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(req)
-        out = b""
-        while b"\r\n" not in out:
-            c = s.recv(4096)
-            if not c:
-                break
-            out += c
+    out = http_close(port, req, 5)
     return int(out.split(b" ", 2)[1]) if out.startswith(b"HTTP/1.1 ") else 0
 
 
@@ -311,15 +307,7 @@ class Node:
     def get(self, path, timeout=1.0, auth=None):
         hdr = f"Authorization: Bearer {auth}\r\n" if auth else ""
         req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{hdr}\r\n"
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-            s.sendall(req.encode())
-            data = b""
-            while True:
-                c = s.recv(65536)
-                if not c:
-                    break
-                data += c
-        return data
+        return http_close(self.port, req.encode(), timeout)
 
     def wait_ready(self, timeout=10.0):
         end = time.time() + timeout
