@@ -36,7 +36,7 @@ pub use connection::ConnCharge;
 pub use held::Held;
 pub use memlimit::{default_budget, parse_size};
 pub use permit::Permit;
-pub use pool::{Chunk, ChunkPool, PoolStats, DEFAULT_CHUNK_SIZE};
+pub use pool::{Chunk, ChunkPool, PoolStats, Reserved, DEFAULT_CHUNK_SIZE};
 pub use size::ByteSize;
 pub use stats::{RejectLog, Stats};
 

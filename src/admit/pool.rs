@@ -1,7 +1,8 @@
 //! Per-shard pool of fixed-size byte chunks (`ChunkPool`, `Chunk`).
 //!
 //! Owns: allocating chunks (reusing up to `max_free` retained free chunks), returning them on
-//! drop, and charging every live chunk's full size to a [`Permit`].
+//! drop, and charging every live chunk's full size to a [`Permit`] (also without the chunk's
+//! buffer: `reserve`, for a holder that sizes its own buffer to what it holds).
 //! Bodies made of chunks live in `chain.rs`.
 //! Must not: reallocate a chunk (a chunk's buffer never grows past `chunk_size`), retain more
 //! than `max_free` free chunks, hand out a chunk without a charge, or cross shards/threads.
@@ -41,7 +42,7 @@ struct PoolInner {
 pub struct PoolStats {
     /// Bytes per chunk.
     pub chunk_size: usize,
-    /// Chunks currently handed out.
+    /// Chunks currently handed out (and chunk-sized reservations, `ChunkPool::reserve`).
     pub live: usize,
     /// Free chunks retained for reuse.
     pub free: usize,
@@ -96,6 +97,19 @@ impl ChunkPool {
         Ok(self.alloc_charged(charge))
     }
 
+    /// A chunk's charge to `permit` without its buffer (`chunk_size` bytes, as [`ChunkPool::alloc`]
+    /// charges): for a holder that allocates its own buffer, at most a chunk of it, only while
+    /// bytes are in it (a stream's read buffer, `answer::stream`).
+    pub fn reserve(&self, permit: &Permit) -> Result<Reserved, Reject> {
+        let charge = permit.charge(self.inner.chunk_size as u64)?;
+        let inner = &self.inner;
+        inner.live.set(inner.live.get() + 1);
+        Ok(Reserved {
+            pool: Rc::clone(inner),
+            _charge: charge,
+        })
+    }
+
     /// An empty body charged to `permit`.
     pub fn chain(&self, permit: &Permit) -> ChunkChain {
         ChunkChain::new(self.clone(), Rc::clone(permit.account()))
@@ -126,6 +140,21 @@ impl ChunkPool {
             pool: Rc::clone(inner),
             _charge: charge,
         }
+    }
+}
+
+/// A chunk's worth of a permit's bytes held without a buffer ([`ChunkPool::reserve`]), counted
+/// as a live chunk (`PoolStats::live`: what is charged, not what is allocated); given back
+/// (uncommitted) on drop.
+pub struct Reserved {
+    pool: Rc<PoolInner>,
+    _charge: Charge,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let p = &self.pool;
+        p.live.set(p.live.get().saturating_sub(1));
     }
 }
 
@@ -256,6 +285,21 @@ mod tests {
         pool.trim();
         assert_eq!(pool.stats().free, 0);
         assert!(format!("{pool:?}").contains("chunk_size: 1024"));
+    }
+
+    #[test]
+    fn reserve_charges_a_chunk_without_a_buffer() {
+        let b = Budget::new(1000, 10, 0);
+        let pool = ChunkPool::new(600, 2);
+        let p = b.try_acquire(0).unwrap();
+        let r = pool.reserve(&p).unwrap();
+        assert_eq!((p.committed(), pool.stats().live), (600, 1));
+        assert_eq!(pool.stats().allocated_total, 0, "no buffer");
+        assert_eq!(pool.reserve(&p).err(), Some(Reject::Budget));
+        assert_eq!(pool.alloc(&p).err(), Some(Reject::Budget));
+        drop(r);
+        assert_eq!((p.committed(), pool.stats().live), (0, 0));
+        assert!(pool.alloc(&p).is_ok());
     }
 
     #[test]

@@ -299,7 +299,7 @@ async fn stream(
         Some(back) => out = back,
         None => return gone(env.metrics, 200),
     }
-    let mut events = Vec::with_capacity(16 * 1024);
+    let mut events = Vec::new();
     let close_delimited = ex.head.framing == RespFraming::Close;
     // Gemini has no terminal event: a candidate's finishReason ends its stream.
     let mut finish_seen = false;
@@ -311,7 +311,9 @@ async fn stream(
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
-        events.clear();
+        // what the stream holds while it waits is small (`stream::idle`)
+        skeleton::idle(&mut events);
+        skeleton::idle(&mut rewritten);
         let more = match skeleton::read(ex, rb, &mut drain_over).await {
             Ok(m) => m,
             Err(e) => {
@@ -319,13 +321,8 @@ async fn stream(
                 // The error event ends the stream: no terminal events claiming a normal end
                 // follow it (Anthropic's own streams end at `event: error` too).
                 tr.error(&e.message, &mut events);
-                // a whole HTTP message (error event, chunked end): the client's connection
-                // stays usable unless the process drains (closing would race its next request)
-                let written = skeleton::end(conn, out, &events, wt).await;
-                return Outcome {
-                    status: 502,
-                    keep_alive: keep_alive && written && !env.draining.is_fired(),
-                };
+                let status = skeleton::broken_status(&e);
+                return skeleton::broken(conn, env, (out, &events), status, keep_alive).await;
             }
         };
         let piece = &rb.buf[..];
@@ -403,18 +400,16 @@ async fn stream(
             let over = held > held_charged && permit.grow(held - held_charged).is_err();
             held_charged = held_charged.max(held);
             let stop = match r {
-                Err(b) => Some(b.message()),
-                Ok(()) if over => Some("the gateway is at capacity (memory budget)".to_string()),
+                Err(b) => Some(Error::new(Kind::GuardrailBlocked, b.message())),
+                Ok(()) if over => Some(Error::overloaded("memory budget")),
                 Ok(()) => None,
             };
-            if let Some(msg) = stop {
-                // no byte of a blocked match went out: the error event ends the stream
-                crate::dialect::stream_error_event(client, &msg, &mut rewritten);
-                let _ = skeleton::end(conn, out, &rewritten, wt).await;
-                return Outcome {
-                    status: 200,
-                    keep_alive: false,
-                };
+            if let Some(e) = stop {
+                // no byte of a blocked match went out: the error event ends the stream, as
+                // every stream that breaks after its head ends (`stream::broken`)
+                crate::dialect::stream_error_event(client, &e.message, &mut rewritten);
+                let status = skeleton::broken_status(&e);
+                return skeleton::broken(conn, env, (out, &rewritten), status, keep_alive).await;
             }
             std::mem::swap(&mut events, &mut rewritten);
         }
@@ -427,6 +422,7 @@ async fn stream(
                 Some(back) => out = back,
                 None => return gone(env.metrics, 200),
             }
+            skeleton::idle(&mut out);
         }
         if end {
             conn.out = out;
@@ -438,8 +434,9 @@ async fn stream(
                 let _ = ex.read_to_end(&mut rest, MAX_TRAILING).await;
             }
             return Outcome {
-                status: 200,
-                keep_alive,
+                // a stream that broke ended with its error event: recorded as the failure
+                status: if failed.is_some() { 502 } else { 200 },
+                keep_alive: keep_alive && !(failed.is_some() && env.draining.is_fired()),
             };
         }
     }

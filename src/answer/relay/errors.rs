@@ -132,10 +132,7 @@ async fn read_body(
     let mut charged = 0u64;
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
-        let more = monoio::select! {
-            r = ex.next(raw) => r?,
-            _ = &mut drain_over => return Err(shutting_down()),
-        };
+        let more = stream::read_upto(ex, raw, usize::MAX, &mut drain_over).await?;
         if !more {
             return Ok(());
         }

@@ -35,15 +35,16 @@ pub(super) async fn relay_json(
     let limit = rb.limit;
     let piece = &mut rb.buf;
     piece.clear();
+    // the body is on its way (its head arrived): room for it, at most the chunk
+    piece.reserve(match ex.head.framing {
+        RespFraming::Length(n) => (n as usize).min(limit),
+        _ => limit,
+    });
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     // Fill the chunk: most answers end inside it.
     let mut more = true;
     while more && !ex.is_done() && piece.len() < limit {
-        let next = monoio::select! {
-            r = ex.next_upto(piece, limit) => r,
-            _ = &mut drain_over => Err(shutting_down()),
-        };
-        match next {
+        match stream::read_upto(ex, piece, limit, &mut drain_over).await {
             Ok(m) => more = m,
             Err(e) => {
                 let e = report(env, &conn.request_id, provider, &e);
@@ -127,11 +128,7 @@ pub(super) async fn relay_json(
             return Outcome { status, keep_alive };
         }
         piece.clear();
-        let next = monoio::select! {
-            r = ex.next_upto(piece, limit) => r,
-            _ = &mut drain_over => Err(shutting_down()),
-        };
-        let checked = match next {
+        let checked = match stream::read_upto(ex, piece, limit, &mut drain_over).await {
             Ok(m) => {
                 more = m;
                 // The last piece (or the chunked end) goes out only once the whole body passed.

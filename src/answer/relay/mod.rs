@@ -29,8 +29,6 @@ pub(crate) use errors::error_answer;
 mod json;
 mod usage_chunk;
 
-use std::time::Duration;
-
 use crate::admit::Permit;
 use crate::answer::outcome::{gone, Outcome};
 use crate::answer::stream::{self, StreamBuf, MAX_PENDING_EVENT};
@@ -38,7 +36,7 @@ use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
 use crate::forward::plan::Mode;
-use crate::forward::report::{report, shutting_down};
+use crate::forward::report::report;
 use crate::forward::Env;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
@@ -133,9 +131,6 @@ async fn relay(
     let status = ex.head.status;
     let sse = ex.head.is_event_stream();
     let close_delimited = ex.head.framing == RespFraming::Close;
-    // a stream that breaks still ends as a whole HTTP message (error event, chunked end): the
-    // client's connection stays usable (closing it would race the client's next request on it)
-    let keep = keep_alive && !env.draining.is_fired();
     let framing = match (ex.head.framing, sse) {
         (RespFraming::Length(n), false) => Framing::Length(n as usize),
         _ => Framing::Chunked,
@@ -159,6 +154,7 @@ async fn relay(
     let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
+        stream::idle(&mut rewritten);
         // For SSE, send the head at once (clients see the stream open); otherwise wait for the
         // first body bytes so head and body usually leave in one write.
         if sse && !head_sent {
@@ -177,7 +173,15 @@ async fn relay(
                     conn.out = out;
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
-                return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt)).await;
+                return broken(
+                    conn,
+                    env,
+                    out,
+                    (sse, terminal, status),
+                    (dialect, keep_alive),
+                    &e,
+                )
+                .await;
             }
         };
         let piece = &rb.buf[..];
@@ -235,7 +239,8 @@ async fn relay(
                             };
                             if let Some(e) = refused {
                                 let end = (sse, false, status);
-                                return broken(conn, out, end, dialect, &e, (keep, wt)).await;
+                                let client = (dialect, keep_alive);
+                                return broken(conn, env, out, end, client, &e).await;
                             }
                             events = &rewritten;
                         }
@@ -247,6 +252,9 @@ async fn relay(
                     }
                     bad = why;
                     pending.drain(..cut);
+                    if pending.is_empty() {
+                        stream::idle(&mut pending);
+                    }
                 }
                 let problem: Option<String> = if let Some(why) = bad {
                     Some(why)
@@ -277,13 +285,13 @@ async fn relay(
                         provider,
                         &Error::new(Kind::UpstreamProtocol, msg),
                     );
-                    return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt))
-                        .await;
+                    let end = (sse, terminal, status);
+                    return broken(conn, env, out, end, (dialect, keep_alive), &e).await;
                 }
                 if let Err(r) = permit.charge_capacity(&pending, &mut charged) {
                     let e = Error::overloaded(r.as_str());
-                    return broken(conn, out, (sse, terminal, status), dialect, &e, (keep, wt))
-                        .await;
+                    let end = (sse, terminal, status);
+                    return broken(conn, env, out, end, (dialect, keep_alive), &e).await;
                 }
             }
             Framing::Chunked => write_chunk(&mut out, piece),
@@ -303,6 +311,8 @@ async fn relay(
                 None => return gone(env.metrics, status),
             }
             head_sent = true;
+            // written: what the stream holds while it waits is small (`stream::idle`)
+            stream::idle(&mut out);
         }
         if !more {
             conn.out = out;
@@ -313,29 +323,30 @@ async fn relay(
 
 /// End a response that broke after its head was sent. SSE: the whole events already in `out`,
 /// the dialect-correct error event (OpenAI: a data line with an error object; Anthropic:
-/// `event: error`), and the chunked end — the client sees a well-formed failure; if the
-/// stream's terminal event already went out, the stream is complete for the client and just
-/// ends (the upstream connection is dropped); the client's connection stays open when
-/// `keep` (the message is complete). Other bodies can only be cut by closing (a chunked end or
-/// the full length would claim completeness).
+/// `event: error`), and the chunked end (`stream::broken`) — the client sees a well-formed
+/// failure; if the stream's terminal event already went out, the stream is complete for the
+/// client and just ends, recorded with its status (the upstream connection is dropped). Other
+/// bodies can only be cut by closing (a chunked end or the full length would claim
+/// completeness).
 async fn broken(
     conn: &mut ClientConn,
+    env: &Env<'_>,
     out: Vec<u8>,
     (sse, terminal, status): (bool, bool, u16),
-    dialect: Dialect,
+    (dialect, keep_alive): (Dialect, bool),
     e: &Error,
-    (keep, wt): (bool, Duration),
 ) -> Outcome {
     if sse {
         let mut ev = Vec::new();
         if !terminal {
             crate::dialect::stream_error_event(dialect, &e.message, &mut ev);
         }
-        let written = stream::end(conn, out, &ev, wt).await;
-        return Outcome {
-            status: if terminal { status } else { 502 },
-            keep_alive: keep && written,
+        let status = if terminal {
+            status
+        } else {
+            stream::broken_status(e)
         };
+        return stream::broken(conn, env, (out, &ev), status, keep_alive).await;
     }
     Outcome {
         status: 502,
