@@ -5,12 +5,12 @@
 //! rewritten in flight (`guardrail::stream`) and a `block` match ends it with the client
 //! dialect's error event.
 //!
-//! Owns: sequencing `translate` calls around one open upstream exchange. Must not: parse or
+//! Owns: sequencing `translate` calls around one open upstream exchange (a stream's: the
+//! `Translated` strategy of the one stream loop in `answer::stream`). Must not: parse or
 //! emit dialect JSON itself (that is `translate`, pure and golden-tested), send upstream
 //! requests (`forward`) or pool connections.
 
-use crate::admit::Permit;
-use crate::answer::outcome::{gone, Outcome};
+use crate::answer::outcome::Outcome;
 use crate::answer::relay;
 use crate::answer::stream::{self as skeleton, StreamBuf, MAX_PENDING_EVENT};
 use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
@@ -22,15 +22,13 @@ use crate::forward::Env;
 use crate::governance::usage::UsageScan;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
-use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
+use crate::http::response::Framing;
 use crate::responses_state::Remember;
 use crate::upstream::bedrock::events::ConverseEvents;
 use crate::upstream::RespFraming;
 
 /// Largest upstream body read whole for translation (non-stream answers, error bodies).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
-/// Most upstream bytes read after a translated stream ended, to keep the connection poolable.
-const MAX_TRAILING: usize = 64 * 1024;
 
 /// Another dialect: translate the answer of `opened` (in the dialect its upstream speaks) back
 /// into `call`'s — error bodies, whole answers, or SSE event by event. A keyed request's
@@ -171,19 +169,33 @@ pub async fn translated(
     } else {
         Frames::Sse(SseDecoder::new())
     };
-    let t = Translating {
-        ex,
-        provider: pname,
+    let mut t = Translated {
         up,
-        client,
         frames,
         tr: &mut tr,
         grant: grant.as_deref_mut(),
         remember,
+        events: Vec::new(),
+        finish_seen: false,
+        close_delimited: ex.head.framing == RespFraming::Close,
+    };
+    let mut extra = b"cache-control: no-cache\r\n".to_vec();
+    extra.extend_from_slice(&ex.head.forward);
+    let client = skeleton::Client {
+        head: conn.head(
+            200,
+            b"text/event-stream",
+            Framing::Chunked,
+            keep_alive,
+            &extra,
+        ),
+        status: 200,
+        dialect: client,
         keep_alive,
         permit,
     };
-    let outcome = stream(conn, env, t, &mut rb).await;
+    drop(extra);
+    let outcome = skeleton::run(conn, env, (ex, pname), client, &mut t, &mut rb).await;
     // What the upstream reported, however the stream ended (recorded when the grant drops,
     // unless the stream completed and finished it).
     if let Some(g) = grant {
@@ -192,20 +204,94 @@ pub async fn translated(
     outcome
 }
 
-/// A translated stream's parts: the exchange, who answers in which dialect, its frames, the
-/// translator to the client's dialect, the grant that gets its usage, the Responses answer to
-/// record, and the request's side (whether its connection stays, its permit).
-struct Translating<'a, 'c, 'g> {
-    ex: &'a mut crate::upstream::Exchange<'c>,
-    provider: &'a str,
+/// Translation, the per-event strategy of a translated stream: the upstream's frames decoded
+/// into events, each translated into the client's dialect (only whole upstream events; a
+/// malformed or oversized one breaks the stream), the grant that gets the translator's usage,
+/// the Responses answer to record when the stream completes.
+struct Translated<'a, 'g> {
     up: Dialect,
-    client: Dialect,
     frames: Frames,
     tr: &'a mut StreamTranslator,
     grant: Option<&'a mut Grant<'g>>,
     remember: Option<Remember>,
-    keep_alive: bool,
-    permit: &'a Permit,
+    /// The client events of the last feed.
+    events: Vec<u8>,
+    /// Gemini has no terminal event: a candidate's finishReason ends its stream.
+    finish_seen: bool,
+    /// The upstream body ends by closing (its last event is then not completed).
+    close_delimited: bool,
+}
+
+impl skeleton::Events for Translated<'_, '_> {
+    fn feed(&mut self, piece: &[u8], more: bool) -> skeleton::Fed {
+        let decoder = &mut self.frames;
+        decoder.feed(piece);
+        if let Some(g) = self.grant.as_deref_mut() {
+            g.usage().observe_piece(piece);
+        }
+        if !more && !self.close_delimited {
+            // A framed end: a last event missing its blank line is still dispatched (lenient;
+            // several upstreams omit it) — and fails below if it was cut mid-JSON.
+            decoder.finish();
+        }
+        let mut failed = None;
+        loop {
+            let ev = match decoder.next_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(format!("malformed upstream stream: {e}"));
+                    break;
+                }
+            };
+            if self.up == Dialect::Gemini && ev.data.contains("\"finishReason\"") {
+                self.finish_seen = true;
+            }
+            if let Err(e) = self.tr.push(&ev, &mut self.events) {
+                failed = Some(format!("malformed upstream stream: {}", e.message));
+                break;
+            }
+        }
+        if failed.is_none() && decoder.pending_bytes() > MAX_PENDING_EVENT {
+            failed = Some("upstream stream event too large".to_string());
+        }
+        let done = self.tr.is_done();
+        skeleton::Fed {
+            terminal: done || (!more && self.finish_seen),
+            done,
+            failed: failed.map(|m| Error::new(Kind::UpstreamProtocol, m)),
+        }
+    }
+
+    fn batch(&self) -> &[u8] {
+        &self.events
+    }
+
+    fn sent(&mut self) {
+        skeleton::idle(&mut self.events);
+    }
+
+    async fn complete(&mut self, env: &Env<'_>) {
+        self.tr.finish(&mut self.events);
+        // complete: its usage counts before the client sees the end
+        if let Some(g) = self.grant.as_deref_mut() {
+            give(g.usage(), self.tr.usage());
+            g.finish();
+        }
+        // recorded before the client sees the end (its next request may follow at once)
+        if let Some(r) = self.remember.take() {
+            if let Some(done) = self.tr.finished_response() {
+                env.responses.record(r, &done);
+                env.responses.written().await;
+            }
+        }
+    }
+
+    fn error_event(&mut self, message: &str, out: &mut Vec<u8>) {
+        // The error event ends the stream: no terminal events claiming a normal end follow it
+        // (Anthropic's own streams end at `event: error` too).
+        self.tr.error(message, out);
+    }
 }
 
 /// Where a translated stream's upstream events come from: SSE, or Bedrock's event-stream
@@ -258,186 +344,5 @@ fn give(to: &mut UsageScan, u: dialect::Usage) {
             u.prompt_tokens.unwrap_or(0),
             u.completion_tokens.unwrap_or(0),
         );
-    }
-}
-
-/// Relay an upstream SSE stream, translated event by event and flushed per upstream read.
-/// Only whole upstream events are translated. A stream that breaks — upstream cut, a
-/// close-delimited body ending without its dialect's terminal event (its partial last event is
-/// discarded, as the SSE rules say), a malformed or oversized event, the drain's end — ends
-/// with the client dialect's error event (last: no terminal events claim a normal end after it)
-/// and a proper chunked end.
-async fn stream(
-    conn: &mut ClientConn,
-    env: &Env<'_>,
-    t: Translating<'_, '_, '_>,
-    rb: &mut StreamBuf,
-) -> Outcome {
-    let Translating {
-        ex,
-        provider,
-        up,
-        client,
-        frames: mut decoder,
-        tr,
-        mut grant,
-        mut remember,
-        keep_alive,
-        permit,
-    } = t;
-    let wt = env.limits.write_timeout;
-    let mut extra = b"cache-control: no-cache\r\n".to_vec();
-    extra.extend_from_slice(&ex.head.forward);
-    let mut out = conn.head(
-        200,
-        b"text/event-stream",
-        Framing::Chunked,
-        keep_alive,
-        &extra,
-    );
-    match conn.write_raw(out, wt).await {
-        Some(back) => out = back,
-        None => return gone(env.metrics, 200),
-    }
-    let mut events = Vec::new();
-    let close_delimited = ex.head.framing == RespFraming::Close;
-    // Gemini has no terminal event: a candidate's finishReason ends its stream.
-    let mut finish_seen = false;
-    // the answer's guardrails, on the client-dialect events (`guardrail::stream`)
-    let mut guard = env
-        .guard
-        .as_ref()
-        .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, client));
-    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
-    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
-    loop {
-        // what the stream holds while it waits is small (`stream::idle`)
-        skeleton::idle(&mut events);
-        skeleton::idle(&mut rewritten);
-        let more = match skeleton::read(ex, rb, &mut drain_over).await {
-            Ok(m) => m,
-            Err(e) => {
-                let e = report(env, &conn.request_id, provider, &e);
-                // The error event ends the stream: no terminal events claiming a normal end
-                // follow it (Anthropic's own streams end at `event: error` too).
-                tr.error(&e.message, &mut events);
-                let status = skeleton::broken_status(&e);
-                return skeleton::broken(conn, env, (out, &events), status, keep_alive).await;
-            }
-        };
-        let piece = &rb.buf[..];
-        decoder.feed(piece);
-        if let Some(g) = grant.as_deref_mut() {
-            g.usage().observe_piece(piece);
-        }
-        if !more && !close_delimited {
-            // A framed end: a last event missing its blank line is still dispatched (lenient;
-            // several upstreams omit it) — and fails below if it was cut mid-JSON.
-            decoder.finish();
-        }
-        let mut failed = None;
-        loop {
-            let ev = match decoder.next_event() {
-                Ok(Some(ev)) => ev,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(format!("malformed upstream stream: {e}"));
-                    break;
-                }
-            };
-            if up == Dialect::Gemini && ev.data.contains("\"finishReason\"") {
-                finish_seen = true;
-            }
-            if let Err(e) = tr.push(&ev, &mut events) {
-                failed = Some(format!("malformed upstream stream: {}", e.message));
-                break;
-            }
-        }
-        if failed.is_none() && !more && close_delimited && !(tr.is_done() || finish_seen) {
-            failed = Some("the upstream stream ended before its last event".to_string());
-        }
-        if failed.is_none() && decoder.pending_bytes() > MAX_PENDING_EVENT {
-            failed = Some("upstream stream event too large".to_string());
-        }
-        if let Some(msg) = failed.take() {
-            let e = report(
-                env,
-                &conn.request_id,
-                provider,
-                &Error::new(Kind::UpstreamProtocol, msg),
-            );
-            tr.error(&e.message, &mut events);
-            failed = Some(e.message);
-        }
-        let end = !more || failed.is_some() || tr.is_done();
-        if end && failed.is_none() {
-            tr.finish(&mut events);
-            // complete: its usage counts before the client sees the end
-            if let Some(g) = grant.as_deref_mut() {
-                give(g.usage(), tr.usage());
-                g.finish();
-            }
-            // recorded before the client sees the end (its next request may follow at once)
-            if let Some(r) = remember.take() {
-                if let Some(done) = tr.finished_response() {
-                    env.responses.record(r, &done);
-                    env.responses.written().await;
-                }
-            }
-        }
-        if let Some(g) = guard.as_mut() {
-            rewritten.clear();
-            let r = g.rewrite(&events, &mut rewritten);
-            let r = r.and_then(|()| {
-                if end {
-                    g.finish(&mut rewritten)
-                } else {
-                    Ok(())
-                }
-            });
-            // held-back text is charged to the request's permit (high-water mark)
-            let held = g.held() as u64;
-            let over = held > held_charged && permit.grow(held - held_charged).is_err();
-            held_charged = held_charged.max(held);
-            let stop = match r {
-                Err(b) => Some(Error::new(Kind::GuardrailBlocked, b.message())),
-                Ok(()) if over => Some(Error::overloaded("memory budget")),
-                Ok(()) => None,
-            };
-            if let Some(e) = stop {
-                // no byte of a blocked match went out: the error event ends the stream, as
-                // every stream that breaks after its head ends (`stream::broken`)
-                crate::dialect::stream_error_event(client, &e.message, &mut rewritten);
-                let status = skeleton::broken_status(&e);
-                return skeleton::broken(conn, env, (out, &rewritten), status, keep_alive).await;
-            }
-            std::mem::swap(&mut events, &mut rewritten);
-        }
-        write_chunk(&mut out, &events);
-        if end {
-            out.extend_from_slice(LAST_CHUNK);
-        }
-        if !out.is_empty() {
-            match conn.write_raw(std::mem::take(&mut out), wt).await {
-                Some(back) => out = back,
-                None => return gone(env.metrics, 200),
-            }
-            skeleton::idle(&mut out);
-        }
-        if end {
-            conn.out = out;
-            // The client's stream is complete either way. If the translator finished before the
-            // upstream body did (trailing bytes after the terminal event), read the rest,
-            // bounded, so the upstream connection can go back to the pool.
-            if more && failed.is_none() && !ex.is_done() {
-                let mut rest = Vec::new();
-                let _ = ex.read_to_end(&mut rest, MAX_TRAILING).await;
-            }
-            return Outcome {
-                // a stream that broke ended with its error event: recorded as the failure
-                status: if failed.is_some() { 502 } else { 200 },
-                keep_alive: keep_alive && !(failed.is_some() && env.draining.is_fired()),
-            };
-        }
     }
 }

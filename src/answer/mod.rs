@@ -1,8 +1,8 @@
 //! The answer stage: everything that writes bytes to the client once a request has been
 //! forwarded — the seam (`respond`), the same-dialect relay (`relay`, vetted by `vet` and
-//! `json_check`), the translated way back (`bridge`), the skeleton both stream loops stand on
-//! (`stream`: read buffer, drain-raced read, the stream's last write) and how a request ended
-//! (`outcome`).
+//! `json_check`), the translated way back (`bridge`), the one stream loop both stand on
+//! (`stream`: passthrough vetting and translation are its per-event strategies; read buffer,
+//! drain-raced read, guardrails, the stream's last write) and how a request ended (`outcome`).
 //! Upstream failures are reported through `forward::report`.
 //!
 //! Owns: the upstream → client byte path. Must not: choose deployments or open upstream

@@ -1,28 +1,31 @@
-//! The skeleton both stream loops stand on (`relay`, passthrough vetted event by event, and
-//! `bridge`, translated event by event): the one read buffer a stream holds (`StreamBuf`,
-//! charged a chunk, holding bytes only while it has some; `idle` for the loops' other buffers), the
-//! bound on a partial event (`MAX_PENDING_EVENT`), one upstream read raced against the drain's
-//! end (`read`), and how a stream that already sent bytes ends — its last events, an in-band
-//! error event when it broke, the chunked end, in one write (`end`).
+//! The one stream loop (`run`) for passthrough and translated SSE answers, with the per-event
+//! strategy as its parameter (`Events`: passthrough vetting is `relay::Vetted`, translation
+//! `bridge::Translated`), and what it stands on: the read buffer a stream holds (`StreamBuf`,
+//! charged a chunk, holding bytes only while it has some; `idle` for the loop's other
+//! buffers), the bound on a partial event (`MAX_PENDING_EVENT`), one upstream read raced
+//! against the drain's end (`read`, `read_upto`), the response guardrails on the client's
+//! events, and how a stream that already sent bytes ends — its last events, an in-band error
+//! event when it broke or was refused, the chunked end, in one write (`end`, `broken`).
 //!
-//! Owns: the stream read buffer, the drain-raced upstream read (`read_upto`, also for the
+//! Owns: the stream loop, the stream read buffer, the drain-raced upstream read (also for the
 //! non-stream answers of `relay`), the stream's last write and how a broken or refused stream
-//! ends (`broken`: in-band error event, chunked end, its recorded status). Must not:
-//! vet, translate or rewrite events (the loops' strategies do), decide whether a failure is
-//! in-band (only after the head went out; before, the error is answered by `Outcome::error`).
+//! ends (in-band error event, chunked end, its recorded status). Must not: vet or translate
+//! events (the strategies do), or answer a failure before the head went out (that is
+//! `Outcome::error`: only after the head is an error in-band).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use crate::admit::{Permit, Reserved};
-use crate::answer::outcome::Outcome;
-use crate::error::{Error, Side};
-use crate::forward::report::shutting_down;
+use crate::answer::outcome::{gone, Outcome};
+use crate::dialect::Dialect;
+use crate::error::{Error, Kind, Side};
+use crate::forward::report::{report, shutting_down};
 use crate::forward::Env;
 use crate::http::conn::ClientConn;
 use crate::http::response::{write_chunk, LAST_CHUNK};
-use crate::upstream::Exchange;
+use crate::upstream::{Exchange, RespFraming};
 
 /// A stream's upstream read buffer: one pool chunk's worth of the request's permit, held for the
 /// stream's life, and a buffer allocated only while bytes are in it. Every relayed piece fits
@@ -138,4 +141,193 @@ pub(crate) fn broken_status(e: &Error) -> u16 {
         Side::Upstream => 502,
         _ => e.status(),
     }
+}
+
+/// Where the trailing bytes of an answer that completed before its body ended stop being read
+/// (the connection is dropped instead of pooled past this).
+const MAX_TRAILING: usize = 64 * 1024;
+
+/// What one upstream piece did to a stream (`Events::feed`).
+pub(crate) struct Fed {
+    /// The answer's last event is out (or goes out with this batch): the answer completes
+    /// (`Events::complete`) and the guardrails flush what they hold.
+    pub terminal: bool,
+    /// The client's stream ends with this batch (the body ended, or the translator finished).
+    pub done: bool,
+    /// The stream breaks after this batch (a malformed, cut or oversized upstream event, a
+    /// budget refusal): its error event follows the batch.
+    pub failed: Option<Error>,
+}
+
+/// The per-event strategy of the one stream loop (`run`): passthrough vetting
+/// (`relay::Vetted`) or translation (`bridge::Translated`). Each upstream piece is fed in; the
+/// whole client-dialect events it completed are the batch the loop guards, frames and writes.
+pub(crate) trait Events {
+    /// Take one upstream piece (`more`: the body goes on).
+    fn feed(&mut self, piece: &[u8], more: bool) -> Fed;
+    /// The whole client events of the last feed (and of `complete`), not framed.
+    fn batch(&self) -> &[u8];
+    /// The batch went out (or will not): drop it.
+    fn sent(&mut self);
+    /// The answer completed: its closing events are added to the batch, its usage counted and
+    /// a Responses answer recorded — before the client sees the end.
+    async fn complete(&mut self, env: &Env<'_>);
+    /// The client dialect's error event for `message`, appended to `out`.
+    fn error_event(&mut self, message: &str, out: &mut Vec<u8>);
+}
+
+/// The client's side of a stream: its response head (built by `ClientConn::head`, chunked,
+/// not yet sent) and status, its dialect, whether its connection stays, its permit.
+pub(crate) struct Client<'p> {
+    pub head: Vec<u8>,
+    pub status: u16,
+    pub dialect: Dialect,
+    pub keep_alive: bool,
+    pub permit: &'p Permit,
+}
+
+/// The one stream loop, for passthrough and translated SSE alike: the head goes out at once,
+/// then each upstream read (`read`, drain-raced, one chunk) is fed to `ev`; the whole client
+/// events it yields pass the response guardrails (`guardrail::stream`: rewritten in flight,
+/// held-back text charged to the permit) and go out framed, one write per read — the next
+/// read starts only after that write finished, so memory per stream stays one chunk.
+/// A stream that breaks or is refused ends with the client dialect's error event
+/// (`broken`); one that completes before its upstream body ended has the rest read (bounded)
+/// so the upstream connection can be pooled.
+pub(crate) async fn run<E: Events>(
+    conn: &mut ClientConn,
+    env: &Env<'_>,
+    (ex, provider): (&mut Exchange<'_>, &str),
+    client: Client<'_>,
+    ev: &mut E,
+    rb: &mut StreamBuf,
+) -> Outcome {
+    let wt = env.limits.write_timeout;
+    let Client {
+        head,
+        status,
+        dialect,
+        keep_alive,
+        permit,
+    } = client;
+    let close_delimited = ex.head.framing == RespFraming::Close;
+    let mut out = match conn.write_raw(head, wt).await {
+        Some(back) => back,
+        None => return gone(env.metrics, status),
+    };
+    let mut guard = env
+        .guard
+        .as_ref()
+        .and_then(|s| crate::guardrail::stream::StreamGuard::new(s, dialect));
+    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
+    let mut terminal = false;
+    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
+    loop {
+        idle(&mut rewritten);
+        let more = match read(ex, rb, &mut drain_over).await {
+            Ok(m) => m,
+            Err(e) => {
+                let e = report(env, &conn.request_id, provider, &e);
+                return end_broken(conn, env, (out, terminal, status), ev, &e, keep_alive).await;
+            }
+        };
+        let mut fed = ev.feed(&rb.buf, more);
+        if !more && close_delimited && !(terminal || fed.terminal) && fed.failed.is_none() {
+            // A close-delimited body ends the same way whether complete or cut: only its
+            // dialect's terminal event tells.
+            let msg = "the upstream stream ended before its last event";
+            fed.failed = Some(Error::new(Kind::UpstreamProtocol, msg));
+        }
+        let done = !more || fed.done;
+        if fed.failed.is_none() && (fed.terminal || done) && !terminal {
+            ev.complete(env).await;
+        }
+        terminal = terminal || fed.terminal;
+        let mut batch = ev.batch();
+        if let Some(g) = guard.as_mut() {
+            let r = g.rewrite(batch, &mut rewritten).and_then(|()| {
+                if fed.failed.is_none() && (terminal || done) {
+                    g.finish(&mut rewritten)
+                } else {
+                    Ok(())
+                }
+            });
+            // a block, or held-back text the budget cannot take: the stream ends with the
+            // error event (nothing of a match was written)
+            let refused = match r {
+                Err(b) => Some(Error::new(Kind::GuardrailBlocked, b.message())),
+                Ok(()) => {
+                    let held = g.held() as u64;
+                    match (held > held_charged).then(|| permit.grow(held - held_charged)) {
+                        Some(Err(r)) => Some(Error::overloaded(r.as_str())),
+                        _ => {
+                            held_charged = held_charged.max(held);
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(e) = refused {
+                // the gateway's own event, whatever state the translator is in (it may have
+                // closed its stream already: the match completed with its last events)
+                write_chunk(&mut out, &rewritten);
+                let mut events = Vec::new();
+                crate::dialect::stream_error_event(dialect, &e.message, &mut events);
+                let status = broken_status(&e);
+                return broken(conn, env, (out, &events), status, keep_alive).await;
+            }
+            batch = &rewritten;
+        }
+        write_chunk(&mut out, batch);
+        ev.sent();
+        if let Some(e) = fed.failed {
+            let e = match e.side() {
+                Side::Upstream => report(env, &conn.request_id, provider, &e),
+                _ => e,
+            };
+            return end_broken(conn, env, (out, terminal, status), ev, &e, keep_alive).await;
+        }
+        if done {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        match conn.write_raw(out, wt).await {
+            Some(back) => out = back,
+            None => return gone(env.metrics, status),
+        }
+        // written: what the stream holds while it waits is small (`idle`)
+        idle(&mut out);
+        if done {
+            conn.out = out;
+            if more && !ex.is_done() {
+                // The client's stream is complete; the rest of the upstream body (trailing
+                // bytes after the terminal event) is read, bounded, to pool the connection.
+                let mut rest = 0usize;
+                while rest <= MAX_TRAILING {
+                    match read(ex, rb, &mut drain_over).await {
+                        Ok(true) => rest += rb.buf.len(),
+                        _ => break,
+                    }
+                }
+            }
+            return Outcome { status, keep_alive };
+        }
+    }
+}
+
+/// End a broken stream after its head: the error event, unless the answer's terminal event
+/// already went out (then it is complete for the client and just ends, with its status).
+async fn end_broken<E: Events>(
+    conn: &mut ClientConn,
+    env: &Env<'_>,
+    (out, terminal, status): (Vec<u8>, bool, u16),
+    ev: &mut E,
+    e: &Error,
+    keep_alive: bool,
+) -> Outcome {
+    let mut events = Vec::new();
+    if !terminal {
+        ev.error_event(&e.message, &mut events);
+    }
+    let status = if terminal { status } else { broken_status(e) };
+    broken(conn, env, (out, &events), status, keep_alive).await
 }

@@ -17,8 +17,9 @@
 //! the permit; a `block` match ends the stream with the dialect's error event instead of the
 //! event that matched), and its JSON answer read whole and checked (`json::guarded`).
 //!
-//! Owns: the upstream → client byte path of passthrough answers (its read buffer, drain-raced
-//! read and last write are the shared skeleton in `answer::stream`). Must not: read
+//! Owns: passthrough vetting (`Vetted`, the per-event strategy of the one stream loop in
+//! `answer::stream`, which owns the read buffer, the drain-raced read, the guardrails' rewrite
+//! and the last write), and non-SSE bodies (`bytes`). Must not: read
 //! the client's request body, choose routes or send upstream requests (that is `forward`).
 //! Back-pressure is structural: the next upstream read starts only after the previous write
 //! to the client finished, so at most one read buffer per stream is held (error bodies, read
@@ -82,7 +83,10 @@ pub async fn passthrough(
     if vets_json(&up.ex.head) {
         return json::relay_json(conn, env, up, &mut piece).await;
     }
-    relay(conn, env, up, &mut piece).await
+    if up.ex.head.is_event_stream() {
+        return sse(conn, env, up, &mut piece).await;
+    }
+    bytes(conn, env, up, &mut piece).await
 }
 
 /// A non-stream success answer with a JSON body: validated before it is relayed.
@@ -107,11 +111,161 @@ struct Upstream<'a, 'c, 'g> {
     permit: &'a Permit,
 }
 
-/// Forward the response of `up.ex` to the client. SSE is forwarded event by event, whole events
-/// only; a stream that breaks (upstream cut, a close-delimited stream without its terminal
-/// event, an oversized event, the drain's end) drops its partial event and ends with the
-/// dialect's error event and a proper chunked end. A broken non-SSE body is cut by closing.
-async fn relay(
+/// An SSE answer through the one stream loop (`stream::run`), vetted event by event
+/// (`Vetted`).
+async fn sse(
+    conn: &mut ClientConn,
+    env: &Env<'_>,
+    up: Upstream<'_, '_, '_>,
+    rb: &mut StreamBuf,
+) -> Outcome {
+    let Upstream {
+        ex,
+        provider,
+        dialect,
+        grant,
+        strip_usage,
+        keep_alive,
+        permit,
+    } = up;
+    let close_delimited = ex.head.framing == RespFraming::Close;
+    let mut vetted = Vetted {
+        dialect,
+        grant,
+        strip_usage,
+        close_delimited,
+        permit,
+        pending: Vec::new(),
+        charged: 0,
+        cut: 0,
+        good: 0,
+        kept: Vec::new(),
+        stripped: false,
+        terminal: false,
+    };
+    let status = ex.head.status;
+    let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
+    let client = stream::Client {
+        head: conn.head(status, ct, Framing::Chunked, keep_alive, fwd),
+        status,
+        dialect,
+        keep_alive,
+        permit,
+    };
+    stream::run(conn, env, (ex, provider), client, &mut vetted, rb).await
+}
+
+/// Passthrough vetting, the per-event strategy of a same-dialect SSE answer: whole events
+/// only, each one's `data` vetted (`vet::sse_events`: an event that is not JSON is not
+/// forwarded, the stream ends before it), the dialect's terminal event watched for, a Chat
+/// usage chunk asked for on the client's behalf taken out (`usage_chunk`), every piece fed to
+/// the grant's usage scan.
+struct Vetted<'a, 'g> {
+    dialect: Dialect,
+    grant: Option<&'a mut Grant<'g>>,
+    strip_usage: bool,
+    close_delimited: bool,
+    permit: &'a Permit,
+    /// Upstream bytes not yet forwarded: the last feed's whole events, then a partial one
+    /// (charged to the permit as it grows).
+    pending: Vec<u8>,
+    charged: u64,
+    /// End of the whole events in `pending`, and of those vetted good (the batch).
+    cut: usize,
+    good: usize,
+    /// The batch without its usage-only chunk, when `stripped`.
+    kept: Vec<u8>,
+    stripped: bool,
+    terminal: bool,
+}
+
+impl stream::Events for Vetted<'_, '_> {
+    fn feed(&mut self, piece: &[u8], more: bool) -> stream::Fed {
+        if let Some(g) = self.grant.as_deref_mut() {
+            g.usage().feed(piece);
+        }
+        let pending = &mut self.pending;
+        pending.extend_from_slice(piece);
+        if !more && !self.close_delimited {
+            complete_last_line(pending);
+        }
+        let cut = last_event_end(pending);
+        let mut failed = None;
+        let mut good = 0;
+        if cut > 0 {
+            good = match crate::answer::vet::sse_events(&pending[..cut]) {
+                Ok(()) => cut,
+                Err((at, why)) => {
+                    failed = Some(Error::new(Kind::UpstreamProtocol, why));
+                    at
+                }
+            };
+            if good > 0 {
+                let events = &pending[..good];
+                self.terminal =
+                    self.terminal || is_terminal_event(self.dialect, last_event(events));
+                self.stripped = self.strip_usage && usage_chunk::without(events, &mut self.kept);
+            }
+        }
+        (self.cut, self.good) = (cut, good);
+        let rest = &pending[cut..];
+        if failed.is_none() && !self.terminal {
+            // Whatever follows the terminal event is no longer part of the stream; before it, a
+            // framed body ending mid-event is cut (a close-delimited one: see `stream::run`).
+            if !more && !self.close_delimited && rest.iter().any(|b| !b.is_ascii_whitespace()) {
+                let msg = "the upstream stream ended inside an event";
+                failed = Some(Error::new(Kind::UpstreamProtocol, msg));
+            } else if more && rest.len() > MAX_PENDING_EVENT {
+                let msg = "upstream stream event too large";
+                failed = Some(Error::new(Kind::UpstreamProtocol, msg));
+            }
+        }
+        if failed.is_none() {
+            if let Err(r) = self.permit.charge_capacity(pending, &mut self.charged) {
+                failed = Some(Error::overloaded(r.as_str()));
+            }
+        }
+        stream::Fed {
+            terminal: self.terminal,
+            done: false,
+            failed,
+        }
+    }
+
+    fn batch(&self) -> &[u8] {
+        if self.stripped {
+            &self.kept
+        } else {
+            self.pending.get(..self.good).unwrap_or_default()
+        }
+    }
+
+    fn sent(&mut self) {
+        self.pending.drain(..self.cut);
+        if self.pending.is_empty() {
+            stream::idle(&mut self.pending);
+        }
+        (self.cut, self.good, self.stripped) = (0, 0, false);
+        stream::idle(&mut self.kept);
+    }
+
+    async fn complete(&mut self, _env: &Env<'_>) {
+        // the answer is complete: its usage counts before the client sees the end
+        if let Some(g) = self.grant.as_deref_mut() {
+            g.finish();
+        }
+    }
+
+    fn error_event(&mut self, message: &str, out: &mut Vec<u8>) {
+        crate::dialect::stream_error_event(self.dialect, message, out);
+    }
+}
+
+/// Forward a non-SSE body of `up.ex` to the client as it arrives (its head with the first
+/// bytes, so they usually leave in one write). A body that breaks is cut by closing (a chunked
+/// end or the full length would claim completeness); before any byte went out it is a clean
+/// error answer.
+async fn bytes(
     conn: &mut ClientConn,
     env: &Env<'_>,
     up: Upstream<'_, '_, '_>,
@@ -122,17 +276,13 @@ async fn relay(
         provider,
         dialect,
         mut grant,
-        strip_usage,
         keep_alive,
-        permit,
+        ..
     } = up;
     let wt = env.limits.write_timeout;
-    let shape = crate::answer::outcome::shape(dialect);
     let status = ex.head.status;
-    let sse = ex.head.is_event_stream();
-    let close_delimited = ex.head.framing == RespFraming::Close;
-    let framing = match (ex.head.framing, sse) {
-        (RespFraming::Length(n), false) => Framing::Length(n as usize),
+    let framing = match ex.head.framing {
+        RespFraming::Length(n) => Framing::Length(n as usize),
         _ => Framing::Chunked,
     };
     let mut out = conn.head(
@@ -142,28 +292,9 @@ async fn relay(
         keep_alive,
         &ex.head.forward,
     );
-    let mut pending: Vec<u8> = Vec::new();
-    let mut charged = 0u64;
-    let mut terminal = false;
     let mut head_sent = false;
-    // the answer's guardrails (`guardrail::stream`): events rewritten in flight
-    let mut guard = match &env.guard {
-        Some(s) if sse => crate::guardrail::stream::StreamGuard::new(s, dialect),
-        _ => None,
-    };
-    let (mut rewritten, mut held_charged) = (Vec::new(), 0u64);
     let mut drain_over = std::pin::pin!(env.drain_expired.wait());
     loop {
-        stream::idle(&mut rewritten);
-        // For SSE, send the head at once (clients see the stream open); otherwise wait for the
-        // first body bytes so head and body usually leave in one write.
-        if sse && !head_sent {
-            match conn.write_raw(std::mem::take(&mut out), wt).await {
-                Some(back) => out = back,
-                None => return gone(env.metrics, status),
-            }
-            head_sent = true;
-        }
         let more = match stream::read(ex, rb, &mut drain_over).await {
             Ok(m) => m,
             Err(e) => {
@@ -171,138 +302,29 @@ async fn relay(
                 if !head_sent {
                     // Nothing reached the client yet: a clean error response.
                     conn.out = out;
+                    let shape = crate::answer::outcome::shape(dialect);
                     return Outcome::error(conn, &e, shape, keep_alive, wt).await;
                 }
-                return broken(
-                    conn,
-                    env,
-                    out,
-                    (sse, terminal, status),
-                    (dialect, keep_alive),
-                    &e,
-                )
-                .await;
+                return Outcome {
+                    status: 502,
+                    keep_alive: false,
+                };
             }
         };
         let piece = &rb.buf[..];
         if let Some(g) = grant.as_deref_mut() {
             g.usage().feed(piece);
+            if !more {
+                g.finish();
+            }
         }
         match framing {
             Framing::Length(_) => out.extend_from_slice(piece),
-            Framing::Chunked if sse => {
-                pending.extend_from_slice(piece);
-                if !more && !close_delimited {
-                    complete_last_line(&mut pending);
+            Framing::Chunked => {
+                write_chunk(&mut out, piece);
+                if !more {
+                    out.extend_from_slice(LAST_CHUNK);
                 }
-                let cut = last_event_end(&pending);
-                let mut bad = None;
-                if cut > 0 {
-                    // Whole events only, each one's data vetted: an event that is not JSON is
-                    // not forwarded, the stream ends before it.
-                    let (good, why) = match crate::answer::vet::sse_events(&pending[..cut]) {
-                        Ok(()) => (cut, None),
-                        Err((at, why)) => (at, Some(why)),
-                    };
-                    let mut events = &pending[..good];
-                    if good > 0 {
-                        terminal = terminal || is_terminal_event(dialect, last_event(events));
-                        if let Some(g) = guard.as_mut() {
-                            rewritten.clear();
-                            let r = g.rewrite(events, &mut rewritten);
-                            let r = r.and_then(|()| {
-                                if terminal || (!more && pending.len() == good) {
-                                    g.finish(&mut rewritten)
-                                } else {
-                                    Ok(())
-                                }
-                            });
-                            // a block, or held-back text the budget cannot take: the stream
-                            // ends with the error event (nothing of a match was written)
-                            let refused = match r {
-                                Err(b) => {
-                                    write_chunk(&mut out, &rewritten);
-                                    Some(Error::new(Kind::GuardrailBlocked, b.message()))
-                                }
-                                Ok(()) => {
-                                    let held = g.held() as u64;
-                                    let grown = (held > held_charged)
-                                        .then(|| permit.grow(held - held_charged));
-                                    match grown {
-                                        Some(Err(r)) => Some(Error::overloaded(r.as_str())),
-                                        _ => {
-                                            held_charged = held_charged.max(held);
-                                            None
-                                        }
-                                    }
-                                }
-                            };
-                            if let Some(e) = refused {
-                                let end = (sse, false, status);
-                                let client = (dialect, keep_alive);
-                                return broken(conn, env, out, end, client, &e).await;
-                            }
-                            events = &rewritten;
-                        }
-                        if strip_usage {
-                            usage_chunk::write_without(&mut out, events);
-                        } else {
-                            write_chunk(&mut out, events);
-                        }
-                    }
-                    bad = why;
-                    pending.drain(..cut);
-                    if pending.is_empty() {
-                        stream::idle(&mut pending);
-                    }
-                }
-                let problem: Option<String> = if let Some(why) = bad {
-                    Some(why)
-                } else if terminal {
-                    // Whatever follows the terminal event is no longer part of the stream.
-                    None
-                } else if !more {
-                    // A close-delimited body ends the same way whether complete or cut: only
-                    // its dialect's terminal event tells. Any body ending mid-event is cut.
-                    if close_delimited {
-                        (!terminal)
-                            .then(|| "the upstream stream ended before its last event".into())
-                    } else {
-                        pending
-                            .iter()
-                            .any(|b| !b.is_ascii_whitespace())
-                            .then(|| "the upstream stream ended inside an event".into())
-                    }
-                } else if pending.len() > MAX_PENDING_EVENT {
-                    Some("upstream stream event too large".into())
-                } else {
-                    None
-                };
-                if let Some(msg) = problem {
-                    let e = report(
-                        env,
-                        &conn.request_id,
-                        provider,
-                        &Error::new(Kind::UpstreamProtocol, msg),
-                    );
-                    let end = (sse, terminal, status);
-                    return broken(conn, env, out, end, (dialect, keep_alive), &e).await;
-                }
-                if let Err(r) = permit.charge_capacity(&pending, &mut charged) {
-                    let e = Error::overloaded(r.as_str());
-                    let end = (sse, terminal, status);
-                    return broken(conn, env, out, end, (dialect, keep_alive), &e).await;
-                }
-            }
-            Framing::Chunked => write_chunk(&mut out, piece),
-        }
-        if !more && framing == Framing::Chunked {
-            out.extend_from_slice(LAST_CHUNK);
-        }
-        if !more || terminal {
-            // the answer is complete: its usage counts before the client sees the end
-            if let Some(g) = grant.as_deref_mut() {
-                g.finish();
             }
         }
         if !out.is_empty() {
@@ -311,46 +333,12 @@ async fn relay(
                 None => return gone(env.metrics, status),
             }
             head_sent = true;
-            // written: what the stream holds while it waits is small (`stream::idle`)
             stream::idle(&mut out);
         }
         if !more {
             conn.out = out;
             return Outcome { status, keep_alive };
         }
-    }
-}
-
-/// End a response that broke after its head was sent. SSE: the whole events already in `out`,
-/// the dialect-correct error event (OpenAI: a data line with an error object; Anthropic:
-/// `event: error`), and the chunked end (`stream::broken`) — the client sees a well-formed
-/// failure; if the stream's terminal event already went out, the stream is complete for the
-/// client and just ends, recorded with its status (the upstream connection is dropped). Other
-/// bodies can only be cut by closing (a chunked end or the full length would claim
-/// completeness).
-async fn broken(
-    conn: &mut ClientConn,
-    env: &Env<'_>,
-    out: Vec<u8>,
-    (sse, terminal, status): (bool, bool, u16),
-    (dialect, keep_alive): (Dialect, bool),
-    e: &Error,
-) -> Outcome {
-    if sse {
-        let mut ev = Vec::new();
-        if !terminal {
-            crate::dialect::stream_error_event(dialect, &e.message, &mut ev);
-        }
-        let status = if terminal {
-            status
-        } else {
-            stream::broken_status(e)
-        };
-        return stream::broken(conn, env, (out, &ev), status, keep_alive).await;
-    }
-    Outcome {
-        status: 502,
-        keep_alive: false,
     }
 }
 

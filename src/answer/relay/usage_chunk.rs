@@ -3,11 +3,9 @@
 //! (see `plan`). Other chunks with empty `choices` (Azure's `prompt_filter_results`) and
 //! chunks that carry usage next to a choice are relayed as they are.
 //!
-//! Owns: `is_usage_only`, `write_without`. Must not: parse JSON (a byte scan of whole events;
+//! Owns: `is_usage_only`, `without`. Must not: parse JSON (a byte scan of whole events;
 //! inside a JSON string every quote is escaped, so `"choices"` or `"usage"` followed by `:`
 //! only match real keys) or touch other events' bytes.
-
-use crate::http::response::write_chunk;
 
 /// Whether one whole SSE event is a Chat usage-only chunk.
 pub fn is_usage_only(ev: &[u8]) -> bool {
@@ -33,20 +31,20 @@ fn key_then(ev: &[u8], key: &[u8], then: &[u8]) -> bool {
     })
 }
 
-/// Append `events` (whole SSE events) to `out` as one chunk, without the usage-only ones.
-/// Costs one `memmem` over the events when none is there.
-pub fn write_without(out: &mut Vec<u8>, events: &[u8]) {
+/// `events` (whole SSE events) without the usage-only ones, into `kept` (cleared first); false,
+/// with `kept` untouched, when there is no usage in them (one `memmem` over the events).
+pub fn without(events: &[u8], kept: &mut Vec<u8>) -> bool {
     if memchr::memmem::find(events, b"\"usage\"").is_none() {
-        write_chunk(out, events);
-        return;
+        return false;
     }
-    let mut kept = Vec::with_capacity(events.len());
+    kept.clear();
+    kept.reserve(events.len());
     for ev in split_events(events) {
         if !is_usage_only(ev) {
             kept.extend_from_slice(ev);
         }
     }
-    write_chunk(out, &kept);
+    true
 }
 
 /// Whole SSE events (each with its blank line), split at `\n\n` or `\r\n\r\n`.
@@ -71,6 +69,17 @@ fn split_events(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::response::write_chunk;
+
+    /// `events` as one chunk without the usage-only ones, as the relay writes them.
+    fn write_without(out: &mut Vec<u8>, events: &[u8]) {
+        let mut kept = Vec::new();
+        if without(events, &mut kept) {
+            write_chunk(out, &kept);
+        } else {
+            write_chunk(out, events);
+        }
+    }
 
     const CHUNK: &[u8] = b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
     const USAGE: &[u8] = b"data: {\"id\":\"c\",\"choices\": [ ],\"usage\": {\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n";
