@@ -10,6 +10,9 @@
 use std::ops::Range;
 
 use super::*;
+use crate::config::endpoint::Endpoint;
+use crate::config::provider::ProviderKind;
+use crate::http::target;
 
 impl Config {
     pub(super) fn validate(&self, text: &str) -> Vec<ConfigError> {
