@@ -173,16 +173,12 @@ pub async fn serve(
         ),
         other => Error::overloaded(other.as_str()),
     })?;
-    let body_pending = head.body != BodyFraming::None;
-    if head.expect_continue && body_pending {
-        let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
-        if conn.write_raw(buf, wt).await.is_none() {
-            crate::observe::metrics::bump(&env.metrics.client_disconnects);
-            return Ok(Outcome {
-                status: 499,
-                keep_alive: false,
-            });
-        }
+    if !crate::http::expect::send_continue(conn, head, wt).await {
+        crate::observe::metrics::bump(&env.metrics.client_disconnects);
+        return Ok(Outcome {
+            status: 499,
+            keep_alive: false,
+        });
     }
     // the head's bytes stay in the buffer until the request ends (`http::Request`)
     let deadline = Instant::now() + env.limits.body_timeout;

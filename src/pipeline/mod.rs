@@ -36,6 +36,7 @@ use crate::governance::{Caller, Gate, Grant};
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
+use crate::http::expect;
 use crate::http::{BodyFraming, Request, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
@@ -398,15 +399,8 @@ async fn serve(
         .admit(declared)
         .await
         .map_err(|r| rejection(r, declared, shard.admission.max_body()))?;
-    if head.expect_continue && head.body != BodyFraming::None {
-        let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
-        if conn
-            .write_raw(buf, shard.limits.write_timeout)
-            .await
-            .is_none()
-        {
-            return Ok(gone(&shard.metrics, 499));
-        }
+    if !expect::send_continue(conn, head, shard.limits.write_timeout).await {
+        return Ok(gone(&shard.metrics, 499));
     }
     // read the body (bounded) after the head, which stays
     let body_start = Instant::now();

@@ -112,15 +112,8 @@ pub async fn serve(
         adm.max_body()
     };
     let permit = permit.map_err(|r| rejection(r, declared, limit))?;
-    if head.expect_continue && head.body != BodyFraming::None {
-        let buf = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
-        if conn
-            .write_raw(buf, env.limits.write_timeout)
-            .await
-            .is_none()
-        {
-            return Ok(gone(env.metrics, 499));
-        }
+    if !crate::http::expect::send_continue(conn, head, env.limits.write_timeout).await {
+        return Ok(gone(env.metrics, 499));
     }
     if head.body != BodyFraming::None {
         // the body is streamed from the buffer's start: the head's bytes go first
