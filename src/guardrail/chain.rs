@@ -48,11 +48,7 @@ impl Chain {
             let mut next = String::with_capacity(cur.len() + 16);
             let into: &mut String = if i + 1 == n { out } else { &mut next };
             let mut hit = |k| sess.hits.add(&g.name, k, g.action, phase);
-            let mask = |k| g.mask(k);
-            step(
-                &g.scanner, g.action, &mask, tail, &cur, last, into, &mut hit,
-            )
-            .map_err(|kind| Blocked {
+            step(g, tail, &cur, last, into, &mut hit).map_err(|kind| Blocked {
                 guard: g.name.clone(),
                 kind,
                 phase,

@@ -24,6 +24,7 @@ use regex_automata::{Anchored, Input, MatchKind};
 
 use super::checks::Check;
 use super::detect::Kind;
+use super::Guard;
 
 enum Matcher {
     Re(regex::Regex),
@@ -309,21 +310,19 @@ impl Tail {
     }
 }
 
-/// `scanner`'s pass over `tail` + `input`: released text is appended to `out`, each match is
-/// reported to `hit` and replaced by `mask(kind)` (`Action::Mask`), passed (`Warn`), or ends
-/// the pass with `Err(kind)` (`Block`; nothing of the match is in `out`). `last`: the text
-/// ends here, everything is released.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn step<'m>(
-    scanner: &Scanner,
-    action: Action,
-    mask: &dyn Fn(Kind) -> &'m str,
+/// `guard`'s pass (its scanner) over `tail` + `input`: released text is appended to `out`, each
+/// match is reported to `hit` and, by `guard.action`, replaced by `guard.mask(kind)`
+/// (`Action::Mask`), passed (`Warn`), or ends the pass with `Err(kind)` (`Block`; nothing of the
+/// match is in `out`). `last`: the text ends here, everything is released.
+pub(super) fn step(
+    guard: &Guard,
     tail: &mut Tail,
     input: &str,
     last: bool,
     out: &mut String,
     hit: &mut dyn FnMut(Kind),
 ) -> Result<(), Kind> {
+    let scanner = &guard.scanner;
     tail.buf.push_str(input);
     let len = tail.buf.len();
     let mut memo: smallvec::SmallVec<[Memo; 8]> =
@@ -339,8 +338,8 @@ pub(super) fn step<'m>(
             Some((s, e, kind)) => {
                 out.push_str(tail.buf.get(cur..s).unwrap_or_default());
                 hit(kind);
-                match action {
-                    Action::Mask => out.push_str(mask(kind)),
+                match guard.action {
+                    Action::Mask => out.push_str(guard.mask(kind)),
                     Action::Warn => out.push_str(tail.buf.get(s..e).unwrap_or_default()),
                     Action::Block => {
                         tail.buf.clear();

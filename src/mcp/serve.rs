@@ -89,17 +89,16 @@ impl McpHead {
     }
 }
 
-/// One `/mcp` request.
-#[allow(clippy::too_many_arguments)]
+/// One `/mcp` request (its MCP head facts read here, while the head is in the buffer).
 pub async fn serve(
     conn: &mut ClientConn,
     head: &RequestHead,
     env: &Env<'_>,
     grant: Option<&Grant<'_>>,
-    mh: McpHead,
     trace: &mut Trace,
     keep: &mut bool,
 ) -> Result<Outcome, Error> {
+    let mh = McpHead::of(head, &conn.buf);
     let owner = grant.and_then(|g| g.key_name().map(|n| n.to_string()));
     let owner = owner.as_deref();
     let hub = env.hub;

@@ -365,19 +365,15 @@ async fn serve(
         return mcp(conn, head, shard, routing, grant.as_ref(), req).await;
     }
     if let Target::Surface(call) = target {
-        // a surface call's id, query and headers (files, audio, …)
-        let sh = crate::surface::serve::SurfaceHead::of(head, &conn.buf, conn.request_id);
-        let (env, g, t) = (shard.env(None), grant.as_mut(), &mut req.trace);
-        let out = crate::surface::serve::serve(
-            conn,
-            head,
-            &env,
+        // a surface call (files, audio, …)
+        let env = shard.env(None);
+        let ctx = crate::surface::serve::Ctx {
+            env: &env,
             routing,
-            g,
-            (call, sh),
-            t,
-            &mut req.keep,
-        );
+            grant: grant.as_mut(),
+        };
+        let out =
+            crate::surface::serve::serve(conn, head, ctx, call, &mut req.trace, &mut req.keep);
         return Ok(Box::pin(out).await?);
     }
     let Target::Api(dialect, op) = target else {
@@ -704,7 +700,6 @@ async fn mcp(
     grant: Option<&Grant<'_>>,
     req: &mut Req,
 ) -> Result<Outcome, Fail> {
-    let mh = crate::mcp::serve::McpHead::of(head, &conn.buf);
     let env = crate::mcp::serve::Env {
         hub: &shard.mcp,
         servers: &routing.mcp,
@@ -714,7 +709,7 @@ async fn mcp(
         metrics: &shard.metrics,
         trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
     };
-    let out = crate::mcp::serve::serve(conn, head, &env, grant, mh, &mut req.trace, &mut req.keep);
+    let out = crate::mcp::serve::serve(conn, head, &env, grant, &mut req.trace, &mut req.keep);
     Ok(Box::pin(out).await?)
 }
 

@@ -217,8 +217,11 @@ impl ShardStore {
         tenant: u64,
         body: &[u8],
     ) -> Result<Expanded, Error> {
-        let mut fetched: Fetched = HashMap::new();
-        let mut bytes = 0u64;
+        let mut got = Gathered {
+            tenant,
+            bytes: 0,
+            fetched: HashMap::new(),
+        };
         // round 1 finds what is missing; the reads fill in the items and walk the chain; round
         // 2 normally expands; a third covers a chain that met an entry evicted meanwhile
         for _ in 0..3 {
@@ -227,7 +230,7 @@ impl ShardStore {
                     store: &s.store,
                     tenant,
                     now: Instant::now(),
-                    fetched: &fetched,
+                    fetched: &got.fetched,
                 },
                 items: Vec::new(),
                 turn: None,
@@ -244,16 +247,16 @@ impl ShardStore {
                 }
                 break;
             }
-            let before = fetched.len();
+            let before = got.fetched.len();
             for id in items {
                 if let Found::Entry(v, age) = remote.get(tenant, false, &id).await {
-                    self.keep(s, tenant, false, &id, &v, age, &mut bytes, &mut fetched);
+                    self.keep(s, &mut got, (false, &id), (&v, age));
                 }
             }
             let mut next = turn;
             let mut links = 0;
             while let Some(id) = next.take() {
-                if links >= references::MAX_CHAIN || bytes > s.max_bytes {
+                if links >= references::MAX_CHAIN || got.bytes > s.max_bytes {
                     break;
                 }
                 links += 1;
@@ -262,33 +265,30 @@ impl ShardStore {
                 };
                 if let Stored::Turn(t) = &v {
                     next = t.previous.as_deref().map(str::to_string).filter(|p| {
-                        !fetched.contains_key(&(true, p.as_str().into()))
+                        !got.fetched.contains_key(&(true, p.as_str().into()))
                             && s.store.get(tenant, true, p, Instant::now()).is_none()
                     });
                 }
-                self.keep(s, tenant, true, &id, &v, age, &mut bytes, &mut fetched);
+                self.keep(s, &mut got, (true, &id), (&v, age));
             }
-            if fetched.len() == before {
+            if got.fetched.len() == before {
                 break;
             }
         }
-        self.expand_with(tenant, body, &fetched)
+        self.expand_with(tenant, body, &got.fetched)
     }
 
     /// Keep an entry read from the fleet's store for this request (at most the local store's
-    /// size in all) and offer it to the local store, as old as the store says it is.
-    #[allow(clippy::too_many_arguments)]
+    /// size in all) and offer it to the local store, as old as the store says it is. `key`:
+    /// (is a turn, id); `entry`: what the store holds and its age.
     fn keep(
         &self,
         s: &Shared,
-        tenant: u64,
-        response: bool,
-        id: &str,
-        v: &Stored,
-        age: Duration,
-        bytes: &mut u64,
-        fetched: &mut Fetched,
+        got: &mut Gathered,
+        (response, id): (bool, &str),
+        (v, age): (&Stored, Duration),
     ) {
+        let (tenant, bytes, fetched) = (got.tenant, &mut got.bytes, &mut got.fetched);
         let size = match v {
             Stored::Item(b) => b.len(),
             Stored::Turn(t) => t.input.len() + t.output.len(),
@@ -414,6 +414,14 @@ impl ShardStore {
 
 /// Entries read from the fleet's store for one request, by (response flag, id).
 type Fetched = HashMap<(bool, Box<str>), Stored>;
+
+/// What one request read from the fleet's store for `tenant`: the entries, and their bytes
+/// (bounded by the local store's size).
+struct Gathered {
+    tenant: u64,
+    bytes: u64,
+    fetched: Fetched,
+}
 
 /// One tenant's view of the store, for `translate::references::expand` (one short lock per
 /// lookup), and of what this request read from the fleet's store.

@@ -39,8 +39,8 @@ const ID_ANSWER: usize = 256 << 10;
 /// Bytes of an answer relayed per write.
 const PIECE: usize = 64 << 10;
 
-/// What the request head says, copied out while the head is in the connection buffer (the
-/// pipeline drops a bodyless head from it before `serve`).
+/// What the request head says, copied out while the head is in the connection buffer (`serve`
+/// drops the head from it before streaming a body).
 pub struct SurfaceHead {
     method: Method,
     id: Option<String>,
@@ -79,20 +79,31 @@ struct Dest<'r> {
     routed: Option<(&'r Route, usize)>,
 }
 
-/// Serve one surface call. Errors before the answer started come back to the pipeline's sink
-/// (OpenAI's shape); `keep` turns true once the body has been read to its end.
-#[allow(clippy::too_many_arguments)]
+/// What a surface call is served with: the shard's forwarding environment, the routing the
+/// request started with, and the caller's grant (keyed requests).
+pub struct Ctx<'a, 'g> {
+    pub env: &'a Env<'a>,
+    pub routing: &'a Routing,
+    pub grant: Option<&'a mut Grant<'g>>,
+}
+
+/// Serve one surface call (its head facts read first, while the head is in the buffer). Errors
+/// before the answer started come back to the pipeline's sink (OpenAI's shape); `keep` turns
+/// true once the body has been read to its end.
 pub async fn serve(
     conn: &mut ClientConn,
     head: &RequestHead,
-    env: &Env<'_>,
-    routing: &Routing,
-    grant: Option<&mut Grant<'_>>,
-    (call, asked): (Call, Result<SurfaceHead, Error>),
+    ctx: Ctx<'_, '_>,
+    call: Call,
     trace: &mut Trace,
     keep: &mut bool,
 ) -> Result<Outcome, Error> {
-    let asked = asked?;
+    let Ctx {
+        env,
+        routing,
+        grant,
+    } = ctx;
+    let asked = SurfaceHead::of(head, &conn.buf, conn.request_id)?;
     let client_headers = &asked.client_headers;
     let rule = call.body(asked.method);
     let streamed = rule != Body::Json;
