@@ -5,12 +5,13 @@
 //! (the shards follow it), the published config and its `reload::Reloader` (SIGHUP, `POST
 //! /admin/reload`; the shards follow it through `forward::live`), the per-address tables every
 //! shard shares (`admit::peer`: connections per address on accept, unknown-key guesses), and
-//! starts the admin listener (`admin`) when `[admin]` is configured. `tls`: the TLS client
-//! listener. Threads, drivers and shutdown signals are `runtime`.
+//! starts the admin listener (`admin`) when `[admin]` is configured. `accept`: the accept
+//! policy both listeners apply (charge, caps, probes); `tls`: the TLS client listener. Threads, drivers and shutdown signals are `runtime`.
 //!
 //! Owns: building each `Shard` (see `pipeline::shard`) and `Running` (the handle tests and
 //! `main` hold). Must not: handle requests — that is `pipeline`.
 
+pub mod accept;
 pub mod tls;
 
 use std::io;
@@ -35,6 +36,7 @@ use crate::pipeline::shard::Shard;
 use crate::runtime::shutdown::{LocalSignal, Shutdown};
 use crate::runtime::{self, DriverChoice};
 use crate::upstream::Client;
+use accept::Verdict;
 
 /// How long the last spans may take to leave at shutdown.
 const TELEMETRY_FLUSH: Duration = Duration::from_secs(5);
@@ -510,25 +512,20 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
             let mut conn = ClientConn::pooled(stream, &shard.read_bufs);
             let peer = crate::admit::peer::Peer::of(addr.ip());
             conn.peer = Some(peer);
-            // Under the caps (the shard's, the address's), a connection holds
-            // `connection_reserve` of the budget until it closes; one that does not fit is
-            // treated like one over the cap.
-            let charge = shard
-                .peers
-                .enter(peer)
-                .and_then(|slot| Some((slot, shard.admission.connection().ok()?)));
-            if let Some(held) = charge {
-                let shard = shard.clone();
-                monoio::spawn(async move {
-                    pipeline::serve_connection(conn, shard).await;
-                    drop(held);
-                });
-            } else if shard.over_cap.get() < OVER_CAP_PROBES {
-                // At the cap, a few connections still get their first request read: health
-                // probes are answered, everything else gets the 503.
-                monoio::spawn(pipeline::serve_over_cap(conn, shard.clone()));
-            } else {
-                monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
+            match accept::admit(&shard, peer, 0) {
+                Verdict::Serve(held) => {
+                    let shard = shard.clone();
+                    monoio::spawn(async move {
+                        pipeline::serve_connection(conn, shard).await;
+                        drop(held);
+                    });
+                }
+                Verdict::Probe => {
+                    monoio::spawn(pipeline::serve_over_cap(conn, shard.clone()));
+                }
+                Verdict::Refuse => {
+                    monoio::spawn(pipeline::refuse_connection(conn, shard.clone()));
+                }
             }
         },
     )
@@ -538,10 +535,6 @@ async fn accept_loop(std_listener: std::net::TcpListener, shard: Rc<Shard>, shut
     shard.access_log.finish();
     shard.request_log.finish();
 }
-
-/// Connections over `max_connections` per shard whose first request is read (to answer
-/// `/healthz` and `/readyz`); more are refused without reading.
-const OVER_CAP_PROBES: u32 = 8;
 
 /// Publish this shard's metrics for scrapes served by other shards, once a second.
 /// Also flushes the rate-limited admission log.

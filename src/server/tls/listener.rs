@@ -30,10 +30,9 @@ use crate::observe::metrics::{bump, dec};
 use crate::pipeline;
 use crate::pipeline::shard::Shard;
 use crate::runtime::shutdown::Shutdown;
+use crate::server::accept::{self, Verdict};
 
-/// Over-the-cap connections per shard given a handshake (to answer health probes).
-const OVER_CAP_PROBES: u32 = 8;
-/// Handshake deadline for those.
+/// Handshake deadline for an over-the-cap connection given one (`accept::Verdict::Probe`).
 const OVER_CAP_HANDSHAKE: Duration = Duration::from_millis(1000);
 
 /// Accept TLS connections on `std_listener` until `shutdown` fires, then close it. Connections
@@ -82,46 +81,41 @@ fn on_accept(
     }
     let _ = stream.set_nodelay(true);
     let peer = crate::admit::peer::Peer::of(addr.ip());
-    let charge = shard.peers.enter(peer).and_then(|slot| {
-        let c = shard.admission.connection().ok()?;
-        let extra = shard
-            .admission
-            .budget()
-            .charge_connection(TLS_CONNECTION_EXTRA)
-            .ok()?;
-        Some((slot, c, extra))
-    });
+    let verdict = accept::admit(shard, peer, TLS_CONNECTION_EXTRA);
     let shard = shard.clone();
     let acceptors = acceptors.clone();
-    if let Some(charge) = charge {
-        monoio::spawn(async move {
-            // Counted as open from accept: the handshake is under the cap and the drain.
-            // A drain ends handshakes in progress at once.
-            bump(&shard.metrics.connections);
-            let conn = monoio::select! {
-                _ = shard.draining.wait() => None,
-                c = handshake(stream, &shard, &acceptors, handshake_timeout) => c,
-            };
-            dec(&shard.metrics.connections);
-            if let Some(mut conn) = conn {
-                conn.peer = Some(peer);
-                pipeline::serve_connection(conn, shard).await;
-            }
-            drop(charge);
-        });
-    } else if shard.over_cap.get() < OVER_CAP_PROBES {
-        shard.over_cap.set(shard.over_cap.get() + 1);
-        monoio::spawn(async move {
-            let wait = handshake_timeout.min(OVER_CAP_HANDSHAKE);
-            let conn = handshake(stream, &shard, &acceptors, wait).await;
-            shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
-            if let Some(mut conn) = conn {
-                conn.peer = Some(peer);
-                pipeline::serve_over_cap(conn, shard).await;
-            }
-        });
-    } else {
-        bump(&shard.metrics.connections_refused);
+    match verdict {
+        Verdict::Serve(held) => {
+            monoio::spawn(async move {
+                // Counted as open from accept: the handshake is under the cap and the drain.
+                // A drain ends handshakes in progress at once.
+                bump(&shard.metrics.connections);
+                let conn = monoio::select! {
+                    _ = shard.draining.wait() => None,
+                    c = handshake(stream, &shard, &acceptors, handshake_timeout) => c,
+                };
+                dec(&shard.metrics.connections);
+                if let Some(mut conn) = conn {
+                    conn.peer = Some(peer);
+                    pipeline::serve_connection(conn, shard).await;
+                }
+                drop(held);
+            });
+        }
+        Verdict::Probe => {
+            shard.over_cap.set(shard.over_cap.get() + 1);
+            monoio::spawn(async move {
+                let wait = handshake_timeout.min(OVER_CAP_HANDSHAKE);
+                let conn = handshake(stream, &shard, &acceptors, wait).await;
+                shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
+                if let Some(mut conn) = conn {
+                    conn.peer = Some(peer);
+                    pipeline::serve_over_cap(conn, shard).await;
+                }
+            });
+        }
+        // a refusal cannot be written before a handshake
+        Verdict::Refuse => bump(&shard.metrics.connections_refused),
     }
 }
 
