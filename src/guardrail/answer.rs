@@ -9,10 +9,10 @@
 
 use serde_json::Value;
 
-use super::request::Walk;
+use super::request::{guard_body, Walk};
 use super::{Blocked, Phase, Session};
 use crate::dialect::Dialect;
-use crate::error::{Error, Kind};
+use crate::error::Error;
 
 /// Check (and mask) a whole answer `body` in `dialect`. `Ok(None)`: relay it as it is.
 pub fn guard_answer(
@@ -20,25 +20,7 @@ pub fn guard_answer(
     dialect: Dialect,
     body: &[u8],
 ) -> Result<Option<Vec<u8>>, Error> {
-    if sess.response.is_empty() {
-        return Ok(None);
-    }
-    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
-        return Ok(None);
-    };
-    let mut w = Walk {
-        guards: &sess.response,
-        sess,
-        phase: Phase::Response,
-        changed: false,
-    };
-    walk_answer(&mut w, dialect, &mut v).map_err(|b| b.error())?;
-    if !w.changed {
-        return Ok(None);
-    }
-    serde_json::to_vec(&v)
-        .map(Some)
-        .map_err(|e| Error::new(Kind::Internal, format!("guardrail: {e}")))
+    guard_body(sess, Phase::Response, dialect, body, walk_answer)
 }
 
 /// The answer object's text values (also the `response` object of Responses stream events).

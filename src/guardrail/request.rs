@@ -132,20 +132,36 @@ pub fn guard_request(
     dialect: Dialect,
     body: &[u8],
 ) -> Result<Option<Vec<u8>>, Error> {
-    if sess.request.is_empty() {
+    // the body was parsed once already (routing fields): it is JSON within the depth bound
+    guard_body(sess, Phase::Request, dialect, body, walk_request)
+}
+
+/// `body` (JSON; anything else passes as it is) walked by `walk` under the session's guardrails
+/// of `phase`: `Ok(None)` when nothing changed, else the masked body; a block is the 400.
+pub(super) fn guard_body(
+    sess: &Session,
+    phase: Phase,
+    dialect: Dialect,
+    body: &[u8],
+    walk: fn(&mut Walk<'_>, Dialect, &mut Value) -> Result<(), Blocked>,
+) -> Result<Option<Vec<u8>>, Error> {
+    let guards = match phase {
+        Phase::Request => &sess.request,
+        Phase::Response => &sess.response,
+    };
+    if guards.is_empty() {
         return Ok(None);
     }
-    // the body was parsed once already (routing fields): it is JSON within the depth bound
     let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
         return Ok(None);
     };
     let mut w = Walk {
-        guards: &sess.request,
+        guards,
         sess,
-        phase: Phase::Request,
+        phase,
         changed: false,
     };
-    walk_request(&mut w, dialect, &mut v).map_err(|b| b.error())?;
+    walk(&mut w, dialect, &mut v).map_err(|b| b.error())?;
     if !w.changed {
         return Ok(None);
     }

@@ -107,14 +107,7 @@ pub async fn serve(
         Method::Post => {}
         Method::Delete if head.body == BodyFraming::None => {
             let Some(id) = &mh.session else {
-                return Ok(rpc_error(
-                    conn,
-                    400,
-                    "Bad Request: Mcp-Session-Id header is required",
-                    *keep,
-                    wt,
-                )
-                .await);
+                return Ok(no_session(conn, *keep, wt).await);
             };
             let ups = match hub.sessions.remove(id, owner) {
                 Ok(u) => u,
@@ -242,14 +235,7 @@ pub async fn serve(
         }
     }
     let Some(sid) = mh.session.as_deref() else {
-        return Ok(rpc_error(
-            conn,
-            400,
-            "Bad Request: Mcp-Session-Id header is required",
-            *keep,
-            wt,
-        )
-        .await);
+        return Ok(no_session(conn, *keep, wt).await);
     };
     if let Err(m) = hub.sessions.touch(sid, owner, now) {
         return Ok(missing(conn, m, *keep, wt).await);
@@ -407,6 +393,12 @@ async fn rpc_error(
 ) -> Outcome {
     let v = jsonrpc::error(&Value::Null, INVALID_REQUEST, msg);
     json_answer(conn, status, &v, b"", keep, wt).await
+}
+
+/// A request that needs a session named none: 400.
+async fn no_session(conn: &mut ClientConn, keep: bool, wt: std::time::Duration) -> Outcome {
+    let msg = "Bad Request: Mcp-Session-Id header is required";
+    rpc_error(conn, 400, msg, keep, wt).await
 }
 
 async fn missing(
