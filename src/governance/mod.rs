@@ -80,6 +80,7 @@ pub mod exposure;
 pub mod fleet;
 mod grant;
 pub mod keyring;
+pub mod lease;
 mod metrics;
 pub mod registry;
 mod shared;
@@ -190,6 +191,8 @@ pub struct Governance {
     pub(crate) store: Option<store::Store>,
     /// The process-wide ledger new keys get their rows in (set by `with_spend`).
     book: Option<Arc<SpendBook>>,
+    /// This shard's lease refills (`mode = "leased"`).
+    refills: lease::Refills,
 }
 
 /// "1 request", "5 requests".
@@ -463,6 +466,11 @@ impl Governance {
         let hdr_at = headers.len();
         let budgeted = || st.ledger.as_deref().is_some_and(|l| l.has_budget());
         if self.store.is_some() && (key.limited() || budgeted()) {
+            if self.store.as_ref().is_some_and(store::Store::leased) && lease::leases_key(&key, &st)
+            {
+                drop((key, st));
+                return self.admit_leased(i, hdr_at, headers).map(Some);
+            }
             return Ok(Some(self.admit_shared(i, hdr_at)));
         }
         if !key.limited() {
@@ -621,6 +629,9 @@ impl Governance {
         self.metrics.render(&name, routes, shard, out);
         if let Some(s) = &self.store {
             s.render(out);
+            if s.leased() {
+                self.render_leases(shard, out);
+            }
         }
     }
 
