@@ -22,10 +22,12 @@
 //!   this process used in the old one.
 //! - **Lease size** (traffic, bounded by the limit): the first lease of a window is half the
 //!   last lease of the previous one (at least 1), each refill in the same window doubles it, up
-//!   to `ceil(limit / 16)` and 4 096. A busy node reaches big leases in a few refills; an idle
-//!   node holds 1 unit. So a node holds at most one lease plus ¼ of the one before unused
-//!   (< 1.25 × `ceil(limit / 16)`): what the fleet may leave unadmitted of a window is below
-//!   N × 1.25 × `ceil(limit / 16)` for N nodes — never admitted over the limit.
+//!   to `cap = min(ceil(limit / 16), 4096)`. A busy node reaches big leases in a few refills;
+//!   an idle node holds 1 unit. One lease of a key is in flight per process at a time (a
+//!   request that finds none left while one is in flight leases its own unit only), and a
+//!   refill starts when at most ¼ of the last lease is left: a process holds at most
+//!   `cap + cap / 4` units unused. What a fleet of N processes may leave unadmitted of a window
+//!   is below N × 1.25 × `cap`; it never admits over the limit.
 //! - **Store errors**: a refill that fails is counted; the process keeps deciding from the
 //!   units it holds; when they are gone the request asks the store itself and, on an error,
 //!   `on_store_error` decides (`"local"`: the process's own counters, caught up when the store
@@ -529,9 +531,19 @@ impl Grant<'_> {
                 gov.metrics.rejected(Some(self.key), Reason::Rpm);
                 return Err(refusal(&name, limit, secs));
             }
-            // this request's unit and the next lease
-            let want = lease.next_size(w, limit).saturating_add(1);
-            if !gov.lease_now(store, self.key, &name, limit, w, want).await {
+            // this request's unit and the next lease — or, while another lease of the key is
+            // in flight in the process (concurrent requests at a window's start), this
+            // request's unit only: what a process holds unused stays within one lease
+            let batch = lease.begin_refill(w);
+            let want = match batch {
+                true => lease.next_size(w, limit).saturating_add(1),
+                false => 1,
+            };
+            let granted = gov.lease_now(store, self.key, &name, limit, w, want).await;
+            if batch {
+                lease.end_refill();
+            }
+            if !granted {
                 let Some((_, st)) = gov.key(self.key) else {
                     return Ok(());
                 };
