@@ -31,7 +31,8 @@
 //!   and `Grant::check_model` leave the decision to `Grant::confirm`, which asks the store
 //!   (one round trip on the head for `rpm`/`max_in_flight`, one after the body for `tpm`). When
 //!   the store fails, the process-wide counters above decide (or 503, `on_store_error =
-//!   "closed"`).
+//!   "closed"`). With `mode = "leased"` (`lease`) a key's `rpm` is decided from units of its
+//!   window the process leased from the store ahead: no round trip per request.
 //! - **Windows** (`window`): fixed 60 s windows anchored at their first charge (shared store:
 //!   wall-clock minutes, see `store::script`). RPM and
 //!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
