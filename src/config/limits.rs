@@ -43,7 +43,8 @@ pub struct LimitsConfig {
     pub redis_ca_file: Option<Spanned<String>>,
     /// `redis_url` is one seed node of a Redis/Valkey Cluster.
     pub redis_cluster: Spanned<bool>,
-    /// `exact` (every decision asks the store) | `leased` (not built yet: refused).
+    /// `exact` (every decision asks the store) | `leased` (each node leases shares of its keys'
+    /// request windows and decides locally: `governance::lease`).
     pub mode: Spanned<String>,
 }
 
@@ -139,6 +140,11 @@ impl LimitsConfig {
         Ok(u)
     }
 
+    /// `mode = "leased"`: request windows leased by each node (`governance::lease`).
+    pub fn leased(&self) -> bool {
+        self.mode.get_ref() == "leased"
+    }
+
     /// `redis_cluster = true`.
     pub fn cluster(&self) -> bool {
         *self.redis_cluster.get_ref()
@@ -150,11 +156,13 @@ impl LimitsConfig {
             return "limits local".into();
         }
         match self.url() {
-            Ok(u) => format!(
-                "limits redis {u}{} (on_store_error {})",
-                if self.cluster() { " cluster" } else { "" },
-                self.on_store_error.get_ref()
-            ),
+            Ok(u) => {
+                format!(
+                    "limits redis {u}{} (on_store_error {})",
+                    if self.cluster() { " cluster" } else { "" },
+                    self.on_store_error.get_ref()
+                ) + if self.leased() { ", mode leased" } else { "" }
+            }
             Err(_) => "limits redis (bad url)".into(),
         }
     }
@@ -398,10 +406,11 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
     }
     match l.mode.get_ref().as_str() {
         "exact" => {}
-        "leased" => err(
+        "leased" if !l.shared() => err(
             l.mode.span(),
-            "limits.mode = \"leased\" is not built yet (issue 24); use \"exact\"".into(),
+            "limits.mode = \"leased\" leases from the shared store: set store = \"redis\"".into(),
         ),
+        "leased" => {}
         other => err(
             l.mode.span(),
             format!("limits.mode {other:?}: expected \"exact\" or \"leased\""),
@@ -558,6 +567,17 @@ mod tests {
         .unwrap_err();
         let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
         assert_eq!(lines, [Some(4), Some(5), Some(7)], "{errs:?}");
+        // leased: accepted with the shared store, refused without it
+        let c = Config::parse("[limits]\nstore = \"redis\"\nmode = \"leased\"\n").unwrap();
+        assert!(c.limits.leased());
+        assert!(
+            c.limits.summary().ends_with("mode leased"),
+            "{}",
+            c.limits.summary()
+        );
+        let errs = Config::parse("[limits]\nmode = \"leased\"\n").unwrap_err();
+        assert_eq!(errs[0].line, Some(2), "{errs:?}");
+        assert!(errs[0].message.contains("store = \"redis\""), "{errs:?}");
         let c =
             Config::parse("[limits]\nstore = \"redis\"\n[fleet]\nshare = [\"keys\"]\n").unwrap();
         assert!(c.fleet.keys());

@@ -18,6 +18,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
+use super::lease::Lease;
 use super::window::{Clock, Tick, Window};
 
 /// Slots in the first chunk (chunk c holds `FIRST << c`).
@@ -33,6 +34,8 @@ pub struct KeyCounters {
     pub rpm: Window,
     pub tpm: Window,
     in_flight: AtomicU64,
+    /// The units of the key's request window this process leased (`mode = "leased"`).
+    pub lease: Lease,
 }
 
 impl KeyCounters {
@@ -151,6 +154,7 @@ mod tests {
         }
         assert_eq!(t.slot(2).in_flight(), 0);
         assert_eq!(std::mem::size_of::<KeyCounters>(), 64);
+        assert_eq!(std::mem::size_of::<Lease>(), 40);
     }
 
     #[test]

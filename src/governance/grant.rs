@@ -30,6 +30,8 @@ pub(super) enum Pending {
     Nothing,
     /// `rpm` and `max_in_flight` (the head stage).
     Head,
+    /// A leased key's request that found no units left (`lease`).
+    Lease,
     /// `want` tokens against `tpm`, for route `route` (after the body).
     Tokens {
         want: u64,

@@ -31,7 +31,8 @@
 //!   and `Grant::check_model` leave the decision to `Grant::confirm`, which asks the store
 //!   (one round trip on the head for `rpm`/`max_in_flight`, one after the body for `tpm`). When
 //!   the store fails, the process-wide counters above decide (or 503, `on_store_error =
-//!   "closed"`).
+//!   "closed"`). With `mode = "leased"` (`lease`) a key's `rpm` is decided from units of its
+//!   window the process leased from the store ahead: no round trip per request.
 //! - **Windows** (`window`): fixed 60 s windows anchored at their first charge (shared store:
 //!   wall-clock minutes, see `store::script`). RPM and
 //!   in-flight are charged on the head; TPM reserves an `estimate` (prompt bytes / 4 + the output
@@ -80,6 +81,7 @@ pub mod exposure;
 pub mod fleet;
 mod grant;
 pub mod keyring;
+pub mod lease;
 mod metrics;
 pub mod registry;
 mod shared;
@@ -190,6 +192,8 @@ pub struct Governance {
     pub(crate) store: Option<store::Store>,
     /// The process-wide ledger new keys get their rows in (set by `with_spend`).
     book: Option<Arc<SpendBook>>,
+    /// This shard's lease refills (`mode = "leased"`).
+    refills: lease::Refills,
 }
 
 /// "1 request", "5 requests".
@@ -463,6 +467,11 @@ impl Governance {
         let hdr_at = headers.len();
         let budgeted = || st.ledger.as_deref().is_some_and(|l| l.has_budget());
         if self.store.is_some() && (key.limited() || budgeted()) {
+            if self.store.as_ref().is_some_and(store::Store::leased) && lease::leases_key(&key, &st)
+            {
+                drop((key, st));
+                return self.admit_leased(i, hdr_at, headers).map(Some);
+            }
             return Ok(Some(self.admit_shared(i, hdr_at)));
         }
         if !key.limited() {
@@ -621,6 +630,9 @@ impl Governance {
         self.metrics.render(&name, routes, shard, out);
         if let Some(s) = &self.store {
             s.render(out);
+            if s.leased() {
+                self.render_leases(shard, out);
+            }
         }
     }
 

@@ -94,7 +94,7 @@ impl Outage {
         }
     }
 
-    fn note(&self, window: u64, requests: u64, tokens: u64) {
+    pub(super) fn note(&self, window: u64, requests: u64, tokens: u64) {
         if self.window.get() != window {
             self.window.set(window);
             self.requests.set(0);
@@ -116,14 +116,14 @@ impl Outage {
     }
 }
 
-fn unix_ms() -> u64 {
+pub(super) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The answer when the store fails and `on_store_error = "closed"`.
-fn unavailable() -> Error {
+pub(super) fn unavailable() -> Error {
     Error::new(
         Kind::LimitStoreDown,
         "the rate-limit store is unavailable, and this gateway refuses limited requests without it; retry later",
@@ -178,9 +178,17 @@ impl Governance {
     /// Keep the shared store's connection (forever; nothing without a store).
     pub async fn maintain_store(&self) {
         if let Some(store) = &self.store {
-            store
-                .maintain(&|| self.resync(store), &|| self.renew_in_flight(store))
-                .await;
+            let (on_up, on_renew) = (|| self.resync(store), || self.renew_in_flight(store));
+            let keep = store.maintain(&on_up, &on_renew);
+            if store.leased() {
+                // the refill task runs next to the connection, on this shard
+                monoio::select! {
+                    _ = keep => {}
+                    _ = self.refill_leases(store) => {}
+                }
+            } else {
+                keep.await;
+            }
         }
     }
 
@@ -266,6 +274,7 @@ impl Grant<'_> {
         match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Nothing => Ok(()),
             Pending::Head => self.confirm_head(headers).await,
+            Pending::Lease => self.confirm_lease(headers).await,
             Pending::Tokens { want, route } => self.confirm_tokens(want, route, headers).await,
         }
     }

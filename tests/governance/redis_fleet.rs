@@ -11,6 +11,8 @@
 
 #[path = "redis_fleet/cluster.rs"]
 mod cluster;
+#[path = "redis_fleet/leased.rs"]
+mod leased;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../common/redis.rs"]

@@ -13,6 +13,9 @@ mod common;
 #[path = "../common/redis.rs"]
 mod redis;
 
+#[path = "redis_limits/leased.rs"]
+mod leased;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

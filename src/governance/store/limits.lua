@@ -97,6 +97,17 @@ elseif op == 'tokens' then
     return {1, t}
   end
   return {0, add(KEYS[1], want)}
+elseif op == 'lease' then
+  -- KEYS: rpm window. ARGV[3] limit, [4] units wanted. Grants min(wanted, limit - counted)
+  -- units (never below 0) and counts them: every unit any node holds is in the window's count,
+  -- so the fleet never admits more than the limit. Returns {units granted, counted after}.
+  local limit, want = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local c = count(KEYS[1])
+  local grant = math.min(want, limit - c)
+  if grant <= 0 then
+    return {0, c}
+  end
+  return {grant, add(KEYS[1], grant)}
 elseif op == 'add' then
   -- KEYS: a window or a spend counter. ARGV[3] amount (negative: give back; never below 0).
   return add(KEYS[1], tonumber(ARGV[3]))

@@ -172,6 +172,16 @@ impl Store {
         self.s.closed
     }
 
+    /// `mode = "leased"` (`governance::lease`).
+    pub fn leased(&self) -> bool {
+        self.s.leased
+    }
+
+    /// This shard's number.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
     pub fn prefix(&self) -> &str {
         &self.s.prefix
     }

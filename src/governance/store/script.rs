@@ -111,6 +111,13 @@ pub enum Op<'a> {
         limit: u64,
         want: u64,
     },
+    /// Lease up to `want` units of a request window (`mode = "leased"`): at most what is left
+    /// of `limit`, counted at once.
+    Lease {
+        key: &'a [u8],
+        limit: u64,
+        want: u64,
+    },
     /// Add to a window or spend counter (negative: give back) that lives `ttl_ms` after.
     Add {
         key: &'a [u8],
@@ -128,7 +135,7 @@ impl<'a> Op<'a> {
     pub fn key(&self) -> &'a [u8] {
         match *self {
             Op::Admit { rpm_key, .. } => rpm_key,
-            Op::Tokens { key, .. } | Op::Add { key, .. } => key,
+            Op::Tokens { key, .. } | Op::Add { key, .. } | Op::Lease { key, .. } => key,
             Op::Release { hash } | Op::Sync { hash, .. } => hash,
         }
     }
@@ -199,6 +206,19 @@ impl Op<'_> {
                     Arg::U(1),
                     Arg::B(key),
                     Arg::S("tokens"),
+                    ttl,
+                    Arg::U(limit),
+                    Arg::U(want),
+                ],
+            ),
+            Op::Lease { key, limit, want } => resp::command(
+                out,
+                &[
+                    head[0],
+                    head[1],
+                    Arg::U(1),
+                    Arg::B(key),
+                    Arg::S("lease"),
                     ttl,
                     Arg::U(limit),
                     Arg::U(want),
@@ -294,6 +314,14 @@ impl Verdict {
     }
 }
 
+/// The script's answer to `Lease`: units granted, and the window's count after the grant.
+pub fn leased(r: &Reply) -> Option<(u64, u64)> {
+    match r.ints()?.as_slice() {
+        &[granted, counted] => Some((u64::try_from(granted).ok()?, u64::try_from(counted).ok()?)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +395,19 @@ mod tests {
             })
         );
         assert_eq!(Verdict::tokens(&r), None);
+        assert_eq!(leased(&r), None);
+        let two = Reply::Array(Some(vec![Reply::Int(3), Reply::Int(17)]));
+        assert_eq!(leased(&two), Some((3, 17)));
+        let hostile = Reply::Array(Some(vec![Reply::Int(-1), Reply::Int(17)]));
+        assert_eq!(leased(&hostile), None);
+        let mut out = Vec::new();
+        Op::Lease {
+            key: b"rg:rpm:{a}:7",
+            limit: 20,
+            want: 2,
+        }
+        .encode(&mut out, By::Sha(&sha), &id);
+        assert!(out.ends_with(b"$5\r\nlease\r\n$6\r\n120000\r\n$2\r\n20\r\n$1\r\n2\r\n"));
         assert_eq!(Verdict::admit(&Reply::Int(1)), None);
     }
 }

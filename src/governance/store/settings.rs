@@ -58,6 +58,8 @@ pub struct Settings {
     pub tls: Option<tls::Tls>,
     /// `redis_cluster = true`: `addr` is a seed node of a Cluster.
     pub cluster: bool,
+    /// `mode = "leased"`: request windows are leased (`governance::lease`).
+    pub leased: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -112,6 +114,7 @@ impl Settings {
             process: format!("{process:016x}").into(),
             tls,
             cluster: l.cluster(),
+            leased: l.leased(),
         }))
     }
 }

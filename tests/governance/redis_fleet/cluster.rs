@@ -9,7 +9,7 @@ use crate::common::{connect, request};
 use crate::harness::{Gateway, RedisCluster};
 use crate::{spread_key, window_with};
 
-const KEYS: [(&str, &str); 3] = [
+pub const KEYS: [(&str, &str); 3] = [
     (
         "team-a",
         "rg-fleet-cluster-a-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
@@ -41,7 +41,7 @@ fn config_fleet(shards: usize, driver: &str, seed: u16) -> String {
     )
 }
 
-fn config_with(
+pub fn config_with(
     shards: usize,
     driver: &str,
     seed: u16,
