@@ -15,6 +15,12 @@
 //! Between a batch's first span and its end the thread polls the queue every 20 ms instead
 //! of parking on it (queues of 1,024 spans and more), so a shard's `try_send` wakes nobody.
 //!
+//! The thread gives way to the shards (`give_way`): it runs `HELPER_NICE` steps below the
+//! process's priority, so where it shares a core with a shard (every core has one by default)
+//! a shard that wakes takes the core from it at once instead of waiting out a batch; and it
+//! writes a batch in pieces of `WRITE_PIECE` bytes, each a syscall of its own, so the kernel
+//! has a point to switch at within a large batch too.
+//!
 //! Owns: `start` and the thread. Must not: run on a shard, or hold more than one batch.
 
 use std::io::{self, Read, Write};
@@ -48,6 +54,10 @@ const TICK: Duration = Duration::from_millis(20);
 const POLL_QUEUE: usize = 1024;
 /// The collector's answer is read up to this much (its body is not needed).
 const MAX_ANSWER: usize = 64 * 1024;
+/// How much lower than the process the thread runs (nice steps; `give_way`).
+pub const HELPER_NICE: i32 = 10;
+/// A batch is written in pieces of at most this many bytes (`Post::send`).
+const WRITE_PIECE: usize = 16 * 1024;
 
 /// Start the thread; its queue holds `queue_spans` spans.
 pub fn start(
@@ -61,8 +71,23 @@ pub fn start(
     let poll = cfg.queue_spans >= POLL_QUEUE;
     let handle = std::thread::Builder::new()
         .name("rg-telemetry".into())
-        .spawn(move || run(rx, post, &counts, &stop, poll))?;
+        .spawn(move || {
+            give_way();
+            run(rx, post, &counts, &stop, poll)
+        })?;
     Ok((tx, handle))
+}
+
+/// The calling thread runs `HELPER_NICE` steps below the process (at most 19): its weight
+/// against a shard on the same core falls from 1:1 to about 1:10, so the scheduler hands the
+/// core to a waking shard instead of letting a batch's framing and POST finish first (a c=1
+/// request that arrived then waited up to a batch's time). Enough share is left to keep up
+/// with a saturated shard's spans. A failure (a seccomp filter, say) leaves the priority as it
+/// was: tracing works, only without the precedence.
+fn give_way() {
+    if let Err(e) = rustix::process::nice(HELPER_NICE) {
+        eprintln!("telemetry: the export thread keeps the shards' priority ({e})");
+    }
 }
 
 /// Where and how batches go: the request head (all but the length), resource and scope.
@@ -123,26 +148,35 @@ impl Post {
         }
     }
 
-    /// An `ExportTraceServiceRequest` of one `ResourceSpans` with one `ScopeSpans` holding
-    /// `spans` (each already an encoded `Span`): the bytes are framed, not re-encoded.
-    fn encode(&self, spans: &[Vec<u8>]) -> Vec<u8> {
-        let n: usize = spans.iter().map(|s| s.len() + 4).sum();
-        let mut scope_spans = Vec::with_capacity(self.scope.len() + 4 + n);
-        wire::frame(&mut scope_spans, 1, &self.scope);
+    /// The POST of an `ExportTraceServiceRequest` of one `ResourceSpans` with one `ScopeSpans`
+    /// holding `spans` (each already an encoded `Span`): head, `content-length` and body in one
+    /// buffer, each span's bytes copied once (the lengths of the nested messages are known
+    /// before their bytes are written).
+    fn request(&self, spans: &[Vec<u8>]) -> Vec<u8> {
+        let scope_spans = wire::framed_len(self.scope.len())
+            + spans
+                .iter()
+                .map(|s| wire::framed_len(s.len()))
+                .sum::<usize>();
+        let rs = wire::framed_len(self.resource.len()) + wire::framed_len(scope_spans);
+        let body = wire::framed_len(rs);
+        let mut req = Vec::with_capacity(self.head.len() + 40 + body);
+        req.extend_from_slice(&self.head);
+        let _ = write!(req, "content-length: {body}\r\n\r\n");
+        let start = req.len();
+        wire::field(&mut req, 1, rs);
+        wire::frame(&mut req, 1, &self.resource);
+        wire::field(&mut req, 2, scope_spans);
+        wire::frame(&mut req, 1, &self.scope);
         for s in spans {
-            wire::frame(&mut scope_spans, 2, s);
+            wire::frame(&mut req, 2, s);
         }
-        let mut rs = Vec::with_capacity(self.resource.len() + scope_spans.len() + 12);
-        wire::frame(&mut rs, 1, &self.resource);
-        wire::frame(&mut rs, 2, &scope_spans);
-        drop(scope_spans);
-        let mut body = Vec::with_capacity(rs.len() + 6);
-        wire::frame(&mut body, 1, &rs);
-        body
+        debug_assert_eq!(req.len() - start, body);
+        req
     }
 
-    /// One POST: the status the collector answered.
-    fn send(&self, body: &[u8]) -> io::Result<u16> {
+    /// One POST of `req` (`request`): the status the collector answered.
+    fn send(&self, req: &[u8]) -> io::Result<u16> {
         let addr = (self.target.host.as_str(), self.target.port)
             .to_socket_addrs()?
             .next()
@@ -151,11 +185,9 @@ impl Post {
         s.set_read_timeout(Some(IO_TIMEOUT))?;
         s.set_write_timeout(Some(IO_TIMEOUT))?;
         let _ = s.set_nodelay(true);
-        let mut req = Vec::with_capacity(self.head.len() + 32 + body.len());
-        req.extend_from_slice(&self.head);
-        let _ = write!(req, "content-length: {}\r\n\r\n", body.len());
-        req.extend_from_slice(body);
-        s.write_all(&req)?;
+        for piece in req.chunks(WRITE_PIECE) {
+            s.write_all(piece)?;
+        }
         // the status line is all that is needed; read until it is whole, bounded
         let mut buf = vec![0u8; 1024];
         let mut n = 0;
@@ -260,7 +292,7 @@ fn run(rx: Receiver<Option<Vec<u8>>>, post: Post, counts: &Counts, stop: &Atomic
             }
         }
         let n = batch.len() as u64;
-        let body = post.encode(&batch);
+        let body = post.request(&batch);
         batch.clear();
         let was_healthy = healthy;
         let mut r = post.send(&body);
@@ -314,6 +346,118 @@ mod tests {
             retryable(&Ok(503))
                 && !retryable(&Ok(400))
                 && retryable(&Err(io::ErrorKind::Other.into()))
+        );
+    }
+
+    /// The framed POST decodes as the `ExportTraceServiceRequest` prost builds from the same
+    /// parts, and its `content-length` is its body's (spans of sizes whose lengths take one,
+    /// two and three varint bytes, so the nested lengths cross varint widths too).
+    #[test]
+    fn a_batch_is_the_request_prost_encodes() {
+        let cfg = TelemetryConfig {
+            otlp_endpoint: Some("http://127.0.0.1:4318/otel".into()),
+            service_name: "svc".into(),
+            ..TelemetryConfig::default()
+        };
+        let target = crate::config::telemetry::parse_endpoint("http://127.0.0.1:4318/otel")
+            .expect("endpoint");
+        let post = Post::new(&cfg, target);
+        let span = |name: String| proto::Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name,
+            kind: proto::KIND_SERVER,
+            start_time_unix_nano: 1,
+            end_time_unix_nano: 2,
+            ..Default::default()
+        };
+        let spans: Vec<proto::Span> = [1usize, 100, 200, 20_000, 3]
+            .iter()
+            .map(|&n| span("x".repeat(n)))
+            .collect();
+        for n in [0, 1, spans.len()] {
+            let encoded: Vec<Vec<u8>> = spans[..n].iter().map(|s| s.encode_to_vec()).collect();
+            let req = post.request(&encoded);
+            let split = req
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .expect("head end")
+                + 4;
+            let head = std::str::from_utf8(&req[..split]).expect("head");
+            assert!(
+                head.starts_with("POST /otel/v1/traces HTTP/1.1\r\n"),
+                "{head}"
+            );
+            let body = &req[split..];
+            assert!(head.contains(&format!("content-length: {}\r\n", body.len())));
+            let theirs = proto::ExportTraceServiceRequest {
+                resource_spans: vec![proto::ResourceSpans {
+                    resource: Some(proto::Resource::decode(&post.resource[..]).expect("res")),
+                    scope_spans: vec![proto::ScopeSpans {
+                        scope: Some(proto::InstrumentationScope {
+                            name: "ringgate".into(),
+                            version: env!("CARGO_PKG_VERSION").into(),
+                        }),
+                        spans: spans[..n].to_vec(),
+                    }],
+                }],
+            };
+            assert_eq!(body, theirs.encode_to_vec());
+            let back = proto::ExportTraceServiceRequest::decode(body).expect("decodes");
+            assert_eq!(back, theirs);
+        }
+    }
+
+    /// The export thread runs `HELPER_NICE` below the thread that started it (Linux keeps a
+    /// nice value per thread; /proc shows it in field 19 of the thread's stat).
+    #[test]
+    fn the_export_thread_gives_way() {
+        fn nice_of(stat: &str) -> Option<i32> {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(16)?
+                .parse()
+                .ok()
+        }
+        let own = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").expect("stat"))
+            .expect("own nice");
+        let want = (own + HELPER_NICE).min(19);
+        let cfg = TelemetryConfig {
+            otlp_endpoint: Some("http://127.0.0.1:9".into()),
+            ..TelemetryConfig::default()
+        };
+        let target = crate::config::telemetry::parse_endpoint("http://127.0.0.1:9").expect("ep");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, handle) = start(&cfg, target, Arc::default(), stop.clone()).expect("started");
+        // the thread's own nice, read from its task (other tests' export threads, if any,
+        // are the same code); it is set first thing, waited for without a tight bound
+        let ours = |t: &std::fs::DirEntry| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            (comm.trim() == "rg-telemetry")
+                .then(|| nice_of(&stat))
+                .flatten()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            seen = std::fs::read_dir("/proc/self/task")
+                .expect("tasks")
+                .flatten()
+                .filter_map(|t| ours(&t))
+                .collect();
+            if !seen.is_empty() && seen.iter().all(|&n| n == want) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Release);
+        drop(tx);
+        handle.join().expect("export thread");
+        assert!(
+            !seen.is_empty() && seen.iter().all(|&n| n == want),
+            "{seen:?} want {want}"
         );
     }
 }

@@ -23,9 +23,19 @@ fn varint_len(v: u64) -> usize {
 
 /// A length-delimited field `tag` holding `body` (the field's key, length, bytes).
 pub fn frame(out: &mut Vec<u8>, tag: u32, body: &[u8]) {
-    varint(out, u64::from(tag << 3 | 2));
-    varint(out, body.len() as u64);
+    field(out, tag, body.len());
     out.extend_from_slice(body);
+}
+
+/// The key and length of a length-delimited field `tag` of `len` bytes, which follow.
+pub fn field(out: &mut Vec<u8>, tag: u32, len: usize) {
+    varint(out, u64::from(tag << 3 | 2));
+    varint(out, len as u64);
+}
+
+/// The bytes `frame` writes for a body of `len` bytes under a tag below 16.
+pub fn framed_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
 }
 
 /// A span's fields in tag order: `start` (1–8), `attr*` (9), `finish` (15, 16).
