@@ -9,7 +9,7 @@
 //! connections (that is `forward` and `upstream`), or see the shard (it gets a `forward::Env`).
 
 pub mod bridge;
-pub mod json_check;
+pub use crate::util::json_check;
 pub mod outcome;
 pub mod relay;
 pub mod respond;

@@ -1,23 +1,27 @@
 //! Same-dialect passthrough support: find `model` and `stream` in a JSON body without building
-//! the document (sonic-rs lazy iteration over the top-level object), and splice a different model
-//! name in.
+//! the document, and splice a different model name in.
 //!
 //! Before anything is forwarded the body must be one JSON object, nested at most
-//! `nesting::MAX_DEPTH` deep (checked before sonic-rs recurses), followed by nothing but
-//! whitespace, with at most one `model` and one `stream` key (after unescaping), so the gateway
-//! and the upstream can never read a different model; and `model` must be a valid model
-//! identifier (`upstream::target::model_id`), since it may become part of an upstream path.
-//! Every violation is a 400 (`Kind::InvalidBody`) before routing.
+//! `nesting::MAX_DEPTH` deep, followed by nothing but whitespace, with at most one `model` and
+//! one `stream` key (after unescaping), so the gateway and the upstream can never read a
+//! different model; and `model` must be a valid model identifier (`upstream::target::model_id`),
+//! since it may become part of an upstream path. Every violation is a 400 (`Kind::InvalidBody`)
+//! before routing.
+//!
+//! One targeted pass: the body is validated whole by `util::json_check` (flat, no allocation),
+//! then only its top-level members are walked (values skipped by their brackets and string
+//! quotes, which the check has proven balanced); the few values routing reads are read from
+//! their bytes. Nothing is allocated but the model's name. The same pass reads what the
+//! request's span reports (`Sampling`: `temperature`, `top_p`; the output cap is `max_tokens`).
 //!
 //! Owns: the routing fields of a request body and those checks. Must not: validate or rewrite
 //! anything else — the rest of the body is forwarded byte for byte.
 
 use std::ops::Range;
 
-use sonic_rs::JsonValueTrait;
-
 use crate::error::{push_json_str, Error, Kind};
 use crate::http::target::{self, MODEL_RULE};
+use crate::util::json_check;
 use crate::util::nesting;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +36,33 @@ pub struct RoutingFields {
     pub max_tokens: Option<u64>,
     /// What the body says about `stream_options.include_usage` (read in the same pass).
     pub usage_option: UsageOption,
+    /// The sampling parameters the body asks for (read in the same pass; never validated).
+    pub sampling: Sampling,
     /// The request's usage is metered (a keyed request; set by the pipeline, not read from
     /// the body): Chat streams ask the upstream for usage (see `plan`).
     pub metered: bool,
     /// The Responses state namespace of a Responses request while the store is on (set by the
     /// pipeline, not read from the body; see `responses_state`).
     pub tenant: Option<u64>,
+}
+
+/// `temperature` and `top_p` as the body gives them (Gemini: `generationConfig.temperature` and
+/// `.topP`), numbers only; for the request's span. Kept as the `f64`'s bits so that
+/// `RoutingFields` stays `Eq`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sampling {
+    temperature: Option<u64>,
+    top_p: Option<u64>,
+}
+
+impl Sampling {
+    pub fn temperature(&self) -> Option<f64> {
+        self.temperature.map(f64::from_bits)
+    }
+
+    pub fn top_p(&self) -> Option<f64> {
+        self.top_p.map(f64::from_bits)
+    }
 }
 
 /// A Chat body's `stream_options.include_usage`, as the client sent it.
@@ -59,41 +84,37 @@ pub enum UsageOption {
 /// output-token cap if there is one.
 pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
     let scan = scan(body, false)?;
-    let model_node = scan
+    let span = scan
         .model
         .ok_or_else(|| Error::new(Kind::InvalidBody, "missing required field \"model\""))?;
-    let model_str = model_node
-        .as_str()
-        .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?
-        .to_string();
+    let model_str = match body.get(span.clone()) {
+        Some([b'"', inner @ .., b'"']) => unescape(inner),
+        _ => None,
+    }
+    .ok_or_else(|| Error::new(Kind::InvalidBody, "\"model\" must be a string"))?;
     if let Err(why) = target::model_id(&model_str) {
         return Err(Error::new(
             Kind::InvalidBody,
             format!("\"model\" is not a valid model name: it {why}; {MODEL_RULE}"),
         ));
     }
-    let raw = model_node.as_raw_str();
-    let start = offset_in(body, raw).unwrap_or(usize::MAX);
-    let model_span = start..start.saturating_add(raw.len());
-    if body.get(model_span.clone()) != Some(raw.as_bytes()) {
-        return Err(Error::new(
-            Kind::Internal,
-            "could not locate \"model\" in the body",
-        ));
-    }
-    let stream = match scan.stream {
-        None => false,
-        Some(v) if v.is_null() => false,
-        Some(v) => v
-            .as_bool()
-            .ok_or_else(|| Error::new(Kind::InvalidBody, "\"stream\" must be a boolean"))?,
+    let stream = match scan.stream.and_then(|r| body.get(r)) {
+        None | Some(b"null") | Some(b"false") => false,
+        Some(b"true") => true,
+        Some(_) => {
+            return Err(Error::new(
+                Kind::InvalidBody,
+                "\"stream\" must be a boolean",
+            ))
+        }
     };
     Ok(RoutingFields {
         model: model_str,
-        model_span,
+        model_span: span,
         stream,
         max_tokens: scan.max_tokens,
         usage_option: scan.usage_option,
+        sampling: scan.sampling,
         metered: false,
         tenant: None,
     })
@@ -114,145 +135,405 @@ pub fn gemini_fields(
         stream: call.stream,
         max_tokens: scan.max_tokens,
         usage_option: UsageOption::Absent,
+        sampling: scan.sampling,
         metered: false,
         tenant: None,
     })
 }
 
-/// What one pass over a body found.
-struct Scan<'b> {
-    model: Option<sonic_rs::LazyValue<'b>>,
-    stream: Option<sonic_rs::LazyValue<'b>>,
+/// What one pass over a body found: the routing values' byte ranges and the parameters read.
+struct Scan {
+    model: Option<Range<usize>>,
+    stream: Option<Range<usize>>,
     max_tokens: Option<u64>,
     usage_option: UsageOption,
+    sampling: Sampling,
 }
 
 /// The checks every body passes (non-empty, nesting bound, one object with no duplicate routing
-/// key and nothing after it) and its routing keys, in one lazy pass. `gemini`: the output cap
-/// is `generationConfig.maxOutputTokens`.
-fn scan(body: &[u8], gemini: bool) -> Result<Scan<'_>, Error> {
+/// key and nothing after it) and its routing keys, in one pass. `gemini`: the output cap and
+/// the sampling parameters are `generationConfig`'s.
+fn scan(body: &[u8], gemini: bool) -> Result<Scan, Error> {
     if body.is_empty() {
         return Err(Error::new(
             Kind::InvalidBody,
             "request body is empty; expected a JSON object",
         ));
     }
-    // Bound the nesting before sonic-rs recurses into it (see `nesting`).
+    // the depth first: its message wins over any other a deep body would also earn
     nesting::check(body).map_err(|e| {
         Error::new(
             Kind::InvalidBody,
             format!("request body is not acceptable: {e}"),
         )
     })?;
-    // One lazy pass over the whole top-level object: values are skipped (SIMD), not built.
-    let mut model = None;
-    let mut stream = None;
-    let mut max_tokens = None;
-    let mut usage_option = UsageOption::Absent;
-    let mut after_last = None;
-    for entry in sonic_rs::to_object_iter(body) {
-        let (key, value) = entry.map_err(|e| {
-            Error::new(
-                Kind::InvalidBody,
-                format!("request body is not a valid JSON object: {e}"),
-            )
-        })?;
-        let raw = value.as_raw_str();
-        after_last = Some(offset_in(body, raw).map_or(usize::MAX, |o| o + raw.len()));
-        let slot = match key.as_ref() {
-            "model" => &mut model,
-            "stream" => &mut stream,
-            "max_tokens" | "max_completion_tokens" | "max_output_tokens" if !gemini => {
-                max_tokens = max_tokens.or_else(|| value.as_u64());
-                continue;
+    if let Err(why) = json_check::check(body) {
+        return Err(invalid(body, why));
+    }
+    let Some(open) = body
+        .iter()
+        .position(|b| !is_ws(*b))
+        .filter(|&i| body[i] == b'{')
+    else {
+        return Err(Error::new(
+            Kind::InvalidBody,
+            "request body must be one JSON object",
+        ));
+    };
+    let mut s = Scan {
+        model: None,
+        stream: None,
+        max_tokens: None,
+        usage_option: UsageOption::Absent,
+        sampling: Sampling::default(),
+    };
+    let mut duplicate = None;
+    members(body, open, |name, value| {
+        let key = key_of(name);
+        let raw = &body[value.clone()];
+        let slot = match key {
+            Key::Model => &mut s.model,
+            Key::Stream => &mut s.stream,
+            Key::MaxTokens if !gemini => {
+                s.max_tokens = s.max_tokens.or_else(|| whole_number(raw));
+                return;
             }
-            "stream_options" if !gemini => {
-                usage_option = match usage_option {
-                    UsageOption::Absent => usage_option_of(body, raw),
+            Key::StreamOptions if !gemini => {
+                s.usage_option = match s.usage_option {
+                    UsageOption::Absent => usage_option_of(body, value),
                     _ => UsageOption::Unclear,
                 };
-                continue;
+                return;
             }
-            "generationConfig" | "generation_config" if gemini && raw.starts_with('{') => {
-                max_tokens = max_tokens.or_else(|| {
-                    let cap = sonic_rs::get(raw, ["maxOutputTokens"])
-                        .or_else(|_| sonic_rs::get(raw, ["max_output_tokens"]));
-                    cap.ok()?.as_u64()
-                });
-                continue;
+            Key::Temperature if !gemini => return first_number(&mut s.sampling.temperature, raw),
+            Key::TopP if !gemini => return first_number(&mut s.sampling.top_p, raw),
+            Key::GenerationConfig(camel) if gemini && raw.first() == Some(&b'{') => {
+                generation_config(body, value.start, camel, &mut s);
+                return;
             }
-            _ => continue,
+            _ => return,
         };
-        if slot.replace(value).is_some() {
-            return Err(Error::new(
-                Kind::InvalidBody,
-                format!("request body has a duplicate {:?} key", key.as_ref()),
-            ));
+        if slot.replace(value).is_some() && duplicate.is_none() {
+            duplicate = Some(key);
         }
+    });
+    if let Some(key) = duplicate {
+        let name = if key == Key::Model { "model" } else { "stream" };
+        return Err(Error::new(
+            Kind::InvalidBody,
+            format!("request body has a duplicate {name:?} key"),
+        ));
     }
-    // The iterator stopped at the object's closing brace (after optional whitespace following
-    // the last value); only whitespace may follow that brace. (No entries: `model` is missing,
-    // or, for Gemini, the object is empty — `{}` — and was checked whole by the iterator.)
-    match after_last {
-        Some(end) if !only_whitespace_after_close(body.get(end..).unwrap_or_default()) => {
-            return Err(Error::new(
-                Kind::InvalidBody,
-                "request body has data after its JSON object",
-            ));
-        }
-        None if gemini && !is_empty_object(body) => {
-            return Err(Error::new(
-                Kind::InvalidBody,
-                "request body must be one JSON object",
-            ));
-        }
-        _ => {}
-    }
-    Ok(Scan {
-        model,
-        stream,
-        max_tokens,
-        usage_option,
-    })
+    Ok(s)
 }
 
-/// `stream_options`' raw value `raw` (a slice of `body`) → what it says about usage.
-fn usage_option_of(body: &[u8], raw: &str) -> UsageOption {
-    let Some(start) = offset_in(body, raw) else {
-        return UsageOption::Unclear;
+/// The error for a body `json_check` refused: data after a complete top-level value is said as
+/// such, anything else is not a valid JSON object.
+fn invalid(body: &[u8], why: json_check::Invalid) -> Error {
+    let first = body.iter().position(|b| !is_ws(*b)).unwrap_or(0);
+    let after_value = match why {
+        // the value was complete where the check met a byte it could not take: data after it
+        json_check::Invalid::At(at) => value_end(body, first).is_some_and(|end| end <= at),
+        _ => false,
     };
-    let span = start..start + raw.len();
-    if raw == "null" {
-        return UsageOption::NotAsked(span);
+    if after_value {
+        return Error::new(
+            Kind::InvalidBody,
+            "request body has data after its JSON object",
+        );
     }
-    if !raw.starts_with('{') {
+    let at = match why {
+        json_check::Invalid::At(at) => format!("unexpected byte at offset {at}"),
+        json_check::Invalid::Eof => "it ends inside a value".to_string(),
+        json_check::Invalid::TooDeep => nesting::TooDeep.to_string(),
+    };
+    Error::new(
+        Kind::InvalidBody,
+        format!("request body is not a valid JSON object: {at}"),
+    )
+}
+
+/// The top-level keys the scan reads (after unescaping); anything else is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Model,
+    Stream,
+    MaxTokens,
+    StreamOptions,
+    Temperature,
+    TopP,
+    /// `generationConfig` (true) or `generation_config`.
+    GenerationConfig(bool),
+    Other,
+}
+
+fn key_of(name: &[u8]) -> Key {
+    match name {
+        b"model" => Key::Model,
+        b"stream" => Key::Stream,
+        b"max_tokens" | b"max_completion_tokens" | b"max_output_tokens" => Key::MaxTokens,
+        b"stream_options" => Key::StreamOptions,
+        b"temperature" => Key::Temperature,
+        b"top_p" => Key::TopP,
+        b"generationConfig" => Key::GenerationConfig(true),
+        b"generation_config" => Key::GenerationConfig(false),
+        _ => Key::Other,
+    }
+}
+
+/// Call `f` with a raw key's name (between its quotes), unescaped if it has escapes (into a
+/// small stack buffer: a name longer than any the scan reads is handed over as `""`).
+fn with_name(raw: &[u8], f: &mut impl FnMut(&[u8], Range<usize>), value: Range<usize>) {
+    if !raw.contains(&b'\\') {
+        return f(raw, value);
+    }
+    let mut out = [0u8; 24];
+    let mut n = 0;
+    let fits = unescape_into(raw, |bytes| {
+        let end = n + bytes.len();
+        let Some(dst) = out.get_mut(n..end) else {
+            return false;
+        };
+        dst.copy_from_slice(bytes);
+        n = end;
+        true
+    });
+    f(if fits { &out[..n] } else { b"" }, value)
+}
+
+/// Call `f` with each member (its unescaped name, its value's byte range) of the object whose
+/// `{` is at `open` in `b`, which `json_check` has accepted. Returns the offset after the
+/// closing `}`.
+fn members(b: &[u8], open: usize, mut f: impl FnMut(&[u8], Range<usize>)) -> Option<usize> {
+    let mut i = skip_ws(b, open + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        // `"key"`
+        let key_end = string_end(b, i)?;
+        let name = b.get(i + 1..key_end - 1)?;
+        // `:` value
+        i = skip_ws(b, skip_ws(b, key_end) + 1);
+        let end = value_end(b, i)?;
+        with_name(name, &mut f, i..end);
+        i = skip_ws(b, end);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The end of the (valid) value starting at `i`.
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => string_end(b, i),
+        b'{' | b'[' => {
+            // brackets are balanced outside strings (the body passed `json_check`)
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                let k = j + memchr::memchr3(b'"', b'{', b'[', &b[j..]).map_or(b.len() - j, |k| k);
+                let closes = memchr::memchr2_iter(b'}', b']', &b[j..k]);
+                for c in closes {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        return Some(j + c + 1);
+                    }
+                }
+                match b.get(k)? {
+                    b'"' => j = string_end(b, k)?,
+                    _ => {
+                        depth += 1;
+                        j = k + 1;
+                    }
+                }
+            }
+        }
+        _ => {
+            let n = b[i..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']') || is_ws(*c))
+                .unwrap_or(b.len() - i);
+            Some(i + n)
+        }
+    }
+}
+
+/// The offset after the closing quote of the string whose opening quote is at `i`.
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b[j] == b'"' {
+            return Some(j + 1);
+        }
+        j += 2;
+    }
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(|c| is_ws(*c)) {
+        i += 1;
+    }
+    i
+}
+
+/// A JSON number that is a whole number in `u64`'s range (`16`, not `16.0` or `-1`).
+fn whole_number(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+/// Keep the first number a key has (its `f64`'s bits).
+fn first_number(slot: &mut Option<u64>, raw: &[u8]) {
+    if slot.is_none() && matches!(raw.first(), Some(b'-' | b'0'..=b'9')) {
+        let n = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok());
+        *slot = n.map(f64::to_bits);
+    }
+}
+
+/// Gemini's `generationConfig` object at `open`: `maxOutputTokens` (else `max_output_tokens`)
+/// for the cap; `camel`: its `temperature` and `topP` for the span.
+fn generation_config(body: &[u8], open: usize, camel: bool, s: &mut Scan) {
+    let (mut cap, mut cap_snake) = (None, None);
+    let (mut temperature, mut top_p) = (None, None);
+    members(body, open, |name, value| {
+        let raw = &body[value];
+        match name {
+            b"maxOutputTokens" => cap = cap.or_else(|| whole_number(raw)),
+            b"max_output_tokens" => cap_snake = cap_snake.or_else(|| whole_number(raw)),
+            b"temperature" if camel => first_number(&mut temperature, raw),
+            b"topP" if camel => first_number(&mut top_p, raw),
+            _ => {}
+        }
+    });
+    s.max_tokens = s.max_tokens.or(cap.or(cap_snake));
+    if s.sampling.temperature.is_none() {
+        s.sampling.temperature = temperature;
+    }
+    if s.sampling.top_p.is_none() {
+        s.sampling.top_p = top_p;
+    }
+}
+
+/// `stream_options`' value at `value` (a range of `body`) → what it says about usage.
+fn usage_option_of(body: &[u8], value: Range<usize>) -> UsageOption {
+    let raw = &body[value.clone()];
+    if raw == b"null" {
+        return UsageOption::NotAsked(value);
+    }
+    if raw.first() != Some(&b'{') {
         return UsageOption::Unclear;
     }
-    match sonic_rs::get(raw, ["include_usage"]) {
-        Ok(v) if v.as_bool() == Some(true) => UsageOption::Asked,
-        _ => UsageOption::NotAsked(span),
+    let mut asked = None;
+    members(body, value.start, |name, v| {
+        if name == b"include_usage" && asked.is_none() {
+            asked = Some(&body[v] == b"true");
+        }
+    });
+    match asked {
+        Some(true) => UsageOption::Asked,
+        _ => UsageOption::NotAsked(value),
     }
 }
 
-/// `body` is `{}` with optional whitespace around and inside.
-fn is_empty_object(body: &[u8]) -> bool {
-    let mut it = body
-        .iter()
-        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-    it.next() == Some(&b'{') && it.next() == Some(&b'}') && it.next().is_none()
+/// A JSON string's contents (between its quotes, valid per `json_check`) unescaped; `None`
+/// for an escaped lone surrogate (no character).
+fn unescape(raw: &[u8]) -> Option<String> {
+    let Some(first) = memchr::memchr(b'\\', raw) else {
+        return std::str::from_utf8(raw).ok().map(str::to_owned);
+    };
+    let mut out = Vec::with_capacity(raw.len());
+    out.extend_from_slice(&raw[..first]);
+    let ok = unescape_into(&raw[first..], |bytes| {
+        out.extend_from_slice(bytes);
+        true
+    });
+    if !ok {
+        return None;
+    }
+    String::from_utf8(out).ok()
 }
 
-/// Offset of `raw` (a slice sonic-rs handed out for `body`) in `body`, if it lies there.
-fn offset_in(body: &[u8], raw: &str) -> Option<usize> {
-    let start = (raw.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-    (start + raw.len() <= body.len()).then_some(start)
+/// Hand `emit` the unescaped bytes of a JSON string's contents (valid per `json_check`), run by
+/// run; false when `emit` refuses or an escape is a lone surrogate.
+fn unescape_into(raw: &[u8], mut emit: impl FnMut(&[u8]) -> bool) -> bool {
+    let mut i = 0;
+    while i < raw.len() {
+        let Some(k) = memchr::memchr(b'\\', &raw[i..]) else {
+            return emit(&raw[i..]);
+        };
+        if k > 0 && !emit(&raw[i..i + k]) {
+            return false;
+        }
+        i += k;
+        let simple: &[u8] = match raw.get(i + 1) {
+            Some(b'"') => b"\"",
+            Some(b'\\') => b"\\",
+            Some(b'/') => b"/",
+            Some(b'b') => b"\x08",
+            Some(b'f') => b"\x0c",
+            Some(b'n') => b"\n",
+            Some(b'r') => b"\r",
+            Some(b't') => b"\t",
+            Some(b'u') => b"",
+            _ => return false,
+        };
+        if !simple.is_empty() {
+            if !emit(simple) {
+                return false;
+            }
+            i += 2;
+            continue;
+        }
+        let Some(hi) = hex4(raw, i + 2) else {
+            return false;
+        };
+        i += 6;
+        let code = match hi {
+            0xD800..=0xDBFF => {
+                let lo = match (raw.get(i), raw.get(i + 1)) {
+                    (Some(b'\\'), Some(b'u')) => hex4(raw, i + 2),
+                    _ => None,
+                };
+                match lo {
+                    Some(lo @ 0xDC00..=0xDFFF) => {
+                        i += 6;
+                        0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                    }
+                    _ => return false,
+                }
+            }
+            0xDC00..=0xDFFF => return false,
+            c => c,
+        };
+        let Some(c) = char::from_u32(code) else {
+            return false;
+        };
+        let mut utf8 = [0u8; 4];
+        if !emit(c.encode_utf8(&mut utf8).as_bytes()) {
+            return false;
+        }
+    }
+    true
 }
 
-/// `rest` is optional whitespace, `}`, optional whitespace.
-fn only_whitespace_after_close(rest: &[u8]) -> bool {
-    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-    let mut it = rest.iter().skip_while(|b| ws(b));
-    it.next() == Some(&b'}') && it.all(ws)
+/// The four hex digits at `raw[i..i + 4]`.
+fn hex4(raw: &[u8], i: usize) -> Option<u32> {
+    let digits = raw.get(i..i + 4)?;
+    let text = std::str::from_utf8(digits).ok()?;
+    u32::from_str_radix(text, 16).ok()
 }
 
 /// A copy of `body` with the model value replaced by `model`.
@@ -315,7 +596,7 @@ mod tests {
             (r#"{"model":"a"}}"#, "after its JSON object"),
             (r#"{"model":"a"},"#, "after its JSON object"),
             (r#"{"model":"a" } \n {}"#, "after its JSON object"),
-            ("{} x", "missing"),
+            ("{} x", "after its JSON object"),
         ];
         for (body, want) in bad {
             let e = routing_fields(body.as_bytes()).unwrap_err();
@@ -394,6 +675,82 @@ mod tests {
             gemini_fields(deep.as_bytes(), &call).unwrap_err().status(),
             400
         );
+    }
+
+    #[test]
+    fn the_same_pass_reads_caps_sampling_and_usage() {
+        let f = routing_fields(
+            br#"{"temperature":0.5,"model":"m","top_p":1,"messages":[{"temperature":9}],"max_completion_tokens":7,"max_tokens":9,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.max_tokens, Some(7), "the first whole number");
+        assert_eq!(
+            (f.sampling.temperature(), f.sampling.top_p()),
+            (Some(0.5), Some(1.0))
+        );
+        assert_eq!(f.usage_option, UsageOption::Asked);
+        let body = br#"{"model":"m","stream":true,"stream_options":{"include_usage":false},"max_tokens":16.0,"temperature":"hot"}"#;
+        let f = routing_fields(body).unwrap();
+        assert_eq!((f.max_tokens, f.sampling.temperature()), (None, None));
+        let UsageOption::NotAsked(span) = &f.usage_option else {
+            panic!("{:?}", f.usage_option);
+        };
+        assert_eq!(&body[span.clone()], br#"{"include_usage":false}"#);
+        let f = routing_fields(br#"{"model":"m","stream_options":null,"stream_options":{}}"#);
+        assert_eq!(f.unwrap().usage_option, UsageOption::Unclear);
+        // escaped keys are the keys they spell
+        let f = routing_fields(br#"{"\u006dodel":"a\/b","str\u0065am":true,"top\u005fp":0.25}"#);
+        let f = f.unwrap();
+        assert_eq!(
+            (f.model.as_str(), f.stream, f.sampling.top_p()),
+            ("a/b", true, Some(0.25))
+        );
+        let e = routing_fields(br#"{"model":"a","\u0073tream":true,"stream":false}"#).unwrap_err();
+        assert!(e.message.contains("duplicate \"stream\""), "{}", e.message);
+        // a long escaped key is none of the routing keys
+        let long = format!(r#"{{"model":"a","\u006d{}":1}}"#, "o".repeat(40));
+        assert_eq!(routing_fields(long.as_bytes()).unwrap().model, "a");
+        // a model spelled with a surrogate pair, and a lone surrogate (no character)
+        // (an emoji is not a model identifier: refused after unescaping, as a lone surrogate)
+        let e = routing_fields(br#"{"model":"m\ud83d\ude00"}"#).unwrap_err();
+        assert!(e.message.contains("valid model name"), "{}", e.message);
+        assert_eq!(
+            routing_fields(br#"{"model":"m\ud83d"}"#)
+                .unwrap_err()
+                .status(),
+            400
+        );
+        let call = crate::dialect::gemini_call::Call {
+            model: "g".into(),
+            stream: false,
+        };
+        let f = gemini_fields(
+            br#"{"generationConfig":{"max_output_tokens":3,"temperature":0.1,"topP":0.9,"maxOutputTokens":5}}"#,
+            &call,
+        )
+        .unwrap();
+        assert_eq!(
+            (f.max_tokens, f.sampling.temperature(), f.sampling.top_p()),
+            (Some(5), Some(0.1), Some(0.9))
+        );
+    }
+
+    #[test]
+    fn values_are_skipped_whole() {
+        // brackets and quotes inside strings, nested containers, numbers and literals before
+        // the routing keys
+        let body = br#"{"a":"}]\"{[","b":[{"c":[1,2,{"d":"]"}]},-1.5e3,true,null],"e":{},"f":[],"model":"x","g":"\\","stream":false}"#;
+        let f = routing_fields(body).unwrap();
+        assert_eq!((f.model.as_str(), f.stream), ("x", false));
+        assert_eq!(&body[f.model_span.clone()], br#""x""#);
+        for bad in [
+            &br#"{"model":"a","x":[}"#[..],
+            br#"{"model":"a","x":"\q"}"#,
+            b"{\"model\":\"a\xff\"}",
+        ] {
+            let e = routing_fields(bad).unwrap_err();
+            assert!(e.message.contains("valid JSON"), "{}", e.message);
+        }
     }
 
     #[test]

@@ -189,7 +189,7 @@ pub async fn open<'s>(
         // traced: this attempt's CLIENT span and the `traceparent` naming it
         let mut trace_lines = Vec::new();
         if let (Some(o), Some(tel)) = (call.tried.otel.as_deref_mut(), &env.telemetry) {
-            let a = crate::telemetry::Attempt::new(cand.deployment, &planned.upstream_model);
+            let a = crate::telemetry::Attempt::new(cand.deployment, planned.upstream_model);
             tel.attempt(o, a, &mut trace_lines);
         }
         let one = Attempt {
@@ -420,7 +420,7 @@ async fn attempt<'s>(
         Target::Http { path } => path,
         Target::Mock => {
             let (w, r) = pipe(PIPE_BYTES);
-            let model = planned.upstream_model.clone();
+            let model = planned.upstream_model.to_string();
             let body = planned.body.to_vec();
             let (profile, stream) = (provider.mock_profile, call.fields.stream);
             monoio::spawn(mock_answer(w, client, op, model, stream, body, profile));
@@ -442,16 +442,16 @@ async fn attempt<'s>(
             format!("provider {} has no base_url", provider.name),
         )
     })?;
-    // the provider's own lines, plus what the header policy forwards from the client
-    let mut headers = call
-        .headers
-        .upstream_lines(provider.kind, cand.auth_headers());
-    if !trace_lines.is_empty() {
-        headers.to_mut().extend_from_slice(trace_lines);
-    }
+    // the provider's own lines, plus what the header policy forwards from the client, in a
+    // buffer the shard reuses (given back below)
+    let auth_lines = cand.auth_headers();
+    let mut headers = up.spare_buf(auth_lines.len() + trace_lines.len() + 256);
+    call.headers
+        .push_upstream_lines(provider.kind, auth_lines, &mut headers);
+    headers.extend_from_slice(trace_lines);
     if let Some(auth) = &provider.cloud {
         // Bedrock's SigV4 (over this exact target, host and body) or Vertex's OAuth token
-        auth.authorize(&endpoint.host_header, path, &planned.body, headers.to_mut())
+        auth.authorize(&endpoint.host_header, path, &planned.body, &mut headers)
             .await?;
     }
     let req = UpstreamRequest {
@@ -469,12 +469,14 @@ async fn attempt<'s>(
         monoio::time::sleep(WATCH_CLIENT_AFTER).await;
         conn.wait_closed().await
     });
-    monoio::select! {
+    let sent = monoio::select! {
         biased;
-        r = up.send(&req) => Ok(r?),
+        r = up.send(&req) => r.map_err(NoHead::from),
         _ = watch => Err(NoHead::ClientGone),
         _ = env.drain_expired.wait() => Err(NoHead::Failed(shutting_down())),
-    }
+    };
+    up.give_buf(headers);
+    sent
 }
 
 /// The in-process mock provider's answer, written into a pipe as `ringgate mock` would write it

@@ -59,8 +59,8 @@ pub enum Target {
 pub struct Plan<'b> {
     pub mode: Mode,
     pub target: Target,
-    /// The model name the upstream sees.
-    pub upstream_model: String,
+    /// The model name the upstream sees (borrowed: the deployment's or the client's).
+    pub upstream_model: &'b str,
     /// The request body as sent: the client's bytes, spliced, or translated.
     pub body: Cow<'b, [u8]>,
 }
@@ -70,20 +70,20 @@ pub struct Plan<'b> {
 /// not offer `op`).
 pub fn plan<'b>(
     provider: &Provider,
-    upstream_model: Option<&str>,
+    upstream_model: Option<&'b str>,
     op: Op,
     client: Dialect,
     body: &'b [u8],
-    fields: &RoutingFields,
+    fields: &'b RoutingFields,
 ) -> Result<Plan<'b>, Error> {
-    let model = upstream_model.unwrap_or(&fields.model);
+    let model: &'b str = upstream_model.unwrap_or(&fields.model);
     // Vertex serves each model in its publisher's wire format (Anthropic's or Gemini's)
     let kind = provider.kind.for_model(model, provider.publisher);
     let vertex = provider.kind == ProviderKind::Vertex;
     let passthrough = |target: Target, body: Cow<'b, [u8]>| Plan {
         mode: Mode::Passthrough { strip_usage: false },
         target,
-        upstream_model: model.to_string(),
+        upstream_model: model,
         body,
     };
     // A metered Chat stream to an OpenAI-style upstream whose client did not ask for usage:
@@ -221,7 +221,7 @@ pub fn plan<'b>(
                 target: Target::Http {
                     path: path(Op::Generate, up),
                 },
-                upstream_model: model.to_string(),
+                upstream_model: model,
                 body: Cow::Owned(out),
             })
         }

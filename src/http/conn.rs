@@ -46,8 +46,9 @@ const MAX_FREE_BUFS: usize = 64;
 /// `os error 125`: the read was cancelled before any byte arrived.
 const ECANCELED: i32 = 125;
 
-/// A shard's client read buffers: a bounded free list, and how long a connection may idle
-/// before it gives its buffer back. Cloning is an `Rc` clone.
+/// A shard's client read and response buffers: a bounded free list (a response buffer comes
+/// from it when a request starts and goes back when it ends), and how long a connection may
+/// idle before it gives its read buffer back. Cloning is an `Rc` clone.
 #[derive(Clone)]
 pub struct ReadBufs {
     inner: Rc<ReadBufsInner>,
@@ -265,7 +266,20 @@ impl ClientConn {
     pub fn start_request(&mut self, id: RequestId) {
         self.request_id = id;
         self.bytes_out = 0;
+        if self.out.capacity() == 0 {
+            // from the shard's free list: a small answer's head and body fit without growing
+            self.out = self.bufs.take();
+        }
         id.header_line(&mut self.resp_headers);
+    }
+
+    /// A request has ended: its header lines and capture go, and the response buffer (request
+    /// memory, inside the permit's `response_reserve`) goes back to the shard's free list now,
+    /// not after the connection has idled for `release_after`.
+    pub fn end_request(&mut self) {
+        self.resp_headers.clear();
+        self.capture = None;
+        self.bufs.give(std::mem::take(&mut self.out));
     }
 
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).

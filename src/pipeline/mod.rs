@@ -113,11 +113,8 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         // The head is lent, not moved in: it would be stored twice in the box (`handle`'s
         // argument and `serve`'s), and copied with it.
         let keep = Box::pin(handle(&mut conn, &head, &shard)).await;
-        conn.resp_headers.clear();
-        conn.capture = None;
-        // The response buffer is request memory (inside the permit's `response_reserve`): it
-        // goes when the request ends, not when the connection has idled for `idle_release_ms`.
-        conn.out = Vec::new();
+        // the response buffer back to the shard's free list (see `ClientConn::end_request`)
+        conn.end_request();
         dec(&shard.metrics.in_flight);
         crate::runtime::spin::touch();
         if !keep {

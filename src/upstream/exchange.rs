@@ -32,6 +32,10 @@ const FAILURE_LOG_LINES: u32 = 20;
 /// bodies are written through one buffer of this size, piece by piece (never a second whole
 /// copy of the body: that would be memory outside the budget, see `admit`).
 const COALESCE_BODY: usize = 32 * 1024;
+/// Request-head buffers a shard keeps between sends, and the largest one it keeps (a head with
+/// a coalesced body of up to a few KiB: larger ones go back to the allocator).
+const SPARE_HEADS: usize = 32;
+const SPARE_HEAD_MAX: usize = 8 * 1024;
 
 /// Per-shard upstream client: pool, TLS connector, timeouts.
 pub struct Client {
@@ -41,6 +45,10 @@ pub struct Client {
     /// Limits upstream-failure log lines (per shard).
     pub failure_log: crate::observe::log::RateLimited,
     tls: Option<TlsConnector>,
+    /// Request-head buffers of finished sends, for the next ones (at most `SPARE_HEADS`, each
+    /// at most `SPARE_HEAD_MAX` bytes): a request's head and coalesced body are written
+    /// without an allocation.
+    spare_heads: std::cell::RefCell<Vec<Vec<u8>>>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     gap_timeout: Duration,
@@ -121,6 +129,7 @@ impl Client {
         Client {
             retries: std::cell::Cell::new(0),
             failure_log: crate::observe::log::RateLimited::new(FAILURE_LOG_LINES),
+            spare_heads: std::cell::RefCell::new(Vec::new()),
             pool: Pool::new(
                 cfg.max_idle_per_host,
                 Duration::from_millis(cfg.idle_ttl_ms),
@@ -143,7 +152,9 @@ impl Client {
         let ep = req.endpoint;
         crate::http::target::check_head(req.path, &ep.host_header, req.headers)?;
         let key = &ep.pool_key;
-        let mut head = Vec::with_capacity(256 + req.headers.len());
+        let coalesce = req.body.len() <= COALESCE_BODY;
+        let need = 256 + req.headers.len() + if coalesce { req.body.len() } else { 0 };
+        let mut head = self.spare_buf(need);
         // written piece by piece (no `core::fmt`: this runs once per request)
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(req.path.as_bytes());
@@ -154,7 +165,6 @@ impl Client {
         head.extend_from_slice(b"\r\n");
         head.extend_from_slice(req.headers);
         head.extend_from_slice(b"\r\n");
-        let coalesce = req.body.len() <= COALESCE_BODY;
         if coalesce {
             head.extend_from_slice(req.body);
         }
@@ -176,6 +186,7 @@ impl Client {
                 .await;
             match res {
                 Ok((resp_head, buf, at, state)) => {
+                    self.give_buf(head);
                     let parts = (resp_head, buf, at, state);
                     return Ok(self.exchange_from(conn, Some(key.clone()), parts, deadline));
                 }
@@ -184,7 +195,35 @@ impl Client {
                     fresh_only = true;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.give_buf(head);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// An empty buffer of at least `need` bytes for a request's head or header lines: a spare
+    /// one when there is one. Give it back with [`Client::give_buf`].
+    pub fn spare_buf(&self, need: usize) -> Vec<u8> {
+        let spare = self
+            .spare_heads
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut l| l.pop());
+        let mut head = spare.unwrap_or_default();
+        head.clear();
+        head.reserve(need);
+        head
+    }
+
+    /// Keep a sent request's head buffer for the next send (bounded: see `spare_heads`).
+    pub fn give_buf(&self, head: Vec<u8>) {
+        if head.capacity() <= SPARE_HEAD_MAX {
+            if let Ok(mut l) = self.spare_heads.try_borrow_mut() {
+                if l.len() < SPARE_HEADS {
+                    l.push(head);
+                }
             }
         }
     }
@@ -645,6 +684,10 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
             } else {
                 name
             };
+            if forward.capacity() == 0 {
+                // once: the forwarded lines are at most the head's bytes (plus the longer name)
+                forward.reserve(len + 16);
+            }
             forward.extend_from_slice(name);
             forward.extend_from_slice(b": ");
             forward.extend_from_slice(h.value);

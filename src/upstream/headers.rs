@@ -139,11 +139,26 @@ impl ClientHeaders {
     /// version) are `auth`: `auth` itself when nothing is forwarded, else the forwarded lines
     /// and `auth` (a client `anthropic-version` replacing the default one).
     pub fn upstream_lines<'a>(&self, kind: ProviderKind, auth: &'a [u8]) -> Cow<'a, [u8]> {
-        let id = self.request_id.filter(|_| forwards_request_id(kind));
-        if id.is_none() && !self.items.iter().any(|(h, _)| forwards(kind, *h)) {
+        if !self.forwards_any(kind) {
             return Cow::Borrowed(auth);
         }
         let mut out = Vec::with_capacity(auth.len() + 64 * self.items.len());
+        self.push_upstream_lines(kind, auth, &mut out);
+        Cow::Owned(out)
+    }
+
+    /// Whether an attempt to a provider of `kind` carries any forwarded line.
+    fn forwards_any(&self, kind: ProviderKind) -> bool {
+        (self.request_id.is_some() && forwards_request_id(kind))
+            || self.items.iter().any(|(h, _)| forwards(kind, *h))
+    }
+
+    /// [`ClientHeaders::upstream_lines`], appended to `out` (a buffer the caller reuses).
+    pub fn push_upstream_lines(&self, kind: ProviderKind, auth: &[u8], out: &mut Vec<u8>) {
+        if !self.forwards_any(kind) {
+            return out.extend_from_slice(auth);
+        }
+        let id = self.request_id.filter(|_| forwards_request_id(kind));
         let own_version = self
             .items
             .iter()
@@ -155,14 +170,13 @@ impl ClientHeaders {
             out.extend_from_slice(b"\r\n");
         }
         if let Some(id) = id {
-            id.header_line(&mut out);
+            id.header_line(out);
         }
         for line in auth.split_inclusive(|&b| b == b'\n') {
             if !(own_version && starts_with_ci(line, b"anthropic-version:")) {
                 out.extend_from_slice(line);
             }
         }
-        Cow::Owned(out)
     }
 
     pub fn is_empty(&self) -> bool {

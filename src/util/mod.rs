@@ -1,5 +1,6 @@
 //! Small leaf utilities every stage may use: calendar dates (`date`), decimal digits without
-//! `fmt` (`decimal`), the JSON nesting bound (`nesting`), process-wide versioned snapshots
+//! `fmt` (`decimal`), strict JSON validation without building anything (`json_check`: the
+//! answer's vetting and the request body's routing scan), the JSON nesting bound (`nesting`), process-wide versioned snapshots
 //! (`versioned`) and non-consuming socket peeks (`sock`).
 //!
 //! Owns: pure helpers with no knowledge of requests. Must not: import any other module of the
@@ -9,6 +10,7 @@ pub mod cpus;
 
 pub mod date;
 pub mod decimal;
+pub mod json_check;
 pub mod nesting;
 pub mod rng;
 pub mod sock;
