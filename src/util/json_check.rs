@@ -136,33 +136,35 @@ fn member_key(b: &[u8], i: usize) -> Result<usize, Invalid> {
 }
 
 /// The rest of a string whose opening quote is just before `i`; returns the offset after its
-/// closing quote. The first eight bytes are checked as one word (`special`, plus the high bit:
-/// most strings of a JSON document are short); past them, the next quote or backslash is found
-/// with `memchr` (SIMD) and the run before it swept eight bytes at a time for control and
-/// non-ASCII bytes (`run`), so a long string (a prompt) costs about a byte per instruction.
+/// closing quote. Plain ASCII bytes are skipped eight at a time (`special`, plus the high bit:
+/// a non-ASCII byte stops the skip and its character is checked, `utf8_char`).
 fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
-    if let Some(chunk) = b.get(i..i + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let m = special(w) | (w & HIGH);
-        if m != 0 {
-            i += (m.trailing_zeros() / 8) as usize;
-        } else {
+    loop {
+        while let Some(chunk) = b.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let m = special(u64::from_le_bytes(word)) | (u64::from_le_bytes(word) & HIGH);
+            if m != 0 {
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
             i += 8;
         }
-    }
-    loop {
-        let end = memchr::memchr2(b'"', b'\\', b.get(i..).unwrap_or_default()).map(|k| i + k);
-        run(b, i, end.unwrap_or(b.len()))?;
-        let Some(j) = end else {
-            return Err(Invalid::Eof);
-        };
-        if b[j] == b'"' {
-            return Ok(j + 1);
+        match b.get(i) {
+            None => return Err(Invalid::Eof),
+            Some(b'"') => return Ok(i + 1),
+            Some(b'\\') => {}
+            Some(&c) if c < 0x20 => return Err(Invalid::At(i)),
+            Some(&c) if c >= 0x80 => {
+                i = utf8_char(b, i, c)?;
+                continue;
+            }
+            Some(_) => {
+                i += 1;
+                continue;
+            }
         }
         // An escape.
-        i = j;
         match b.get(i + 1) {
             None => return Err(Invalid::Eof),
             Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
@@ -179,38 +181,6 @@ fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
             Some(_) => return Err(Invalid::At(i + 1)),
         }
     }
-}
-
-/// The bytes `b[i..end]` of a string hold no quote and no backslash: fail at the first control
-/// byte, check each non-ASCII character (`utf8_char`). Eight bytes a step: a byte below 0x20
-/// borrows into its high bit when 0x20 is subtracted, a non-ASCII byte has it set (a borrow
-/// only marks bytes after a real hit).
-fn run(b: &[u8], mut i: usize, end: usize) -> Result<(), Invalid> {
-    while i < end {
-        while let Some(chunk) = b.get(i..i + 8).filter(|_| i + 8 <= end) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let w = u64::from_le_bytes(word);
-            let m = (w.wrapping_sub(ONES * 0x20) | w) & HIGH;
-            if m != 0 {
-                i += (m.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
-        let Some(&c) = b.get(i).filter(|_| i < end) else {
-            return Ok(());
-        };
-        if c < 0x20 {
-            return Err(Invalid::At(i));
-        }
-        if c >= 0x80 {
-            i = utf8_char(b, i, c)?;
-        } else {
-            i += 1;
-        }
-    }
-    Ok(())
 }
 
 /// One UTF-8 encoded character at `i` (lead byte `lead` ≥ 0x80), exactly as `str::from_utf8`
@@ -427,7 +397,7 @@ mod tests {
         );
     }
 
-    /// Long strings (the `memchr` and eight-byte sweeps): one odd byte or escape at every
+    /// Long strings (past the eight-byte skip): one odd byte or escape at every
     /// offset of a 40-byte string agrees with serde_json, and a bad byte is found where it is.
     #[test]
     fn long_strings_agree_with_serde_json() {
