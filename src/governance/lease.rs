@@ -104,8 +104,9 @@ pub enum Take {
 }
 
 impl Lease {
-    /// Take one unit of window `w` (one compare-and-swap).
-    pub fn take(&self, w: u64) -> Take {
+    /// Take one unit of window `w` (one compare-and-swap); `limit` is the key's `rpm` now (a
+    /// window the store said is full has room again when the limit was raised since).
+    pub fn take(&self, w: u64, limit: u64) -> Take {
         let w = w & LOW;
         let r = self.left.fetch_update(Relaxed, Relaxed, |v| {
             let (lw, n) = unpack(v);
@@ -113,7 +114,7 @@ impl Lease {
         });
         match r {
             Ok(v) => Take::Took(unpack(v).1 - 1),
-            Err(_) if self.full(w) => Take::Full,
+            Err(_) if self.full(w) && self.remaining(w, limit) == 0 => Take::Full,
             Err(_) => Take::Empty,
         }
     }
@@ -271,7 +272,7 @@ impl Governance {
         let limit = key.rpm.unwrap_or(0);
         let (w, left_ms) = script::window(unix_ms());
         let lease = &self.counters.slot(i).lease;
-        match lease.take(w) {
+        match lease.take(w, limit) {
             Take::Took(left) => {
                 if lease.low(left) {
                     self.queue_refill(i, w);
@@ -508,7 +509,7 @@ impl Grant<'_> {
             let (w, left_ms) = script::window(unix_ms());
             let lease = &gov.counters.slot(self.key).lease;
             let secs = secs_up(Duration::from_millis(left_ms));
-            let full = match lease.take(w) {
+            let full = match lease.take(w, limit) {
                 Take::Took(left) => {
                     if lease.low(left) {
                         gov.queue_refill(self.key, w);
@@ -569,27 +570,29 @@ mod tests {
     #[test]
     fn units_are_taken_once_per_window_and_never_below_zero() {
         let l = Lease::default();
-        assert_eq!(l.take(7), Take::Empty);
+        assert_eq!(l.take(7, 20), Take::Empty);
         l.grant(7, 3, 3, 20);
         assert_eq!(l.remaining(7, 20), 20);
-        assert_eq!(l.take(7), Take::Took(2));
-        assert_eq!(l.take(7), Take::Took(1));
+        assert_eq!(l.take(7, 20), Take::Took(2));
+        assert_eq!(l.take(7, 20), Take::Took(1));
         assert_eq!((l.left(7), l.used(7)), (1, 2));
         // another window: nothing held
-        assert_eq!(l.take(8), Take::Empty);
+        assert_eq!(l.take(8, 20), Take::Empty);
         assert_eq!(l.left(8), 0);
-        assert_eq!(l.take(7), Take::Took(0));
-        assert_eq!(l.take(7), Take::Empty);
+        assert_eq!(l.take(7, 20), Take::Took(0));
+        assert_eq!(l.take(7, 20), Take::Empty);
         // the store's count reached the limit: full, refused without asking
         l.grant(7, 1, 20, 20);
-        assert_eq!(l.take(7), Take::Took(0));
-        assert_eq!(l.take(7), Take::Full);
+        assert_eq!(l.take(7, 20), Take::Took(0));
+        assert_eq!(l.take(7, 20), Take::Full);
         assert_eq!(l.remaining(7, 20), 0);
+        // the limit was raised since: room again (ask the store)
+        assert_eq!(l.take(7, 30), Take::Empty);
         // a new window's grant replaces the old window's units; a late one for 7 is dropped
         l.grant(8, 2, 12, 20);
         l.grant(7, 5, 20, 20);
         assert_eq!((l.left(8), l.left(7)), (2, 0));
-        assert_eq!(l.take(8), Take::Took(1));
+        assert_eq!(l.take(8, 20), Take::Took(1));
     }
 
     #[test]
@@ -625,7 +628,7 @@ mod tests {
                 let l = l.clone();
                 std::thread::spawn(move || {
                     (0..400)
-                        .filter(|_| matches!(l.take(9), Take::Took(_)))
+                        .filter(|_| matches!(l.take(9, 5000), Take::Took(_)))
                         .count() as u64
                 })
             })
