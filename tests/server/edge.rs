@@ -506,3 +506,60 @@ key_sha256 = "{}"
         assert_eq!(read_response(&mut client, &mut buf).unwrap().status, 200);
     });
 }
+
+/// `Expect: 100-continue` from the client: the interim `100 Continue` comes once the head is
+/// admitted and before any body byte was sent, the final answer after the body, on a
+/// connection that stays open. A head refused on its own (a declared body over `max_body`) gets
+/// its final 413 and no interim answer; a request without a body gets none either.
+#[test]
+fn expect_continue_interim_answer_only_before_an_admitted_body() {
+    each_driver(|d| {
+        let gw = Stack::new(Profile::Instant, d, "\n[admission]\nmax_body = \"4KiB\"\n");
+        let mut s = connect(gw.addr);
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            CHAT.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        // the body is not sent yet: what comes now is the interim answer, and only it
+        let want = b"HTTP/1.1 100 Continue\r\n\r\n";
+        let mut got = vec![0u8; want.len()];
+        std::io::Read::read_exact(&mut s, &mut got).expect("100 Continue before the body");
+        assert_eq!(
+            &got[..],
+            &want[..],
+            "{d}: {}",
+            String::from_utf8_lossy(&got)
+        );
+        s.write_all(CHAT.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        let r = read_response(&mut s, &mut buf).expect("final answer");
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        assert!(
+            r.json()["choices"][0]["message"].is_object(),
+            "{d}: {}",
+            r.text()
+        );
+
+        // the same connection: a declared body over max_body → 413 first, no 100
+        let over = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n";
+        s.write_all(over.as_bytes()).unwrap();
+        buf.clear();
+        let r = read_response(&mut s, &mut buf).expect("413");
+        assert_eq!(r.status, 413, "{d}: {}", r.text());
+        assert!(
+            r.text().contains("4096"),
+            "{d}: says the limit: {}",
+            r.text()
+        );
+
+        // no body declared (a GET) → no interim answer, just the answer
+        let mut s = connect(gw.addr);
+        s.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let r = read_response(&mut s, &mut buf).expect("models");
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        assert!(r.json()["data"].is_array(), "{d}");
+    });
+}
