@@ -9,32 +9,23 @@ use std::io::{self, Write};
 use monoio::io::AsyncWriteRent;
 
 use super::{pace, Dialect, Profile};
-use crate::error::push_json_str;
+use crate::error::{push_json_str, ErrorShape};
 
-/// Which error body to write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    OpenAi,
-    Anthropic,
-    Gemini,
-}
-
-impl Shape {
-    pub fn of(d: Dialect) -> Shape {
-        match d {
-            Dialect::Chat | Dialect::Responses => Shape::OpenAi,
-            Dialect::Messages => Shape::Anthropic,
-            Dialect::Gemini => Shape::Gemini,
-        }
+/// The error body shape of dialect `d`'s clients.
+pub fn shape(d: Dialect) -> ErrorShape {
+    match d {
+        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
+        Dialect::Messages => ErrorShape::Anthropic,
+        Dialect::Gemini => ErrorShape::Gemini,
     }
 }
 
 /// The error body for `status` (400 invalid request, 404 not found, 405 wrong method, 429 rate
 /// limited, 5xx server errors, 503 / 529 overloaded).
-pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
+pub fn body(shape: ErrorShape, status: u16, message: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + message.len());
     match shape {
-        Shape::OpenAi => {
+        ErrorShape::OpenAi => {
             let ty = match status {
                 404 => "not_found_error",
                 429 => "rate_limit_error",
@@ -45,7 +36,7 @@ pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
             push_json_str(&mut out, message);
             let _ = write!(out, ",\"type\":\"{ty}\",\"param\":null,\"code\":null}}}}");
         }
-        Shape::Anthropic => {
+        ErrorShape::Anthropic => {
             let ty = match status {
                 404 => "not_found_error",
                 429 => "rate_limit_error",
@@ -60,7 +51,7 @@ pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
             push_json_str(&mut out, message);
             out.extend_from_slice(b"}}");
         }
-        Shape::Gemini => {
+        ErrorShape::Gemini => {
             let st = match status {
                 404 => "NOT_FOUND",
                 405 => "UNIMPLEMENTED",
@@ -80,7 +71,7 @@ pub fn body(shape: Shape, status: u16, message: &str) -> Vec<u8> {
 /// Write an error response at once.
 pub async fn write<S: AsyncWriteRent>(
     s: &mut S,
-    shape: Shape,
+    shape: ErrorShape,
     status: u16,
     message: &str,
     keep_alive: bool,
@@ -95,23 +86,28 @@ mod tests {
 
     #[test]
     fn shapes_parse() {
-        let v: serde_json::Value =
-            serde_json::from_slice(&body(Shape::Anthropic, 400, "max_tokens: \"x\"")).unwrap();
-        assert_eq!(v["type"], "error");
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        let v: serde_json::Value = serde_json::from_slice(&body(Shape::Gemini, 404, "m")).unwrap();
+        let v = |shape, status, msg| -> serde_json::Value {
+            serde_json::from_slice(&body(shape, status, msg)).unwrap()
+        };
+        let a = v(ErrorShape::Anthropic, 400, "max_tokens: \"x\"");
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "invalid_request_error");
+        let g = &v(ErrorShape::Gemini, 404, "m")["error"];
         assert_eq!(
-            (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+            (g["code"].as_u64(), g["status"].as_str()),
             (Some(404), Some("NOT_FOUND"))
         );
-        let v: serde_json::Value = serde_json::from_slice(&body(Shape::OpenAi, 400, "m")).unwrap();
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        let v: serde_json::Value =
-            serde_json::from_slice(&body(Shape::Anthropic, 503, "busy")).unwrap();
-        assert_eq!(v["error"]["type"], "overloaded_error");
-        let v: serde_json::Value = serde_json::from_slice(&body(Shape::OpenAi, 429, "m")).unwrap();
-        assert_eq!(v["error"]["type"], "rate_limit_error");
-        let v: serde_json::Value = serde_json::from_slice(&body(Shape::Gemini, 500, "m")).unwrap();
-        assert_eq!(v["error"]["status"], "INTERNAL");
+        for (shape, status, path, want) in [
+            (ErrorShape::OpenAi, 400, "type", "invalid_request_error"),
+            (ErrorShape::Anthropic, 503, "type", "overloaded_error"),
+            (ErrorShape::OpenAi, 429, "type", "rate_limit_error"),
+            (ErrorShape::Gemini, 500, "status", "INTERNAL"),
+        ] {
+            assert_eq!(
+                v(shape, status, "m")["error"][path],
+                want,
+                "{shape:?} {status}"
+            );
+        }
     }
 }
