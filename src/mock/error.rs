@@ -20,30 +20,37 @@ pub fn shape(d: Dialect) -> ErrorShape {
     }
 }
 
+/// The error type (Gemini: status) name `shape` documents for `status`.
+fn type_name(shape: ErrorShape, status: u16) -> &'static str {
+    use ErrorShape::{Anthropic, Gemini, OpenAi};
+    match (shape, status) {
+        (OpenAi | Anthropic, 404) => "not_found_error",
+        (OpenAi | Anthropic, 429) => "rate_limit_error",
+        (OpenAi, 500..) => "server_error",
+        (Anthropic, 503 | 529) => "overloaded_error",
+        (Anthropic, 500..) => "api_error",
+        (OpenAi | Anthropic, _) => "invalid_request_error",
+        (Gemini, 404) => "NOT_FOUND",
+        (Gemini, 405) => "UNIMPLEMENTED",
+        (Gemini, 429) => "RESOURCE_EXHAUSTED",
+        (Gemini, 503) => "UNAVAILABLE",
+        (Gemini, 500..) => "INTERNAL",
+        (Gemini, _) => "INVALID_ARGUMENT",
+    }
+}
+
 /// The error body for `status` (400 invalid request, 404 not found, 405 wrong method, 429 rate
 /// limited, 5xx server errors, 503 / 529 overloaded).
 pub fn body(shape: ErrorShape, status: u16, message: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + message.len());
+    let ty = type_name(shape, status);
     match shape {
         ErrorShape::OpenAi => {
-            let ty = match status {
-                404 => "not_found_error",
-                429 => "rate_limit_error",
-                500.. => "server_error",
-                _ => "invalid_request_error",
-            };
             out.extend_from_slice(b"{\"error\":{\"message\":");
             push_json_str(&mut out, message);
             let _ = write!(out, ",\"type\":\"{ty}\",\"param\":null,\"code\":null}}}}");
         }
         ErrorShape::Anthropic => {
-            let ty = match status {
-                404 => "not_found_error",
-                429 => "rate_limit_error",
-                503 | 529 => "overloaded_error",
-                500.. => "api_error",
-                _ => "invalid_request_error",
-            };
             let _ = write!(
                 out,
                 "{{\"type\":\"error\",\"error\":{{\"type\":\"{ty}\",\"message\":"
@@ -52,17 +59,9 @@ pub fn body(shape: ErrorShape, status: u16, message: &str) -> Vec<u8> {
             out.extend_from_slice(b"}}");
         }
         ErrorShape::Gemini => {
-            let st = match status {
-                404 => "NOT_FOUND",
-                405 => "UNIMPLEMENTED",
-                429 => "RESOURCE_EXHAUSTED",
-                503 => "UNAVAILABLE",
-                500.. => "INTERNAL",
-                _ => "INVALID_ARGUMENT",
-            };
             let _ = write!(out, "{{\"error\":{{\"code\":{status},\"message\":");
             push_json_str(&mut out, message);
-            let _ = write!(out, ",\"status\":\"{st}\"}}}}");
+            let _ = write!(out, ",\"status\":\"{ty}\"}}}}");
         }
     }
     out

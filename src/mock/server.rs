@@ -116,41 +116,16 @@ pub fn start_full(
     let (listeners, addr) = runtime::bind_listeners(listen, shards)?;
     let shutdown = Shutdown::new();
     let sd = shutdown.clone();
-    let handles = runtime::spawn(
-        listeners,
-        driver,
-        false,
-        move |id, std_listener, _driver| {
-            let sd = sd.clone();
-            let plan = plan.clone();
-            let engine = engine.clone();
-            async move {
-                let local = Rc::new(Local {
-                    engine: engine.map(Engine::new),
-                    draining: LocalSignal::default(),
-                    conns: Cell::new(0),
-                    dice: Dice::new(plan.seed, id),
-                    plan,
-                });
-                let open = || local.conns.get() as u64;
-                runtime::accept_until(
-                    "mock",
-                    std_listener,
-                    &sd,
-                    runtime::Drain {
-                        started: &local.draining,
-                        expired: None,
-                        time: Duration::from_secs(5),
-                    },
-                    open,
-                    |stream, _peer| {
-                        monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
-                    },
-                )
-                .await;
-            }
-        },
-    )?;
+    let handles = runtime::spawn(listeners, driver, false, move |id, listener, _| {
+        shard(
+            id,
+            listener,
+            profile,
+            sd.clone(),
+            plan.clone(),
+            engine.clone(),
+        )
+    })?;
     Ok(MockServer {
         addr,
         shutdown,
@@ -165,6 +140,40 @@ struct Local {
     conns: Cell<usize>,
     plan: Plan,
     dice: Dice,
+}
+
+/// One shard of the standalone mock: accept and serve until shutdown (then drain).
+async fn shard(
+    id: usize,
+    std_listener: std::net::TcpListener,
+    profile: Profile,
+    sd: Shutdown,
+    plan: Plan,
+    engine: Option<EngineSpec>,
+) {
+    let local = Rc::new(Local {
+        engine: engine.map(Engine::new),
+        draining: LocalSignal::default(),
+        conns: Cell::new(0),
+        dice: Dice::new(plan.seed, id),
+        plan,
+    });
+    let open = || local.conns.get() as u64;
+    runtime::accept_until(
+        "mock",
+        std_listener,
+        &sd,
+        runtime::Drain {
+            started: &local.draining,
+            expired: None,
+            time: Duration::from_secs(5),
+        },
+        open,
+        |stream, _peer| {
+            monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
+        },
+    )
+    .await;
 }
 
 async fn serve(conn: ClientConn, profile: Profile, local: Rc<Local>) {
