@@ -43,6 +43,13 @@ fn span_writer(
     SpanWriter::start(&head, capacity)
 }
 
+/// A SERVER span's OTLP flags: sampled, and whether its parent is remote is known (0x100) and
+/// true (0x200: a caller's `traceparent` named it).
+fn server_flags(ctx: &Context) -> u32 {
+    let remote = if ctx.parent.is_some() { 0x300 } else { 0x100 };
+    remote | 1
+}
+
 /// `gen_ai.provider.name` of a provider kind (the semantic conventions' well-known values).
 pub fn provider_name(kind: ProviderKind) -> &'static str {
     match kind {
@@ -245,12 +252,7 @@ pub fn request_ended(
     if let Some(i) = &req.input {
         a.str("gen_ai.input.messages", i);
     }
-    let remote = if req.ctx.parent.is_some() {
-        0x300
-    } else {
-        0x100
-    };
-    let server = a.finish(e.status >= 500, remote | 1);
+    let server = a.finish(e.status >= 500, server_flags(&req.ctx));
     for at_ in &req.attempts {
         let mut c = span_writer(
             &req.ctx,
@@ -302,11 +304,6 @@ fn tool_span(
     end: u64,
 ) -> Vec<u8> {
     let tool = m.tool.as_deref().unwrap_or("");
-    let remote = if req.ctx.parent.is_some() {
-        0x300
-    } else {
-        0x100
-    };
     let mut a = span_writer(&req.ctx, None, &[&m.method, tool], (start, end), 512);
     a.str("gen_ai.operation.name", "execute_tool");
     a.str("gen_ai.tool.name", tool);
@@ -340,7 +337,7 @@ fn tool_span(
         a.str("ringgate.key", k);
     }
     a.str("ringgate.request_id", e.request_id);
-    a.finish(error, remote | 1)
+    a.finish(error, server_flags(&req.ctx))
 }
 
 /// The CLIENT span of a `tools/call` forwarded to its MCP server (child of the SERVER span;
