@@ -37,7 +37,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringgate::dialect::{self, Dialect, SseDecoder, SseEvent, StreamTranslator};
-use ringgate::mock::{chat, MockRequest};
+use ringgate::mock::{chat, pace, MockRequest};
 
 #[path = "micro/cache.rs"]
 mod cache;
@@ -174,7 +174,8 @@ fn stream_transcript(n: u32) -> Vec<u8> {
         format!(r#"{{"model":"m","stream":true,"max_tokens":{n},"stream_options":{{"include_usage":true}}}}"#).as_bytes(),
     )
     .unwrap_or_else(|_| MockRequest::parse(br#"{"model":"m"}"#).unwrap_or_else(|_| unreachable!()));
-    chat::stream_transcript(&req)
+    let t = pace::transcript(&mut chat::events(&req));
+    t
 }
 
 fn sse(c: &mut Criterion) {

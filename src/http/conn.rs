@@ -354,6 +354,27 @@ impl ClientConn {
         }
     }
 
+    /// The next head on a local endpoint's connection (admin, standalone mock): `None` when
+    /// `stop` fires first or the peer closed, or after a bad head's error (OpenAI shape) went out.
+    pub async fn next_head(
+        &mut self,
+        limits: &Limits,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Option<RequestHead> {
+        let next = monoio::select! {
+            _ = stop => return None,
+            h = self.read_head(limits) => h,
+        };
+        match next {
+            Ok(head) => head,
+            Err(e) => {
+                self.respond_error(&e, ErrorShape::OpenAi, false, limits.write_timeout)
+                    .await;
+                None
+            }
+        }
+    }
+
     /// Answer with an error in the client's dialect. Returns whether the connection may stay open.
     pub async fn respond_error(
         &mut self,

@@ -75,8 +75,8 @@ impl Ctx<'_> {
         id: &Value,
     ) -> Result<Upcall, Fail> {
         let started = Instant::now();
-        let r = match monoio::time::timeout(s.timeout, self.call_inner(s, method, params, id)).await
-        {
+        let body = jsonrpc::request(id, method, params);
+        let r = match monoio::time::timeout(s.timeout, self.post(s, method, &body)).await {
             Ok(r) => r,
             Err(_) => Err(Fail::Timeout),
         };
@@ -99,14 +99,9 @@ impl Ctx<'_> {
         r
     }
 
-    async fn call_inner(
-        &self,
-        s: &Server,
-        method: &'static str,
-        params: Option<Value>,
-        id: &Value,
-    ) -> Result<Upcall, Fail> {
-        let body = jsonrpc::request(id, method, params);
+    /// POST `body` (a JSON-RPC `method` request) to `s`, in a session reopened once if the
+    /// server forgot it.
+    async fn post(&self, s: &Server, method: &'static str, body: &[u8]) -> Result<Upcall, Fail> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -115,7 +110,7 @@ impl Ctx<'_> {
                 method: "POST",
                 session: up.id.as_deref(),
                 protocol: Some(&up.protocol),
-                body: &body,
+                body,
                 lines: match (method, self.trace) {
                     ("tools/call", Some(l)) => l,
                     _ => b"",

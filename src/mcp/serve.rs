@@ -89,6 +89,9 @@ impl McpHead {
     }
 }
 
+/// The 405 body of a method other than POST and DELETE.
+const NOT_ALLOWED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: this endpoint takes POST and DELETE (no server-to-client stream)"}}"#;
+
 /// One `/mcp` request (its MCP head facts read here, while the head is in the buffer).
 pub async fn serve(
     conn: &mut ClientConn,
@@ -132,23 +135,21 @@ pub async fn serve(
                 let send = super::client::send(env.upstream, s, &call, 64 * 1024, None);
                 let _ = monoio::time::timeout(s.timeout, send).await;
             }
-            let ok = conn
-                .respond(200, b"application/json", b"", b"", *keep, wt)
-                .await;
-            return Ok(Outcome {
-                status: 200,
-                keep_alive: ok && *keep,
-            });
+            return Ok(reply(conn, 200, b"application/json", b"", b"", *keep, wt).await);
         }
         _ => {
             *keep = *keep && head.body == BodyFraming::None;
-            let ok = conn
-                .respond(405, b"application/json", b"allow: POST, DELETE\r\n", br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: this endpoint takes POST and DELETE (no server-to-client stream)"}}"#, *keep, wt)
-                .await;
-            return Ok(Outcome {
-                status: 405,
-                keep_alive: ok && *keep,
-            });
+            let allow = b"allow: POST, DELETE\r\n";
+            return Ok(reply(
+                conn,
+                405,
+                b"application/json",
+                allow,
+                NOT_ALLOWED,
+                *keep,
+                wt,
+            )
+            .await);
         }
     }
 
@@ -308,13 +309,7 @@ pub async fn serve(
                 ..McpCall::default()
             }));
         }
-        let ok = conn
-            .respond(202, b"application/json", b"", b"", *keep, wt)
-            .await;
-        return Ok(Outcome {
-            status: 202,
-            keep_alive: ok && *keep,
-        });
+        return Ok(reply(conn, 202, b"application/json", b"", b"", *keep, wt).await);
     }
     // an event stream only to carry a server's notifications along (or for a client that takes
     // nothing else): one JSON answer is what every client reads with the least buffering
@@ -326,20 +321,16 @@ pub async fn serve(
             let _ = serde_json::to_writer(&mut out, v);
             out.extend_from_slice(b"\n\n");
         }
-        let ok = conn
-            .respond(
-                200,
-                b"text/event-stream",
-                b"cache-control: no-cache\r\n",
-                &out,
-                *keep,
-                wt,
-            )
-            .await;
-        return Ok(Outcome {
-            status: 200,
-            keep_alive: ok && *keep,
-        });
+        return Ok(reply(
+            conn,
+            200,
+            b"text/event-stream",
+            b"cache-control: no-cache\r\n",
+            &out,
+            *keep,
+            wt,
+        )
+        .await);
     }
     let v = match parsed.batch {
         true => Value::Array(answers),
@@ -375,8 +366,21 @@ async fn json_answer(
     wt: std::time::Duration,
 ) -> Outcome {
     let body = serde_json::to_vec(v).unwrap_or_default();
+    reply(conn, status, b"application/json", extra, &body, keep, wt).await
+}
+
+/// Write a whole response; its outcome.
+async fn reply(
+    conn: &mut ClientConn,
+    status: u16,
+    content_type: &[u8],
+    extra: &[u8],
+    body: &[u8],
+    keep: bool,
+    wt: std::time::Duration,
+) -> Outcome {
     let ok = conn
-        .respond(status, b"application/json", extra, &body, keep, wt)
+        .respond(status, content_type, extra, body, keep, wt)
         .await;
     Outcome {
         status,

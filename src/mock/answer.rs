@@ -9,8 +9,9 @@ use std::io;
 
 use monoio::io::AsyncWriteRent;
 
-use super::error::Shape;
+use super::error;
 use super::{anthropic, chat, gemini, pace, responses, Dialect, MockRequest, Profile};
+use crate::error::ErrorShape;
 
 /// One request's answer.
 #[derive(Debug, Clone)]
@@ -26,7 +27,7 @@ pub enum Answer {
     Json {
         status: u16,
         body: Vec<u8>,
-        shape: Shape,
+        shape: ErrorShape,
         paced: bool,
     },
 }
@@ -68,9 +69,9 @@ impl Answer {
     }
 
     /// The error shape of the request's dialect.
-    pub fn shape(&self) -> Shape {
+    pub fn shape(&self) -> ErrorShape {
         match self {
-            Answer::Generate { dialect, .. } => Shape::of(*dialect),
+            Answer::Generate { dialect, .. } => error::shape(*dialect),
             Answer::Json { shape, .. } => *shape,
         }
     }
@@ -83,12 +84,20 @@ impl Answer {
         keep_alive: bool,
     ) -> io::Result<()> {
         match self {
-            Answer::Generate { dialect, req, sse } => match dialect {
-                Dialect::Chat => chat::respond(s, req, profile, keep_alive).await,
-                Dialect::Responses => responses::respond(s, req, profile, keep_alive).await,
-                Dialect::Messages => anthropic::respond(s, req, profile, keep_alive).await,
-                Dialect::Gemini => gemini::respond_framed(s, req, *sse, profile, keep_alive).await,
-            },
+            Answer::Generate { dialect, req, sse } if req.stream && *sse => {
+                let (s, p, k) = (s, profile, keep_alive);
+                match dialect {
+                    Dialect::Chat => pace::stream(s, &mut chat::events(req), p, k).await,
+                    Dialect::Responses => pace::stream(s, &mut responses::events(req), p, k).await,
+                    Dialect::Messages => pace::stream(s, &mut anthropic::events(req), p, k).await,
+                    Dialect::Gemini => pace::stream(s, &mut gemini::events(req, true), p, k).await,
+                }
+            }
+            // a JSON body, or a Gemini stream as one JSON array
+            Answer::Generate { .. } => {
+                let r = self.render();
+                pace::json(s, r.status, &r.body, profile, keep_alive).await
+            }
             Answer::Json {
                 status,
                 body,
@@ -123,14 +132,20 @@ impl Answer {
                 sse: gemini_sse,
             } => match (dialect, req.stream) {
                 (Dialect::Chat, false) => json(200, chat::completion_body(req)),
-                (Dialect::Chat, true) => sse(chat::stream_transcript(req)),
                 (Dialect::Responses, false) => json(200, responses::response_body(req)),
-                (Dialect::Responses, true) => sse(responses::stream_transcript(req)),
                 (Dialect::Messages, false) => json(200, anthropic::message_body(req)),
-                (Dialect::Messages, true) => sse(anthropic::stream_transcript(req)),
                 (Dialect::Gemini, false) => json(200, gemini::response_body(req)),
-                (Dialect::Gemini, true) if *gemini_sse => sse(gemini::stream_transcript(req, true)),
-                (Dialect::Gemini, true) => json(200, gemini::stream_transcript(req, false)),
+                (Dialect::Chat, true) => sse(pace::transcript(&mut chat::events(req))),
+                (Dialect::Responses, true) => sse(pace::transcript(&mut responses::events(req))),
+                (Dialect::Messages, true) => sse(pace::transcript(&mut anthropic::events(req))),
+                (Dialect::Gemini, true) => {
+                    let body = pace::transcript(&mut gemini::events(req, *gemini_sse));
+                    if *gemini_sse {
+                        sse(body)
+                    } else {
+                        json(200, body)
+                    }
+                }
             },
         }
     }

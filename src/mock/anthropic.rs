@@ -8,11 +8,9 @@
 //! Owns: the exact bytes of those answers. Must not: parse HTTP, decide timing (`pace`) or when
 //! to call a tool (`tools`).
 
-use std::io::{self, Write};
+use std::io::Write;
 
-use monoio::io::AsyncWriteRent;
-
-use super::{pace, text, tools, MockRequest, Profile};
+use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
 
 const MSG_ID: &str = "msg_mock";
@@ -227,21 +225,7 @@ impl pace::Events for MessagesEvents<'_> {
     }
 }
 
-/// The whole SSE transcript without pacing.
-pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
-    pace::transcript(&mut MessagesEvents { req })
-}
-
-/// Write a complete HTTP response for `req` to `s`, paced by `profile`.
-pub async fn respond<S: AsyncWriteRent>(
-    s: &mut S,
-    req: &MockRequest,
-    profile: Profile,
-    keep_alive: bool,
-) -> io::Result<()> {
-    if req.stream {
-        pace::stream(s, &mut MessagesEvents { req }, profile, keep_alive).await
-    } else {
-        pace::json(s, 200, &message_body(req), profile, keep_alive).await
-    }
+/// The paced units of `req`'s stream.
+pub fn events(req: &MockRequest) -> impl pace::Events + '_ {
+    MessagesEvents { req }
 }

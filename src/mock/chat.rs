@@ -1,15 +1,13 @@
 //! The mock's OpenAI Chat Completions dialect: non-stream JSON and paced SSE streams with
 //! optional usage, tool calls and reasoning (`reasoning_content`, as vLLM and DeepSeek send
-//! it), written straight to any monoio stream.
+//! it), written by `Answer` through `pace`.
 //!
 //! Owns: the exact bytes the mock answers for `/v1/chat/completions`. Must not: parse HTTP or
 //! decide timing (`pace` does) or when to call a tool (`tools` does).
 
-use std::io::{self, Write};
+use std::io::Write;
 
-use monoio::io::AsyncWriteRent;
-
-use super::{pace, text, tools, MockRequest, Profile};
+use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
 
 pub const CREATED: u64 = 1_700_000_000;
@@ -113,10 +111,7 @@ impl pace::Events for ChatEvents<'_> {
     }
 
     fn units(&self) -> u32 {
-        match self.req.tool_call {
-            Some(_) => 1 + tools::fragment_count(),
-            None => self.req.output_tokens,
-        }
+        self.req.stream_units()
     }
 
     fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
@@ -170,25 +165,6 @@ pub fn events(req: &MockRequest) -> impl pace::Events + '_ {
     ChatEvents { req }
 }
 
-/// The whole SSE transcript without pacing (used by tests and the instant profile).
-pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
-    pace::transcript(&mut ChatEvents { req })
-}
-
-/// Write a complete HTTP response for `req` to `s`, paced by `profile`.
-pub async fn respond<S: AsyncWriteRent>(
-    s: &mut S,
-    req: &MockRequest,
-    profile: Profile,
-    keep_alive: bool,
-) -> io::Result<()> {
-    if req.stream {
-        pace::stream(s, &mut ChatEvents { req }, profile, keep_alive).await
-    } else {
-        pace::json(s, 200, &completion_body(req), profile, keep_alive).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,7 +199,7 @@ mod tests {
 
     #[test]
     fn transcript_reassembles() {
-        let t = stream_transcript(&req(true, 5, true));
+        let t = pace::transcript(&mut events(&req(true, 5, true)));
         let t = String::from_utf8(t).unwrap();
         let mut content = String::new();
         let mut usage = None;

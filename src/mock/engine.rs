@@ -54,7 +54,7 @@ use monoio::io::AsyncWriteRent;
 use super::{chat, engine_answer, pace, MockRequest, Profile};
 use crate::engine::prefix;
 use crate::http::io::write_all;
-use crate::http::response::{write_chunk, write_head, Framing, LAST_CHUNK};
+use crate::http::response::{write_chunk, LAST_CHUNK};
 
 /// llama-server's answer to every page and request while its model loads (its middleware's
 /// 503; `EngineSpec::load_time`).
@@ -467,15 +467,7 @@ impl Engine {
             };
             return pace::json(s, 200, &body, Profile::Instant, keep_alive).await;
         }
-        let mut out = Vec::with_capacity(1024);
-        write_head(
-            &mut out,
-            200,
-            b"text/event-stream",
-            Framing::Chunked,
-            keep_alive,
-            b"cache-control: no-cache\r\n",
-        );
+        let mut out = pace::sse_head(1024, keep_alive);
         let mut buf = Vec::with_capacity(512);
         ev.head(&mut buf);
         for i in 0..units {

@@ -18,8 +18,9 @@
 //! Owns: the `Fault` vocabulary and the decision whether one fires. Must not: write bytes
 //! (`inject` does) or read sockets.
 
-use std::cell::Cell;
 use std::fmt;
+
+use crate::util::rng::Rng;
 
 /// The request header that asks for a fault on this one request.
 pub const HEADER: &str = "x-mock-fault";
@@ -257,35 +258,27 @@ impl Plan {
     }
 }
 
-/// A small per-shard PRNG (splitmix64): the same seed and request order give the same faults.
+/// A shard's fault dice (the crate's one PRNG, SplitMix64): the same seed and request order
+/// give the same faults.
 #[derive(Debug)]
-pub struct Dice(Cell<u64>);
+pub struct Dice(Rng);
 
 impl Dice {
     /// Shard `shard`'s dice for plan seed `seed`.
     pub fn new(seed: u64, shard: usize) -> Dice {
-        Dice(Cell::new(
+        Dice(Rng::new(
             seed ^ (shard as u64).wrapping_mul(0xA24B_AED4_963E_E407),
         ))
     }
 
-    fn next_u64(&self) -> u64 {
-        let s = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.0.set(s);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     /// Uniform in [0, 1).
     pub fn unit(&self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
 
     /// Uniform in 0..n (n > 0).
     pub fn below(&self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
+        self.0.below(n)
     }
 }
 

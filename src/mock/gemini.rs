@@ -7,11 +7,9 @@
 //! Owns: the exact bytes of those answers. Must not: parse HTTP or URLs, decide timing (`pace`)
 //! or when to call a tool (`tools`).
 
-use std::io::{self, Write};
+use std::io::Write;
 
-use monoio::io::AsyncWriteRent;
-
-use super::{pace, text, tools, MockRequest, Profile};
+use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
 
 const RESPONSE_ID: &str = "mock";
@@ -129,36 +127,7 @@ impl pace::Events for GeminiEvents<'_> {
     }
 }
 
-/// The whole stream without pacing: SSE (`sse`) or a JSON array.
-pub fn stream_transcript(req: &MockRequest, sse: bool) -> Vec<u8> {
-    pace::transcript(&mut GeminiEvents { req, sse })
-}
-
-/// Write a complete HTTP response for `req` to `s`, paced by `profile` (streams as SSE).
-pub async fn respond<S: AsyncWriteRent>(
-    s: &mut S,
-    req: &MockRequest,
-    profile: Profile,
-    keep_alive: bool,
-) -> io::Result<()> {
-    respond_framed(s, req, true, profile, keep_alive).await
-}
-
-/// [`respond`] choosing the stream framing: SSE (`alt=sse`) or a JSON array (no `alt`).
-pub async fn respond_framed<S: AsyncWriteRent>(
-    s: &mut S,
-    req: &MockRequest,
-    sse: bool,
-    profile: Profile,
-    keep_alive: bool,
-) -> io::Result<()> {
-    if !req.stream {
-        return pace::json(s, 200, &response_body(req), profile, keep_alive).await;
-    }
-    if sse {
-        pace::stream(s, &mut GeminiEvents { req, sse }, profile, keep_alive).await
-    } else {
-        let body = stream_transcript(req, false);
-        pace::json(s, 200, &body, profile, keep_alive).await
-    }
+/// The paced units of `req`'s stream: SSE events (`sse`) or the elements of one JSON array.
+pub fn events(req: &MockRequest, sse: bool) -> impl pace::Events + '_ {
+    GeminiEvents { req, sse }
 }

@@ -50,11 +50,7 @@ enum Frame {
 
 /// Inject `fault` in place of `answer` on `s`.
 pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_alive: bool) -> After {
-    let keep = if keep_alive {
-        After::Keep
-    } else {
-        After::Close
-    };
+    let keep = After::keep(keep_alive);
     match fault {
         Fault::Status { code, retry_after } => {
             let (ct, body): (&[u8], Vec<u8>) = if matches!(code, 500 | 502) {
@@ -109,20 +105,10 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
         }
         Fault::StallMidBody => {
             let r = answer.render();
-            let mut out = Vec::with_capacity(r.body.len() + 200);
+            let mut out = opened(&r, r.frame(), true);
             if r.sse {
-                head(
-                    &mut out,
-                    r.status,
-                    r.content_type,
-                    Frame::Chunked,
-                    true,
-                    b"",
-                );
                 write_chunk(&mut out, events(&r.body).first().copied().unwrap_or(b""));
             } else {
-                let frame = Frame::Length(r.body.len());
-                head(&mut out, r.status, r.content_type, frame, true, b"");
                 out.extend_from_slice(&r.body[..r.body.len() / 2]);
             }
             if send(s, out, After::Keep).await == After::Keep {
@@ -141,33 +127,16 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
             let n = (*n as usize).min(evs.len().saturating_sub(1));
             let mut body = evs[..n].concat();
             body.extend_from_slice(&in_stream_error(dialect, n));
-            let mut out = Vec::with_capacity(body.len() + 200);
-            head(
-                &mut out,
-                r.status,
-                r.content_type,
-                Frame::Chunked,
-                keep_alive,
-                b"",
-            );
-            write_chunk(&mut out, &body);
-            out.extend_from_slice(LAST_CHUNK);
+            let mut out = opened(&r, Frame::Chunked, keep_alive);
+            last_chunk(&mut out, &body);
             send(s, out, keep).await
         }
         Fault::Malformed => {
             let r = answer.render();
-            let mut out = Vec::with_capacity(r.body.len() + 200);
             if r.sse {
+                let mut out = opened(&r, Frame::Chunked, keep_alive);
                 let evs = events(&r.body);
                 let bad = evs.len() / 2;
-                head(
-                    &mut out,
-                    r.status,
-                    r.content_type,
-                    Frame::Chunked,
-                    keep_alive,
-                    b"",
-                );
                 for (i, ev) in evs.iter().enumerate() {
                     if i == bad {
                         write_chunk(&mut out, &break_event(ev));
@@ -176,13 +145,13 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
                     }
                 }
                 out.extend_from_slice(LAST_CHUNK);
+                send(s, out, keep).await
             } else {
                 let half = &r.body[..r.body.len() / 2];
-                let frame = Frame::Length(half.len());
-                head(&mut out, r.status, r.content_type, frame, keep_alive, b"");
+                let mut out = opened(&r, Frame::Length(half.len()), keep_alive);
                 out.extend_from_slice(half);
+                send(s, out, keep).await
             }
-            send(s, out, keep).await
         }
         Fault::SlowFirstByte(ms) => {
             monoio::time::sleep(Duration::from_millis(*ms)).await;
@@ -190,24 +159,14 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
         }
         Fault::ShortLength => {
             let r = answer.render();
-            let mut out = Vec::with_capacity(r.body.len() + 200);
-            let frame = Frame::Length(r.body.len() + SHORT_BY);
-            head(&mut out, r.status, r.content_type, frame, true, b"");
+            let mut out = opened(&r, Frame::Length(r.body.len() + SHORT_BY), true);
             out.extend_from_slice(&r.body);
             send(s, out, After::Close).await
         }
         Fault::BadChunk => {
             let r = answer.render();
             let (first, rest) = r.body.split_at(r.body.len() / 2);
-            let mut out = Vec::with_capacity(r.body.len() + 200);
-            head(
-                &mut out,
-                r.status,
-                r.content_type,
-                Frame::Chunked,
-                true,
-                b"",
-            );
+            let mut out = opened(&r, Frame::Chunked, true);
             write_chunk(&mut out, first);
             out.extend_from_slice(b"zz\r\n");
             out.extend_from_slice(rest);
@@ -290,23 +249,55 @@ fn head(out: &mut Vec<u8>, status: u16, ct: &[u8], frame: Frame, keep_alive: boo
     }
 }
 
+/// A buffer for `r`'s faulty answer, its head framed by `frame` already in it.
+fn opened(r: &Rendered, frame: Frame, keep_alive: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(r.body.len() + 200);
+    head(&mut out, r.status, r.content_type, frame, keep_alive, b"");
+    out
+}
+
+/// Append `body` as the last chunk of a chunked body, and the terminator.
+fn last_chunk(out: &mut Vec<u8>, body: &[u8]) {
+    write_chunk(out, body);
+    out.extend_from_slice(LAST_CHUNK);
+}
+
+impl Rendered {
+    /// The framing a well-formed answer uses: SSE chunked, JSON with a Content-Length.
+    fn frame(&self) -> Frame {
+        if self.sse {
+            Frame::Chunked
+        } else {
+            Frame::Length(self.body.len())
+        }
+    }
+}
+
+impl After {
+    /// What follows a complete answer: `Keep` on a keep-alive connection, else `Close`.
+    fn keep(keep_alive: bool) -> After {
+        if keep_alive {
+            After::Keep
+        } else {
+            After::Close
+        }
+    }
+}
+
 /// The well-formed response for `r` (SSE chunked, JSON with a Content-Length).
 fn complete(r: &Rendered, keep_alive: bool, extra: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(r.body.len() + extra.len() + 200);
+    head(
+        &mut out,
+        r.status,
+        r.content_type,
+        r.frame(),
+        keep_alive,
+        extra,
+    );
     if r.sse {
-        head(
-            &mut out,
-            r.status,
-            r.content_type,
-            Frame::Chunked,
-            keep_alive,
-            extra,
-        );
-        write_chunk(&mut out, &r.body);
-        out.extend_from_slice(LAST_CHUNK);
+        last_chunk(&mut out, &r.body);
     } else {
-        let frame = Frame::Length(r.body.len());
-        head(&mut out, r.status, r.content_type, frame, keep_alive, extra);
         out.extend_from_slice(&r.body);
     }
     out
@@ -315,13 +306,12 @@ fn complete(r: &Rendered, keep_alive: bool, extra: &[u8]) -> Vec<u8> {
 /// `cut-after` / `cut-close-after`: `n` whole events and half of the next (SSE), or half the
 /// body (JSON), then close.
 async fn cut(s: &mut TcpStream, r: &Rendered, n: usize, close_delimited: bool) -> After {
-    let mut out = Vec::with_capacity(r.body.len() + 200);
-    let frame = match (close_delimited, r.sse) {
-        (true, _) => Frame::Close,
-        (false, true) => Frame::Chunked,
-        (false, false) => Frame::Length(r.body.len()),
+    let frame = if close_delimited {
+        Frame::Close
+    } else {
+        r.frame()
     };
-    head(&mut out, r.status, r.content_type, frame, true, b"");
+    let mut out = opened(r, frame, true);
     let mut pieces: Vec<&[u8]> = Vec::new();
     if r.sse {
         let evs = events(&r.body);
@@ -349,11 +339,7 @@ async fn cut(s: &mut TcpStream, r: &Rendered, n: usize, close_delimited: bool) -
 async fn huge_body(s: &mut TcpStream, r: &Rendered, keep_alive: bool) -> After {
     const BLOCK: usize = 64 * 1024;
     const COMMENT: usize = 8 * 1024;
-    let keep = if keep_alive {
-        After::Keep
-    } else {
-        After::Close
-    };
+    let keep = After::keep(keep_alive);
     let mut out = Vec::with_capacity(BLOCK + 256);
     let mut block = Vec::with_capacity(BLOCK + 16);
     if r.sse {
@@ -383,22 +369,15 @@ async fn huge_body(s: &mut TcpStream, r: &Rendered, keep_alive: bool) -> After {
             }
         }
         let mut out = Vec::with_capacity(r.body.len() + 16);
-        write_chunk(&mut out, &r.body);
-        out.extend_from_slice(LAST_CHUNK);
+        last_chunk(&mut out, &r.body);
         return send(s, out, keep).await;
     }
     const PAD: &[u8] = b"\"mock_padding\":\"";
     let open = memchr::memchr(b'{', &r.body).map_or(0, |i| i + 1);
     let fixed = r.body.len() + PAD.len() + 2;
     let mut filler = (HUGE_BODY as usize).saturating_sub(fixed);
-    head(
-        &mut out,
-        r.status,
-        r.content_type,
-        Frame::Length(fixed + filler),
-        keep_alive,
-        b"",
-    );
+    let frame = Frame::Length(fixed + filler);
+    head(&mut out, r.status, r.content_type, frame, keep_alive, b"");
     out.extend_from_slice(&r.body[..open]);
     out.extend_from_slice(PAD);
     if send(s, out, After::Keep).await == After::Close {

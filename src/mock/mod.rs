@@ -11,8 +11,8 @@
 //! `--fault` plan), `inject` writes them in place of the `answer`; with `--engine` it
 //! simulates an inference engine under load (`engine`, its metrics pages `engine_page`,
 //! llama.cpp's own answer shape `engine_answer`). Must not: depend on the
-//! gateway pipeline — the gateway calls `respond` / `chat::respond` (its in-process mock injects
-//! no faults), the standalone server calls the same writers.
+//! gateway pipeline — the gateway calls `respond_with` (its in-process mock injects no faults),
+//! the standalone server writes the same `answer::Answer`.
 
 pub mod answer;
 pub mod anthropic;
@@ -36,6 +36,8 @@ use std::io;
 
 use monoio::io::AsyncWriteRent;
 use sonic_rs::JsonValueTrait;
+
+use answer::Answer;
 
 pub use crate::config::provider::{Profile, PACED_GAP};
 pub use crate::dialect::Dialect;
@@ -196,6 +198,15 @@ impl MockRequest {
         })
     }
 
+    /// Content units of the streamed answer (OpenAI dialects): one per token, or (tool call)
+    /// the text before the call, then one per argument fragment.
+    pub fn stream_units(&self) -> u32 {
+        match self.tool_call {
+            Some(_) => 1 + tools::fragment_count(),
+            None => self.output_tokens,
+        }
+    }
+
     /// Output tokens reported in usage: the text length, or `tools::OUTPUT_TOKENS` for a
     /// tool-call answer.
     pub fn usage_output_tokens(&self) -> u32 {
@@ -244,18 +255,15 @@ pub async fn respond_with<S: AsyncWriteRent>(
     let mut req = match MockRequest::parse_dialect(dialect, model, body) {
         Ok(r) => r,
         Err(msg) => {
-            return error::write(s, error::Shape::of(dialect), 400, &msg, keep_alive).await;
+            return error::write(s, error::shape(dialect), 400, &msg, keep_alive).await;
         }
     };
     if let Some(st) = stream {
         req.stream = st;
     }
-    match dialect {
-        Dialect::Chat => chat::respond(s, &req, profile, keep_alive).await,
-        Dialect::Responses => responses::respond(s, &req, profile, keep_alive).await,
-        Dialect::Messages => anthropic::respond(s, &req, profile, keep_alive).await,
-        Dialect::Gemini => gemini::respond(s, &req, profile, keep_alive).await,
-    }
+    Answer::generate(dialect, req)
+        .write(s, profile, keep_alive)
+        .await
 }
 
 #[cfg(test)]
@@ -290,7 +298,7 @@ mod tests {
         assert_eq!(v["content"][0]["signature"], text::SIGNATURE);
         assert_eq!(v["content"][1]["text"], text::tokens(0, 3));
         r.stream = true;
-        let t = String::from_utf8(anthropic::stream_transcript(&r)).unwrap();
+        let t = String::from_utf8(pace::transcript(&mut anthropic::events(&r))).unwrap();
         assert!(t.contains(r#""delta":{"type":"signature_delta","signature":"mock-signature"}"#));
         assert!(t.contains(r#""index":1,"delta":{"type":"text_delta""#));
         assert!(t.contains(r#"{"type":"content_block_stop","index":1}"#));
@@ -301,7 +309,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&anthropic::message_body(&f)).unwrap();
         assert_eq!(v["content"][0]["type"], "tool_use");
         f.stream = true;
-        let t = String::from_utf8(anthropic::stream_transcript(&f)).unwrap();
+        let t = String::from_utf8(pace::transcript(&mut anthropic::events(&f))).unwrap();
         assert!(
             !t.contains("text_delta")
                 && t.contains(r#""index":0,"content_block":{"type":"tool_use""#)
@@ -309,7 +317,7 @@ mod tests {
         assert!(t.contains(r#"{"type":"content_block_stop","index":0}"#));
         let c = MockRequest::parse(br#"{"model":"m","stream":true,"reasoning_effort":"high"}"#)
             .unwrap();
-        let t = String::from_utf8(chat::stream_transcript(&c)).unwrap();
+        let t = String::from_utf8(pace::transcript(&mut chat::events(&c))).unwrap();
         assert!(t.contains(r#""delta":{"reasoning_content":"Thinking"}"#));
     }
 

@@ -77,15 +77,7 @@ pub async fn stream<S: AsyncWriteRent, E: Events>(
     keep_alive: bool,
 ) -> io::Result<()> {
     let delay = profile.first_token_delay();
-    let mut out = Vec::with_capacity(4096);
-    write_head(
-        &mut out,
-        200,
-        b"text/event-stream",
-        Framing::Chunked,
-        keep_alive,
-        b"cache-control: no-cache\r\nx-request-id: mock\r\n",
-    );
+    let mut out = sse_head(4096, keep_alive);
     let mut buf = Vec::with_capacity(1024);
     ev.head(&mut buf);
     let n = ev.units().max(1);
@@ -134,6 +126,21 @@ pub async fn stream<S: AsyncWriteRent, E: Events>(
         out = back;
     }
     Ok(())
+}
+
+/// A buffer of `capacity` holding the head of a 200 SSE answer (chunked, not to be cached).
+pub fn sse_head(capacity: usize, keep_alive: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    let lines = b"cache-control: no-cache\r\nx-request-id: mock\r\n";
+    write_head(
+        &mut out,
+        200,
+        b"text/event-stream",
+        Framing::Chunked,
+        keep_alive,
+        lines,
+    );
+    out
 }
 
 /// Append one SSE event with an `event:` line (Responses, Anthropic).

@@ -5,12 +5,10 @@
 //! Owns: the exact bytes of those answers. Must not: parse HTTP, decide timing (`pace`) or when
 //! to call a tool (`tools`).
 
-use std::io::{self, Write};
-
-use monoio::io::AsyncWriteRent;
+use std::io::Write;
 
 use super::chat::CREATED;
-use super::{pace, text, tools, MockRequest, Profile};
+use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
 
 const RESP_ID: &str = "resp_mock";
@@ -102,6 +100,15 @@ struct ResponsesEvents<'a> {
     seq: u32,
 }
 
+/// The stream's two output items.
+#[derive(Debug, Clone, Copy)]
+enum Item {
+    /// The message (output 0, its one content part).
+    Message,
+    /// The function call (output 1).
+    Call,
+}
+
 impl ResponsesEvents<'_> {
     /// Open an event: `event:` line and `data: {"type":…,"sequence_number":…` (caller closes).
     fn open(&mut self, out: &mut Vec<u8>, ty: &str) {
@@ -110,21 +117,32 @@ impl ResponsesEvents<'_> {
         self.seq += 1;
     }
 
+    /// Open an event about `item`: its address, then the member `key` (caller writes its value
+    /// and closes).
+    fn item_event(&mut self, out: &mut Vec<u8>, ty: &str, item: Item, key: &str) {
+        self.open(out, ty);
+        let _ = match item {
+            Item::Message => write!(
+                out,
+                ",\"item_id\":\"{MSG_ID}\",\"output_index\":0,\"content_index\":0"
+            ),
+            Item::Call => write!(out, ",\"item_id\":\"{FC_ID}\",\"output_index\":1"),
+        };
+        let _ = write!(out, ",\"{key}\":");
+    }
+
     fn text_delta(&mut self, out: &mut Vec<u8>, s: &str) {
-        self.open(out, "response.output_text.delta");
-        let _ = write!(
-            out,
-            ",\"item_id\":\"{MSG_ID}\",\"output_index\":0,\"content_index\":0,\"delta\":"
-        );
+        self.item_event(out, "response.output_text.delta", Item::Message, "delta");
         push_json_str(out, s);
         out.extend_from_slice(b",\"logprobs\":[]}\n\n");
     }
 
     fn args_delta(&mut self, out: &mut Vec<u8>, s: &str) {
-        self.open(out, "response.function_call_arguments.delta");
-        let _ = write!(
+        self.item_event(
             out,
-            ",\"item_id\":\"{FC_ID}\",\"output_index\":1,\"delta\":"
+            "response.function_call_arguments.delta",
+            Item::Call,
+            "delta",
         );
         push_json_str(out, s);
         out.extend_from_slice(b"}\n\n");
@@ -133,18 +151,10 @@ impl ResponsesEvents<'_> {
     /// Close the message item: text done, part done, item done.
     fn finish_message(&mut self, out: &mut Vec<u8>) {
         let text = answer_text(self.req);
-        self.open(out, "response.output_text.done");
-        let _ = write!(
-            out,
-            ",\"item_id\":\"{MSG_ID}\",\"output_index\":0,\"content_index\":0,\"text\":"
-        );
+        self.item_event(out, "response.output_text.done", Item::Message, "text");
         push_json_str(out, &text);
         out.extend_from_slice(b",\"logprobs\":[]}\n\n");
-        self.open(out, "response.content_part.done");
-        let _ = write!(
-            out,
-            ",\"item_id\":\"{MSG_ID}\",\"output_index\":0,\"content_index\":0,\"part\":"
-        );
+        self.item_event(out, "response.content_part.done", Item::Message, "part");
         push_text_part(out, &text);
         out.extend_from_slice(b"}\n\n");
         self.open(out, "response.output_item.done");
@@ -166,20 +176,13 @@ impl pace::Events for ResponsesEvents<'_> {
         out.extend_from_slice(b",\"output_index\":0,\"item\":");
         push_message_item(out, None);
         out.extend_from_slice(b"}\n\n");
-        self.open(out, "response.content_part.added");
-        let _ = write!(
-            out,
-            ",\"item_id\":\"{MSG_ID}\",\"output_index\":0,\"content_index\":0,\"part\":"
-        );
+        self.item_event(out, "response.content_part.added", Item::Message, "part");
         push_text_part(out, "");
         out.extend_from_slice(b"}\n\n");
     }
 
     fn units(&self) -> u32 {
-        match self.req.tool_call {
-            Some(_) => 1 + tools::fragment_count(),
-            None => self.req.output_tokens,
-        }
+        self.req.stream_units()
     }
 
     fn unit(&mut self, i: u32, out: &mut Vec<u8>) {
@@ -205,10 +208,11 @@ impl pace::Events for ResponsesEvents<'_> {
         match &req.tool_call {
             None => self.finish_message(out),
             Some(name) => {
-                self.open(out, "response.function_call_arguments.done");
-                let _ = write!(
+                self.item_event(
                     out,
-                    ",\"item_id\":\"{FC_ID}\",\"output_index\":1,\"arguments\":"
+                    "response.function_call_arguments.done",
+                    Item::Call,
+                    "arguments",
                 );
                 push_json_str(out, tools::TOOL_ARGS);
                 out.extend_from_slice(b"}\n\n");
@@ -225,22 +229,7 @@ impl pace::Events for ResponsesEvents<'_> {
     }
 }
 
-/// The whole SSE transcript without pacing.
-pub fn stream_transcript(req: &MockRequest) -> Vec<u8> {
-    pace::transcript(&mut ResponsesEvents { req, seq: 0 })
-}
-
-/// Write a complete HTTP response for `req` to `s`, paced by `profile`.
-pub async fn respond<S: AsyncWriteRent>(
-    s: &mut S,
-    req: &MockRequest,
-    profile: Profile,
-    keep_alive: bool,
-) -> io::Result<()> {
-    if req.stream {
-        let mut ev = ResponsesEvents { req, seq: 0 };
-        pace::stream(s, &mut ev, profile, keep_alive).await
-    } else {
-        pace::json(s, 200, &response_body(req), profile, keep_alive).await
-    }
+/// The paced units of `req`'s stream.
+pub fn events(req: &MockRequest) -> impl pace::Events + '_ {
+    ResponsesEvents { req, seq: 0 }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::answer::Answer;
 use super::engine::{Engine, EngineSpec};
 use super::engine_page;
-use super::error::{self, Shape};
+use super::error;
 use super::fault::{self, Dice, Plan};
 use super::inject::{self, After};
 use super::{anthropic, embeddings, Dialect, MockRequest, Profile};
@@ -116,41 +116,16 @@ pub fn start_full(
     let (listeners, addr) = runtime::bind_listeners(listen, shards)?;
     let shutdown = Shutdown::new();
     let sd = shutdown.clone();
-    let handles = runtime::spawn(
-        listeners,
-        driver,
-        false,
-        move |id, std_listener, _driver| {
-            let sd = sd.clone();
-            let plan = plan.clone();
-            let engine = engine.clone();
-            async move {
-                let local = Rc::new(Local {
-                    engine: engine.map(Engine::new),
-                    draining: LocalSignal::default(),
-                    conns: Cell::new(0),
-                    dice: Dice::new(plan.seed, id),
-                    plan,
-                });
-                let open = || local.conns.get() as u64;
-                runtime::accept_until(
-                    "mock",
-                    std_listener,
-                    &sd,
-                    runtime::Drain {
-                        started: &local.draining,
-                        expired: None,
-                        time: Duration::from_secs(5),
-                    },
-                    open,
-                    |stream, _peer| {
-                        monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
-                    },
-                )
-                .await;
-            }
-        },
-    )?;
+    let handles = runtime::spawn(listeners, driver, false, move |id, listener, _| {
+        shard(
+            id,
+            listener,
+            profile,
+            sd.clone(),
+            plan.clone(),
+            engine.clone(),
+        )
+    })?;
     Ok(MockServer {
         addr,
         shutdown,
@@ -167,6 +142,40 @@ struct Local {
     dice: Dice,
 }
 
+/// One shard of the standalone mock: accept and serve until shutdown (then drain).
+async fn shard(
+    id: usize,
+    std_listener: std::net::TcpListener,
+    profile: Profile,
+    sd: Shutdown,
+    plan: Plan,
+    engine: Option<EngineSpec>,
+) {
+    let local = Rc::new(Local {
+        engine: engine.map(Engine::new),
+        draining: LocalSignal::default(),
+        conns: Cell::new(0),
+        dice: Dice::new(plan.seed, id),
+        plan,
+    });
+    let open = || local.conns.get() as u64;
+    runtime::accept_until(
+        "mock",
+        std_listener,
+        &sd,
+        runtime::Drain {
+            started: &local.draining,
+            expired: None,
+            time: Duration::from_secs(5),
+        },
+        open,
+        |stream, _peer| {
+            monoio::spawn(serve(ClientConn::new(stream), profile, local.clone()));
+        },
+    )
+    .await;
+}
+
 async fn serve(conn: ClientConn, profile: Profile, local: Rc<Local>) {
     local.conns.set(local.conns.get() + 1);
     serve_conn(conn, profile, &local).await;
@@ -175,18 +184,8 @@ async fn serve(conn: ClientConn, profile: Profile, local: Rc<Local>) {
 
 async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
     loop {
-        let next = monoio::select! {
-            _ = local.draining.wait() => return,
-            h = conn.read_head(&LIMITS) => h,
-        };
-        let head = match next {
-            Ok(Some(h)) => h,
-            Ok(None) => return,
-            Err(e) => {
-                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
-                    .await;
-                return;
-            }
+        let Some(head) = conn.next_head(&LIMITS, local.draining.wait()).await else {
+            return;
         };
         let keep_alive = head.keep_alive;
         let method = head.method;
@@ -363,12 +362,12 @@ impl Route {
         }
     }
 
-    fn shape(&self) -> Shape {
+    fn shape(&self) -> ErrorShape {
         match self {
-            Route::Dialect(d) => Shape::of(*d),
-            Route::Gemini(..) | Route::GeminiCount => Shape::Gemini,
-            Route::CountTokens => Shape::Anthropic,
-            _ => Shape::OpenAi,
+            Route::Dialect(d) => error::shape(*d),
+            Route::Gemini(..) | Route::GeminiCount => ErrorShape::Gemini,
+            Route::CountTokens => ErrorShape::Anthropic,
+            _ => ErrorShape::OpenAi,
         }
     }
 }
@@ -396,20 +395,20 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
         (Method::Get, Route::Requests) => {
             let (g, e) = (GENERATED.load(Relaxed), EMBEDDED.load(Relaxed));
             let body = format!("{{\"generate\":{g},\"embeddings\":{e}}}");
-            json(200, body.into_bytes(), Shape::OpenAi, false)
+            json(200, body.into_bytes(), ErrorShape::OpenAi, false)
         }
         (Method::Post, Route::Dialect(d)) => match MockRequest::parse_dialect(d, "", body) {
             Ok(req) => Answer::generate(d, req),
-            Err(msg) => invalid(Shape::of(d), msg),
+            Err(msg) => invalid(error::shape(d), msg),
         },
         (Method::Post, Route::Azure(Some(dep))) => {
             match MockRequest::parse_dialect(Dialect::Chat, &dep, body) {
                 Ok(req) => Answer::generate(Dialect::Chat, req),
-                Err(msg) => invalid(Shape::OpenAi, msg),
+                Err(msg) => invalid(ErrorShape::OpenAi, msg),
             }
         }
         (Method::Post, Route::Azure(None)) => invalid(
-            Shape::OpenAi,
+            ErrorShape::OpenAi,
             "Missing required query parameter: api-version".into(),
         ),
         (Method::Post, Route::Gemini(model, stream)) => {
@@ -422,35 +421,35 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
                         sse: stream.unwrap_or(true),
                     }
                 }
-                Err(msg) => invalid(Shape::Gemini, msg),
+                Err(msg) => invalid(ErrorShape::Gemini, msg),
             }
         }
         (Method::Post, Route::CountTokens) => json(
             200,
             anthropic::count_tokens_body(body),
-            Shape::Anthropic,
+            ErrorShape::Anthropic,
             false,
         ),
         (Method::Post, Route::GeminiCount) => json(
             200,
             super::gemini::count_tokens_body(body),
-            Shape::Gemini,
+            ErrorShape::Gemini,
             false,
         ),
         (Method::Post, Route::Embeddings) => match embeddings::embeddings_body(body) {
-            Ok(b) => json(200, b, Shape::OpenAi, true),
-            Err(msg) => invalid(Shape::OpenAi, msg),
+            Ok(b) => json(200, b, ErrorShape::OpenAi, true),
+            Err(msg) => invalid(ErrorShape::OpenAi, msg),
         },
         (Method::Get, Route::Models) => {
             let body = br#"{"object":"list","data":[{"id":"mock","object":"model","created":1700000000,"owned_by":"ringgate-mock"}]}"#;
-            json(200, body.to_vec(), Shape::OpenAi, false)
+            json(200, body.to_vec(), ErrorShape::OpenAi, false)
         }
         (_, Route::Unknown) => {
             let msg = "the mock does not serve this path";
             json(
                 404,
-                error::body(Shape::OpenAi, 404, msg),
-                Shape::OpenAi,
+                error::body(ErrorShape::OpenAi, 404, msg),
+                ErrorShape::OpenAi,
                 false,
             )
         }

@@ -351,37 +351,50 @@ mod tests {
         want
     }
 
+    /// [`every_cut`], then the facts it found: the id, the one finish reason, the text.
+    fn expect(dialect: Dialect, stream: bool, body: &[u8], (id, reason, text): (&str, &str, &str)) {
+        let (i, r, t) = every_cut(dialect, stream, body);
+        assert_eq!(
+            (i.as_deref(), t.as_deref()),
+            (Some(id), Some(text)),
+            "{dialect:?}"
+        );
+        assert_eq!(r, vec![Box::<str>::from(reason)], "{dialect:?}");
+    }
+
     #[test]
     fn chat_answer_and_stream() {
         let body = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"you\"\n","tool_calls":[{"id":"call_9"}]},"finish_reason":"stop"}]}"#;
-        let (id, r, t) = every_cut(Dialect::Chat, false, body);
-        assert_eq!(id.as_deref(), Some("chatcmpl-1"));
-        assert_eq!(r, vec![Box::from("stop")]);
-        assert_eq!(t.as_deref(), Some(r#"Hi \"you\"\n"#));
+        expect(
+            Dialect::Chat,
+            false,
+            body,
+            ("chatcmpl-1", "stop", r#"Hi \"you\"\n"#),
+        );
         let stream = b"data: {\"id\":\"c2\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c2\",\"choices\":[{\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c2\",\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
-        let (id, r, t) = every_cut(Dialect::Chat, true, stream);
-        assert_eq!((id.as_deref(), t.as_deref()), (Some("c2"), Some("Hello")));
-        assert_eq!(r, vec![Box::from("length")]);
+        expect(Dialect::Chat, true, stream, ("c2", "length", "Hello"));
     }
 
     #[test]
     fn other_dialects() {
         let msg = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[],\"stop_reason\":null}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n";
-        let (id, r, t) = every_cut(Dialect::Messages, true, msg);
-        assert_eq!((id.as_deref(), t.as_deref()), (Some("msg_1"), Some("ok")));
-        assert_eq!(r, vec![Box::from("end_turn")]);
+        expect(Dialect::Messages, true, msg, ("msg_1", "end_turn", "ok"));
         let gem = br#"{"candidates":[{"content":{"parts":[{"text":"a"},{"text":"b"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{},"responseId":"r-1"}"#;
-        let (id, r, t) = every_cut(Dialect::Gemini, false, gem);
-        assert_eq!((id.as_deref(), t.as_deref()), (Some("r-1"), Some("ab")));
-        assert_eq!(r, vec![Box::from("STOP")]);
+        expect(Dialect::Gemini, false, gem, ("r-1", "STOP", "ab"));
         let resp = br#"{"id":"resp_1","status":"completed","output":[{"id":"msg_2","status":"completed","content":[{"type":"output_text","text":"yes"}]}],"text":{"format":{"type":"text"}}}"#;
-        let (id, r, t) = every_cut(Dialect::Responses, false, resp);
-        assert_eq!((id.as_deref(), t.as_deref()), (Some("resp_1"), Some("yes")));
-        assert_eq!(r, vec![Box::from("completed")]);
+        expect(
+            Dialect::Responses,
+            false,
+            resp,
+            ("resp_1", "completed", "yes"),
+        );
         let resp_stream = b"data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_2\",\"status\":\"in_progress\"}}\n\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"y\"}\n\ndata: {\"type\":\"response.output_text.done\",\"text\":\"y\"}\n\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_2\",\"status\":\"incomplete\",\"output\":[{\"content\":[{\"text\":\"y\"}]}]}}\n\n";
-        let (id, r, t) = every_cut(Dialect::Responses, true, resp_stream);
-        assert_eq!((id.as_deref(), t.as_deref()), (Some("resp_2"), Some("y")));
-        assert_eq!(r, vec![Box::from("incomplete")]);
+        expect(
+            Dialect::Responses,
+            true,
+            resp_stream,
+            ("resp_2", "incomplete", "y"),
+        );
     }
 
     #[test]

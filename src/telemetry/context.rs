@@ -4,7 +4,7 @@
 //! Owns: `Context`, `parse_traceparent`, `Ids`. Must not: allocate but for a caller's
 //! `tracestate` (kept only when valid and at most 512 bytes).
 
-use std::cell::Cell;
+use crate::util::rng::Rng;
 
 /// The request's place in a trace.
 #[derive(Debug, Clone)]
@@ -90,10 +90,10 @@ pub fn upstream_lines(out: &mut Vec<u8>, ctx: &Context, span: &[u8; 8]) {
     }
 }
 
-/// A shard's id source: SplitMix64 seeded from the system's randomness (ids need to be
-/// unique, not secret).
+/// A shard's id source: the crate's one PRNG (SplitMix64) seeded from the system's randomness
+/// (ids need to be unique, not secret).
 #[derive(Debug)]
-pub struct Ids(Cell<u64>);
+pub struct Ids(Rng);
 
 impl Ids {
     pub fn new() -> Ids {
@@ -107,16 +107,11 @@ impl Ids {
             Ok(()) => u64::from_le_bytes(seed),
             Err(_) => fallback ^ (std::process::id() as u64) << 32,
         };
-        Ids(Cell::new(seed))
+        Ids(Rng::new(seed))
     }
 
     pub fn next_u64(&self) -> u64 {
-        let s = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.0.set(s);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A non-zero span id.

@@ -102,9 +102,7 @@ mod tests {
 
     #[test]
     fn rotates_keeping_one_previous_file() {
-        let dir = std::env::temp_dir().join(format!("rg-reqlog-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::util::scratch::dir("reqlog");
         let path = dir.join("requests.jsonl");
         let mut r = Rotating::open(path.clone(), 100).unwrap();
         let line = [b'x'; 39];

@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sonic_rs::{JsonValueTrait, PointerTree};
 
+use super::context::Context;
 use super::proto;
 use super::wire::{Head, SpanWriter};
 use super::{Params, Request, ShardTelemetry};
@@ -15,6 +16,39 @@ use crate::config::provider::ProviderKind;
 use crate::dialect::Dialect;
 use crate::observe::trace::Trace;
 use crate::route::RouteTable;
+
+/// The writer of one of the request's spans: its SERVER span (`client` None: `ctx.span_id`,
+/// child of the caller's span), or the CLIENT span `client` under it.
+fn span_writer(
+    ctx: &Context,
+    client: Option<&[u8; 8]>,
+    name: &[&str],
+    (start, end): (u64, u64),
+    capacity: usize,
+) -> SpanWriter {
+    let (span_id, parent, kind) = match client {
+        None => (&ctx.span_id, ctx.parent.as_ref(), proto::KIND_SERVER),
+        Some(id) => (id, Some(&ctx.span_id), proto::KIND_CLIENT),
+    };
+    let head = Head {
+        trace_id: &ctx.trace_id,
+        span_id,
+        state: ctx.state.as_deref().unwrap_or(""),
+        parent,
+        name,
+        kind,
+        start,
+        end,
+    };
+    SpanWriter::start(&head, capacity)
+}
+
+/// A SERVER span's OTLP flags: sampled, and whether its parent is remote is known (0x100) and
+/// true (0x200: a caller's `traceparent` named it).
+fn server_flags(ctx: &Context) -> u32 {
+    let remote = if ctx.parent.is_some() { 0x300 } else { 0x100 };
+    remote | 1
+}
 
 /// `gen_ai.provider.name` of a provider kind (the semantic conventions' well-known values).
 pub fn provider_name(kind: ProviderKind) -> &'static str {
@@ -134,17 +168,11 @@ pub fn request_ended(
         .as_deref()
         .or(route.map(|r| r.name.as_str()))
         .unwrap_or("");
-    let mut a = SpanWriter::start(
-        &Head {
-            trace_id: &req.ctx.trace_id,
-            span_id: &req.ctx.span_id,
-            state: req.ctx.state.as_deref().unwrap_or(""),
-            parent: req.ctx.parent.as_ref(),
-            name: &[req.operation, model],
-            kind: proto::KIND_SERVER,
-            start: at(t.start),
-            end: wall,
-        },
+    let mut a = span_writer(
+        &req.ctx,
+        None,
+        &[req.operation, model],
+        (at(t.start), wall),
         768,
     );
     a.str("gen_ai.operation.name", req.operation);
@@ -224,24 +252,13 @@ pub fn request_ended(
     if let Some(i) = &req.input {
         a.str("gen_ai.input.messages", i);
     }
-    let remote = if req.ctx.parent.is_some() {
-        0x300
-    } else {
-        0x100
-    };
-    let server = a.finish(e.status >= 500, remote | 1);
+    let server = a.finish(e.status >= 500, server_flags(&req.ctx));
     for at_ in &req.attempts {
-        let mut c = SpanWriter::start(
-            &Head {
-                trace_id: &req.ctx.trace_id,
-                span_id: &at_.span_id,
-                state: req.ctx.state.as_deref().unwrap_or(""),
-                parent: Some(&req.ctx.span_id),
-                name: &[req.operation, &at_.model],
-                kind: proto::KIND_CLIENT,
-                start: at(at_.start),
-                end: at(at_.end.unwrap_or(now)),
-            },
+        let mut c = span_writer(
+            &req.ctx,
+            Some(&at_.span_id),
+            &[req.operation, &at_.model],
+            (at(at_.start), at(at_.end.unwrap_or(now))),
             384,
         );
         c.str("gen_ai.operation.name", req.operation);
@@ -287,24 +304,7 @@ fn tool_span(
     end: u64,
 ) -> Vec<u8> {
     let tool = m.tool.as_deref().unwrap_or("");
-    let remote = if req.ctx.parent.is_some() {
-        0x300
-    } else {
-        0x100
-    };
-    let mut a = SpanWriter::start(
-        &Head {
-            trace_id: &req.ctx.trace_id,
-            span_id: &req.ctx.span_id,
-            state: req.ctx.state.as_deref().unwrap_or(""),
-            parent: req.ctx.parent.as_ref(),
-            name: &[&m.method, tool],
-            kind: proto::KIND_SERVER,
-            start,
-            end,
-        },
-        512,
-    );
+    let mut a = span_writer(&req.ctx, None, &[&m.method, tool], (start, end), 512);
     a.str("gen_ai.operation.name", "execute_tool");
     a.str("gen_ai.tool.name", tool);
     a.str("mcp.method.name", &m.method);
@@ -337,7 +337,7 @@ fn tool_span(
         a.str("ringgate.key", k);
     }
     a.str("ringgate.request_id", e.request_id);
-    a.finish(error, remote | 1)
+    a.finish(error, server_flags(&req.ctx))
 }
 
 /// The CLIENT span of a `tools/call` forwarded to its MCP server (child of the SERVER span;
@@ -350,17 +350,11 @@ fn tool_client_span(
     (host, port): (&str, u16),
 ) -> Vec<u8> {
     let tool = m.tool.as_deref().unwrap_or("");
-    let mut a = SpanWriter::start(
-        &Head {
-            trace_id: &req.ctx.trace_id,
-            span_id: &id,
-            state: req.ctx.state.as_deref().unwrap_or(""),
-            parent: Some(&req.ctx.span_id),
-            name: &["tools/call", tool],
-            kind: proto::KIND_CLIENT,
-            start,
-            end,
-        },
+    let mut a = span_writer(
+        &req.ctx,
+        Some(&id),
+        &["tools/call", tool],
+        (start, end),
         384,
     );
     a.str("gen_ai.operation.name", "execute_tool");

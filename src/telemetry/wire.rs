@@ -8,6 +8,8 @@
 //! Owns: `SpanWriter`, `frame`. Must not: allocate beyond its one buffer, or hold logic about
 //! which attributes a span has (that is `span`'s).
 
+use crate::util::decimal::Digits;
+
 /// Appends `v` as a protobuf varint.
 pub fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -178,19 +180,8 @@ impl SpanWriter {
 
     /// A status code as `error.type`'s string value, without formatting it into a `String`.
     pub fn code(&mut self, key: &str, status: u16) {
-        let mut digits = [0u8; 5];
-        let mut n = status;
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        // ASCII digits
-        self.str(key, std::str::from_utf8(&digits[i..]).unwrap_or(""));
+        let digits = Digits::new(u64::from(status));
+        self.str(key, digits.as_str());
     }
 
     /// An array of strings.

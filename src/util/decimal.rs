@@ -29,6 +29,11 @@ impl Digits {
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[usize::from(self.at)..]
     }
+
+    /// The digits as text (ASCII).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
 }
 
 /// Append `v` in decimal.
@@ -49,6 +54,7 @@ mod tests {
             let mut out = b"x".to_vec();
             push_u64(&mut out, v);
             assert_eq!(out, format!("x{v}").into_bytes(), "{v}");
+            assert_eq!(Digits::new(v).as_str(), v.to_string());
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Small leaf utilities every stage may use: calendar dates (`date`), decimal digits without
 //! `fmt` (`decimal`), strict JSON validation without building anything (`json_check`: the
 //! answer's vetting and the request body's routing scan), the JSON nesting bound (`nesting`), process-wide versioned snapshots
-//! (`versioned`) and non-consuming socket peeks (`sock`).
+//! (`versioned`), non-consuming socket peeks (`sock`), the one PRNG (`rng`) and
+//! unit tests' scratch directories (`scratch`).
 //!
 //! Owns: pure helpers with no knowledge of requests. Must not: import any other module of the
 //! crate.
@@ -13,5 +14,7 @@ pub mod decimal;
 pub mod json_check;
 pub mod nesting;
 pub mod rng;
+#[cfg(test)]
+pub mod scratch;
 pub mod sock;
 pub mod versioned;

@@ -1,7 +1,8 @@
-//! A tiny per-shard pseudo-random generator for load balancing (SplitMix64).
+//! The one tiny per-shard pseudo-random generator (SplitMix64): the balancer's picks, the
+//! mock's fault dice and the telemetry ids all draw from it.
 //!
 //! Owns: `Rng`. Must not: be used for anything secret; it is seeded, fast and predictable,
-//! which is what the balancer and its tests want.
+//! which is what the balancer and its tests want (telemetry seeds it from the system).
 
 use std::cell::Cell;
 
@@ -26,6 +27,11 @@ impl Rng {
     pub fn below(&self, n: usize) -> usize {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
     }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 #[cfg(test)]
@@ -45,5 +51,9 @@ mod tests {
         );
         assert_eq!(r.below(0), 0);
         assert_eq!(Rng::new(1).next_u64(), Rng::new(1).next_u64());
+        let u = (0..1_000).map(|_| r.unit());
+        assert!(u.clone().all(|u| (0.0..1.0).contains(&u)));
+        let mean = u.sum::<f64>() / 1_000.0;
+        assert!((0.4..0.6).contains(&mean), "{mean}");
     }
 }

@@ -244,18 +244,8 @@ impl Reply {
 
 async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
     loop {
-        let next = monoio::select! {
-            _ = ctx.exit.wait() => return,
-            h = conn.read_head(&LIMITS) => h,
-        };
-        let head = match next {
-            Ok(Some(h)) => h,
-            Ok(None) => return,
-            Err(e) => {
-                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
-                    .await;
-                return;
-            }
+        let Some(head) = conn.next_head(&LIMITS, ctx.exit.wait()).await else {
+            return;
         };
         let keep = head.keep_alive;
         // the loopback Host rule, no Origin; one credential at most

@@ -5,7 +5,7 @@
 //! sum is how per-shard counters and histograms merge: a renderer that leaves the `shard`
 //! label out gets one series over all shards; one that writes it keeps a series per shard.
 //!
-//! Owns: `merge`, `help` (a family's two header lines). Must not: be called on the request
+//! Owns: `merge`, `help` (a family's two header lines), `single` (a family of one series). Must not: be called on the request
 //! path (it parses text; it runs once per scrape, off every other shard).
 
 use std::collections::HashMap;
@@ -15,6 +15,22 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Write a family's `# HELP` and `# TYPE` lines (`kind`: counter, gauge, histogram).
 pub fn help(out: &mut String, name: &str, kind: &str, text: &str) {
     let _ = writeln!(out, "# HELP {name} {text}\n# TYPE {name} {kind}");
+}
+
+/// Write a family of one series: its header lines, then `name{labels} value` (`labels`
+/// rendered without braces; empty: no braces).
+pub fn single(
+    out: &mut String,
+    (name, kind, text): (&str, &str, &str),
+    labels: &str,
+    value: impl std::fmt::Display,
+) {
+    help(out, name, kind, text);
+    let _ = if labels.is_empty() {
+        writeln!(out, "{name} {value}")
+    } else {
+        writeln!(out, "{name}{{{labels}}} {value}")
+    };
 }
 
 /// One family: its header texts and its series, all slices of the parts being merged.

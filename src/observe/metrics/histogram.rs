@@ -16,61 +16,56 @@ pub struct Buckets {
 /// Most bounds a layout may have (the `+Inf` bucket comes on top).
 pub const MAX_BOUNDS: usize = 20;
 
-const MS: u64 = 1_000_000;
-const US: u64 = 1_000;
-
-/// Whole-request, upstream and first-token times: 0.5 ms to 5 min.
+/// Whole-request, upstream and first-token times: 0.5 ms to 5 min (`le` values, seconds).
+const LATENCY_LE: [&str; 18] = [
+    "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
+    "2.5", "5", "10", "30", "60", "120", "300",
+];
+const LATENCY_NS: [u64; 18] = bounds_ns(&LATENCY_LE);
 pub const LATENCY: Buckets = Buckets {
-    bounds_ns: &[
-        500 * US,
-        MS,
-        2_500 * US,
-        5 * MS,
-        10 * MS,
-        25 * MS,
-        50 * MS,
-        100 * MS,
-        250 * MS,
-        500 * MS,
-        1_000 * MS,
-        2_500 * MS,
-        5_000 * MS,
-        10_000 * MS,
-        30_000 * MS,
-        60_000 * MS,
-        120_000 * MS,
-        300_000 * MS,
-    ],
-    le: &[
-        "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
-        "2.5", "5", "10", "30", "60", "120", "300",
-    ],
+    bounds_ns: &LATENCY_NS,
+    le: &LATENCY_LE,
 };
 
 /// Gateway overhead: 10 µs to 1 s (the gateway's own work is tens of microseconds).
+const OVERHEAD_LE: [&str; 15] = [
+    "0.00001", "0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+    "0.01", "0.025", "0.05", "0.1", "0.25", "1",
+];
+const OVERHEAD_NS: [u64; 15] = bounds_ns(&OVERHEAD_LE);
 pub const OVERHEAD: Buckets = Buckets {
-    bounds_ns: &[
-        10 * US,
-        25 * US,
-        50 * US,
-        100 * US,
-        250 * US,
-        500 * US,
-        MS,
-        2_500 * US,
-        5 * MS,
-        10 * MS,
-        25 * MS,
-        50 * MS,
-        100 * MS,
-        250 * MS,
-        1_000 * MS,
-    ],
-    le: &[
-        "0.00001", "0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
-        "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "1",
-    ],
+    bounds_ns: &OVERHEAD_NS,
+    le: &OVERHEAD_LE,
 };
+
+/// The `le` values (decimal seconds, at most 9 fractional digits) in nanoseconds, computed at
+/// compile time so the two tables of a layout cannot disagree.
+const fn bounds_ns<const N: usize>(le: &[&str; N]) -> [u64; N] {
+    let mut out = [0u64; N];
+    let mut k = 0;
+    while k < N {
+        let b = le[k].as_bytes();
+        let (mut i, mut ns, mut unit, mut frac) = (0, 0u64, 1_000_000_000u64, false);
+        while i < b.len() {
+            if b[i] == b'.' {
+                frac = true;
+            } else {
+                assert!(b[i].is_ascii_digit() && (!frac || unit > 1));
+                let d = (b[i] - b'0') as u64;
+                if frac {
+                    unit /= 10;
+                    ns += d * unit;
+                } else {
+                    ns = ns * 10 + d * 1_000_000_000;
+                }
+            }
+            i += 1;
+        }
+        out[k] = ns;
+        k += 1;
+    }
+    out
+}
 
 /// Counts per bucket (not cumulative; index `bounds.len()` is `+Inf`) and the sum.
 #[derive(Debug, Clone, Default)]
@@ -139,6 +134,14 @@ mod tests {
                 assert!((secs * 1e9 - *ns as f64).abs() < 1.0, "{le} vs {ns}");
             }
         }
+    }
+
+    #[test]
+    fn bounds_are_the_le_values_in_nanoseconds() {
+        assert_eq!(LATENCY.bounds_ns[..3], [500_000, 1_000_000, 2_500_000]);
+        assert_eq!(LATENCY.bounds_ns.last(), Some(&300_000_000_000));
+        assert_eq!(OVERHEAD.bounds_ns[..2], [10_000, 25_000]);
+        assert_eq!(bounds_ns(&["0.000000001", "12.5"]), [1, 12_500_000_000]);
     }
 
     #[test]

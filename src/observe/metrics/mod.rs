@@ -19,7 +19,6 @@
 //! second per shard and once per scrape per shard).
 
 use std::cell::Cell;
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +28,7 @@ pub mod process;
 pub mod requests;
 pub mod tls;
 
-pub use expose::help;
+pub use expose::{help, single};
 pub use process::ProcessMetrics;
 pub use requests::RequestMetrics;
 
@@ -87,9 +86,9 @@ impl ShardMetrics {
                 self.client_disconnects.get(),
             ),
         ];
+        let labels = format!("shard=\"{shard}\"");
         for (name, kind, text, v) in g {
-            help(out, name, kind, text);
-            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {v}");
+            single(out, (name, kind, text), &labels, v);
         }
     }
 }

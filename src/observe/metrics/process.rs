@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{escape, help};
+use super::{escape, help, single};
 
 #[derive(Debug, Default)]
 pub struct ProcessMetrics {
@@ -64,18 +64,21 @@ impl ProcessMetrics {
     }
 
     pub fn render(&self, out: &mut String) {
-        help(
-            out,
-            "ringgate_config_info",
-            "gauge",
-            "The running config: hash is the first 16 hex digits of the SHA-256 of its file.",
-        );
         let hash = self
             .config_hash
             .lock()
             .map(|h| escape(&h))
             .unwrap_or_default();
-        let _ = writeln!(out, "ringgate_config_info{{hash=\"{hash}\"}} 1");
+        single(
+            out,
+            (
+                "ringgate_config_info",
+                "gauge",
+                "The running config: hash is the first 16 hex digits of the SHA-256 of its file.",
+            ),
+            &format!("hash=\"{hash}\""),
+            1,
+        );
         help(
             out,
             "ringgate_config_reloads_total",
@@ -89,22 +92,26 @@ impl ProcessMetrics {
                 "ringgate_config_reloads_total{{result=\"{result}\"}} {n}"
             );
         }
-        help(
-            out,
-            "ringgate_access_log_dropped_total",
-            "counter",
-            "Access-log lines dropped because the writer fell behind (queue full) or failed.",
-        );
-        let dropped = self.access_log_dropped.load(Ordering::Relaxed);
-        let _ = writeln!(out, "ringgate_access_log_dropped_total {dropped}");
-        help(
-            out,
-            "ringgate_request_log_dropped_total",
-            "counter",
-            "Request-log export lines dropped because its writer fell behind (queue full) or the file could not be written.",
-        );
-        let dropped = self.request_log_dropped.load(Ordering::Relaxed);
-        let _ = writeln!(out, "ringgate_request_log_dropped_total {dropped}");
+        for (family, n) in [
+            (
+                (
+                    "ringgate_access_log_dropped_total",
+                    "counter",
+                    "Access-log lines dropped because the writer fell behind (queue full) or failed.",
+                ),
+                &self.access_log_dropped,
+            ),
+            (
+                (
+                    "ringgate_request_log_dropped_total",
+                    "counter",
+                    "Request-log export lines dropped because its writer fell behind (queue full) or the file could not be written.",
+                ),
+                &self.request_log_dropped,
+            ),
+        ] {
+            single(out, family, "", n.load(Ordering::Relaxed));
+        }
         self.telemetry_spans.render(out);
         for f in [self.extra.get(), self.mcp.get(), self.fleet.get()]
             .into_iter()

@@ -18,16 +18,15 @@ impl TlsStats {
     /// Counters without a `shard` label: the scrape sums them over shards.
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
-        crate::observe::metrics::help(
+        crate::observe::metrics::single(
             out,
-            "ringgate_tls_handshakes_total",
-            "counter",
-            "TLS handshakes completed on the TLS client listener.",
-        );
-        let _ = writeln!(
-            out,
-            "ringgate_tls_handshakes_total {}",
-            self.handshakes.get()
+            (
+                "ringgate_tls_handshakes_total",
+                "counter",
+                "TLS handshakes completed on the TLS client listener.",
+            ),
+            "",
+            self.handshakes.get(),
         );
         crate::observe::metrics::help(
             out,
