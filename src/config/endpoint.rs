@@ -1,4 +1,5 @@
-//! An upstream base URL, parsed once at config time: scheme, host, port, path prefix.
+//! An upstream base URL, parsed once at config time: scheme, host, port, path prefix — or a
+//! co-located engine's Unix socket and path prefix (`unix:/run/vllm.sock:/v1`, see [`UNIX`]).
 //!
 //! Owns: `Endpoint` and its parser (host and path checked by `target`'s rules; a refused URL is
 //! shown redacted, `config::redact_url`, so a `?key=` or password never reaches a log). Must
@@ -17,7 +18,20 @@ pub struct Endpoint {
     pub host_header: String,
     /// The upstream pool's key for this endpoint's connections (built once, here).
     pub pool_key: PoolKey,
+    /// `Some(path)`: a Unix-socket upstream (`unix:` form). Then `host` is `localhost` (the
+    /// `Host` header), `port` 0 (nothing connects over TCP), `tls` false, and the pool key's
+    /// host is the socket's path with port 0 (no TCP key has port 0).
+    pub unix: Option<String>,
 }
+
+/// The Unix-socket form of a base URL: `unix:` + an absolute socket path, optionally followed
+/// by `:` + the path prefix (`unix:/run/vllm.sock`, `unix:/run/vllm.sock:/v1`). The socket
+/// path ends at the first `:` after `unix:` (so it has none), holds no space or control byte
+/// and fits a `sockaddr_un` (107 bytes); the prefix follows the same rules as an http URL's
+/// path. Requests carry `Host: localhost`.
+pub const UNIX: &str = "unix:";
+/// Longest socket path (`sun_path` is 108 bytes with its NUL).
+const UNIX_PATH_MAX: usize = 107;
 
 impl Endpoint {
     /// `url` parsed; its problem (with the URL redacted) when refused.
@@ -32,12 +46,15 @@ impl Endpoint {
 
     /// `parse`, the problem without the URL (`: the path …`, ` has no host`).
     fn parse_raw(url: &str) -> Result<Endpoint, String> {
+        if let Some(rest) = url.strip_prefix(UNIX) {
+            return parse_unix(rest);
+        }
         let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
             (true, r)
         } else if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else {
-            return Err(" must start with http:// or https://".to_string());
+            return Err(" must start with http://, https:// or unix:/".to_string());
         };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -97,8 +114,50 @@ impl Endpoint {
             base_path,
             host_header,
             pool_key,
+            unix: None,
         })
     }
+}
+
+/// The `unix:` form after its scheme: `/socket/path[:/prefix]` (see [`UNIX`]).
+fn parse_unix(rest: &str) -> Result<Endpoint, String> {
+    let (sock, path) = match rest.split_once(':') {
+        Some((s, p)) => (s, p),
+        None => (rest, ""),
+    };
+    if !sock.starts_with('/') {
+        return Err(": the socket path must be absolute (unix:/run/engine.sock)".to_string());
+    }
+    if sock.len() > UNIX_PATH_MAX {
+        return Err(format!(
+            ": the socket path is longer than {UNIX_PATH_MAX} bytes"
+        ));
+    }
+    if !sock.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(": the socket path has a space, control or non-ASCII byte".to_string());
+    }
+    if path.is_empty() && rest.ends_with(':') {
+        return Err(
+            ": nothing after the socket path's ':' (unix:/run/engine.sock:/v1)".to_string(),
+        );
+    }
+    let base_path = path.trim_end_matches('/').to_string();
+    if let Err(why) = crate::http::target::path_prefix(&base_path) {
+        return Err(format!(": the path after the socket path {why}"));
+    }
+    Ok(Endpoint {
+        tls: false,
+        host: "localhost".to_string(),
+        port: 0,
+        base_path,
+        host_header: "localhost".to_string(),
+        pool_key: PoolKey {
+            host: sock.into(),
+            port: 0,
+            tls: false,
+        },
+        unix: Some(sock.to_string()),
+    })
 }
 
 fn parse_port(p: &str) -> Result<u16, String> {
@@ -177,6 +236,41 @@ mod tests {
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn unix_socket_form() {
+        for (url, sock, path) in [
+            ("unix:/run/vllm.sock", "/run/vllm.sock", ""),
+            ("unix:/run/vllm.sock:/v1", "/run/vllm.sock", "/v1"),
+            ("unix:/tmp/e.sock:/v1/", "/tmp/e.sock", "/v1"),
+        ] {
+            let e = Endpoint::parse(url).unwrap();
+            assert_eq!(e.unix.as_deref(), Some(sock), "{url}");
+            assert_eq!(
+                (e.tls, e.port, e.base_path.as_str(), e.host_header.as_str()),
+                (false, 0, path, "localhost"),
+                "{url}"
+            );
+            assert_eq!((&*e.pool_key.host, e.pool_key.port), (sock, 0), "{url}");
+        }
+        let long = format!("unix:/{}", "s".repeat(107));
+        for (bad, why) in [
+            ("unix:run/vllm.sock", "must be absolute"),
+            ("unix:", "must be absolute"),
+            ("unix:/run/vllm.sock:", "nothing after"),
+            ("unix:/run/vllm.sock:v1", "must start with '/'"),
+            ("unix:/run/vllm.sock:/v1?x", "not allowed"),
+            ("unix:/run/my engine.sock", "space, control"),
+            ("unix:/run/e.sock\r\n", "space, control"),
+            (long.as_str(), "longer than 107"),
+        ] {
+            let e = Endpoint::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(Endpoint::parse("unix-ish://h")
+            .unwrap_err()
+            .contains("unix:/"));
     }
 }
 

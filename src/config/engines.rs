@@ -47,7 +47,7 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
         }
         if let Some(u) = &p.metrics_url {
             match crate::config::endpoint::Endpoint::parse(u.get_ref()) {
-                Ok(ep) if ep.tls => err(
+                Ok(ep) if ep.tls || ep.unix.is_some() => err(
                     u.span(),
                     format!(
                         "provider {name:?}: metrics_url must be http:// (polled in plain HTTP)"
@@ -57,15 +57,20 @@ pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
                 Err(e) => err(u.span(), format!("provider {name:?}: metrics_url: {e}")),
             }
         } else if let Some(u) = &p.base_url {
-            let tls = u.get_ref().starts_with("https://");
+            // the poller speaks plain HTTP over TCP only
+            let which = match u.get_ref() {
+                u if u.starts_with("https://") => Some("an https"),
+                u if u.starts_with(crate::config::endpoint::UNIX) => Some("a unix:"),
+                _ => None,
+            };
             let polled = p
                 .engine
                 .as_ref()
                 .is_some_and(|e| e.get_ref().default_metrics_path().is_some());
-            if tls && polled {
+            if let (Some(which), true) = (which, polled) {
                 err(
                     u.span(),
-                    format!("provider {name:?}: an https base_url needs an http:// metrics_url for its engine's load signal"),
+                    format!("provider {name:?}: {which} base_url needs an http:// metrics_url for its engine's load signal"),
                 );
             }
         }

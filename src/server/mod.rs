@@ -178,7 +178,8 @@ pub fn start_with_spend(cfg: Config, spend: Arc<SpendBook>) -> io::Result<Runnin
             crate::config::endpoint::Endpoint::parse(p.base_url.as_ref()?.get_ref()).ok()
         })
         .collect();
-    crate::upstream::resolve::global().prime(endpoints.iter().map(|e| (e.host.as_str(), e.port)));
+    let tcp = endpoints.iter().filter(|e| e.unix.is_none());
+    crate::upstream::resolve::global().prime(tcp.map(|e| (e.host.as_str(), e.port)));
     let driver = DriverChoice::resolve(cfg.server.driver.get_ref());
     let needs_tls = cfg.providers.iter().any(|p| {
         p.base_url

@@ -229,6 +229,12 @@ impl Client {
     }
 
     pub(super) async fn connect(&self, ep: &Endpoint) -> Result<Conn, Error> {
+        if let Some(path) = &ep.unix {
+            return super::unix::connect(path).map(Conn::Plain).map_err(|e| {
+                Error::new(Kind::UpstreamConnect, format!("connect unix:{path}: {e}"))
+                    .caused(Cause::Connect)
+            });
+        }
         let addr = self
             .pool
             .resolve(&ep.host, ep.port, self.connect_timeout)

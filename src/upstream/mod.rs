@@ -5,7 +5,8 @@
 //! (which client headers reach which provider kind, which response headers come back);
 //! `resolve`: host names looked up on helper threads, never on a shard; `bedrock` and
 //! `vertex`: the cloud kinds' request signing and credentials (resolved and refreshed on helper
-//! threads, `cloud`, with the blocking client `fetch`) and Bedrock's event-stream framing.
+//! threads, `cloud`, with the blocking client `fetch`) and Bedrock's event-stream framing;
+//! `unix`: connecting to a co-located engine's Unix socket (`base_url = "unix:/path:/v1"`).
 //!
 //! Owns: connections to providers and their reuse. Must not: build request bodies, translate,
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
@@ -21,6 +22,7 @@ pub mod pipe;
 pub mod pool;
 pub mod resolve;
 pub mod tls;
+pub mod unix;
 pub mod upload;
 pub mod vertex;
 

@@ -504,7 +504,7 @@ impl Drop for Stack {
 }
 
 /// (Fake upstreams.) Read one request (head + Content-Length body) from `s`. None: the peer closed.
-pub fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+pub fn read_request<S: Read>(s: &mut S) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 8192];
     let head_end = loop {

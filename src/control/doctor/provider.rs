@@ -76,6 +76,9 @@ fn one(r: &mut Report, p: &ProviderConfig, tls: Option<&Arc<rustls::ClientConfig
     };
     let label = format!("{name} ({shown})");
     let mut done: Vec<String> = Vec::new();
+    if let Some(sock) = &ep.unix {
+        return unix(r, p, &ep, sock, label);
+    }
 
     // DNS
     let addrs = match ep.host.parse::<IpAddr>() {
@@ -173,6 +176,50 @@ fn one(r: &mut Report, p: &ProviderConfig, tls: Option<&Arc<rustls::ClientConfig
             .map(|path| get(&mut s, path, &ep, kind, key.as_ref().map(|k| k.1.clone())))
     };
 
+    verdict(r, p, &label, done, path, answer, key);
+}
+
+/// A co-located engine's Unix socket (`base_url = "unix:…"`): no DNS, TCP or TLS; connect,
+/// then the same `GET` of its models and the same verdict.
+fn unix(r: &mut Report, p: &ProviderConfig, ep: &Endpoint, sock: &str, label: String) {
+    let t = Instant::now();
+    let mut s = match std::os::unix::net::UnixStream::connect(sock) {
+        Ok(s) => s,
+        Err(e) => {
+            r.problem(
+                format!("{label}: connect to the socket {sock}: {e}"),
+                "is the engine up and listening on this socket (e.g. vLLM --uds), and may the gateway's user open it?",
+            );
+            return;
+        }
+    };
+    let done = vec![format!(
+        "socket {sock} {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    )];
+    let _ = s.set_read_timeout(Some(STEP));
+    let _ = s.set_write_timeout(Some(STEP));
+    let kind = *p.kind.get_ref();
+    let key = key(p);
+    let path = models_path(kind, ep, p);
+    let answer = path
+        .as_ref()
+        .map(|path| get(&mut s, path, ep, kind, key.as_ref().map(|k| k.1.clone())));
+    verdict(r, p, &label, done, path, answer, key);
+}
+
+/// What the models request (or the cloud credentials) say, reported under `label` after the
+/// steps in `done`.
+fn verdict(
+    r: &mut Report,
+    p: &ProviderConfig,
+    label: &str,
+    mut done: Vec<String>,
+    path: Option<String>,
+    answer: Option<Result<(u16, Option<usize>), String>>,
+    key: Option<(String, String)>,
+) {
+    let kind = *p.kind.get_ref();
     let key_note = match &key {
         Some((env, _)) => format!("key from {env}"),
         None => "no key".into(),
