@@ -3,8 +3,14 @@
 of the same logic (and, for scale, nginx `proxy_pass` and optionally ringgate) on one pinned core.
 
 USAGE
-  benches/ceiling/run.py [--conns 50,500,2000] [--duration SECS] [--trials N]
-                         [--ringgate PATH] [--defer] [--json FILE] [--out FILE.md]
+  benches/ceiling/run.py [--conns 50,500,2000] [--duration SECS] [--trials N] [--rate R]
+                         [--ringgate PATH] [--defer] [--no-counters] [--json FILE]
+                         [--out FILE.md]
+
+  --rate R   pace wrk to about R req/s at every connection count (each connection waits
+             c × 1000 / R ms between requests: every system gets the same offered load, so
+             CPU per request compares at equal batching); default closed loop (as fast as
+             the harness goes: CPU 1 is the limit, not the proxy)
 
 Builds nothing: `cargo build --release --manifest-path benches/ceiling/Cargo.toml` first
 (target dir benches/ceiling/target). Placement: the proxy under test alone on CPU 0; the
@@ -15,11 +21,16 @@ the measured wrk run; CPU = delta of the proxy's run time (sum of /proc/PID/task
 ns) over the measured run, divided by wrk's completed requests. Trials interleave the systems
 (the order rotates per cell and trial). Reported: req/s and CPU µs per request per system
 (median of trials), and the ratios of the medians; the load average is printed per cell.
+Then (unless --no-counters) one more wrk run per system and cell under `perf stat -p PID`:
+syscalls, io_uring SQEs (`io_uring_submit_req`), poll arms (`io_uring_poll_arm`: an
+operation that found nothing and waits), task-work runs and context switches per request —
+load-independent, unlike the CPU figures.
 
 Systems: `uring` (src/bin/uring.rs: multishot accept into registered files, multishot receive
 on a provided-buffer ring, one send per message, POLL_FIRST upstream receive), `uring-defer`
 (the same + IORING_SETUP_DEFER_TASKRUN, with --defer), `mono` (src/bin/mono.rs: monoio 0.2.4
-as the gateway builds it), `nginx` (proxy_pass, keepalive upstream, 1 worker), `ringgate`
+as the gateway builds it), `mono-defer` (the same + DEFER_TASKRUN, with --defer: the flag
+alone, which monoio's `uring_builder` accepts today), `nginx` (proxy_pass, keepalive upstream, 1 worker), `ringgate`
 (with --ringgate: the product, shards = 1, one openai provider on the same upstream).
 """
 
@@ -28,6 +39,7 @@ import os
 import re
 import resource
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
@@ -153,9 +165,12 @@ provider = "instant"
 """
 
 
-def wrk_script(d):
-    path = os.path.join(d, "chat.lua")
+def wrk_script(d, delay_ms=0):
+    path = os.path.join(d, f"chat-{delay_ms}.lua")
     with open(path, "w") as f:
+        if delay_ms:
+            # paced: each connection waits delay_ms between requests (rate ≈ c × 1000 / delay)
+            f.write(f"function delay() return {delay_ms} end\n")
         f.write("""wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench"
@@ -177,8 +192,34 @@ def wrk(url, conns, secs, script):
             "socket_errors": sock.group(1) if sock else "", "argv": shlex.join(argv[3:])}
 
 
+COUNTERS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_io_uring_enter",
+            "io_uring:io_uring_submit_req", "io_uring:io_uring_poll_arm",
+            "io_uring:io_uring_task_work_run", "io_uring:io_uring_local_work_run",
+            "context-switches"]
+
+
+def counted(pid, url, c, secs, script, d):
+    out = os.path.join(d, f"perf-{pid}-{c}.txt")
+    argv = ["perf", "stat", "-x", ",", "-o", out, "-p", str(pid)]
+    for e in COUNTERS:
+        argv += ["-e", e]
+    p = subprocess.Popen(argv + ["--", "sleep", str(secs + 1)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    w = wrk(url, c, secs, script)
+    p.wait()
+    n = max(1, w["requests"])
+    per = {}
+    for line in open(out):
+        f = line.strip().split(",")
+        if len(f) >= 3 and f[0].replace(".", "").isdigit():
+            per[f[2].split(":")[-1]] = int(float(f[0])) / n
+    return per
+
+
 def main(argv):
     conns, dur, trials, rg, defer, jpath, outp = [50, 500, 2000], 8, 3, None, False, None, None
+    counters, rate = True, 0
     it = iter(argv)
     for a in it:
         if a == "--conns":
@@ -191,6 +232,10 @@ def main(argv):
             rg = os.path.abspath(next(it))
         elif a == "--defer":
             defer = True
+        elif a == "--rate":
+            rate = int(next(it))
+        elif a == "--no-counters":
+            counters = False
         elif a == "--json":
             jpath = next(it)
         elif a == "--out":
@@ -198,11 +243,12 @@ def main(argv):
         else:
             print(__doc__)
             return 0 if a in ("-h", "--help") else 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run `finally`: stop the children
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     P = Procs()
     d = P.dir
-    script = wrk_script(d)
+    scripts = {c: wrk_script(d, round(c * 1000 / rate) if rate else 0) for c in conns}
     try:
         up = free_port()
         with open(f"{d}/up.conf", "w") as f:
@@ -216,10 +262,12 @@ def main(argv):
             p = P.start(name, 0, [os.path.join(BIN, "uring"), "--listen", f"127.0.0.1:{port}",
                                   "--upstream", f"127.0.0.1:{up}", "--pool", pool] + extra, port)
             systems[name] = (p, port)
-        port = free_port()
-        systems["mono"] = (P.start("mono", 0, [os.path.join(BIN, "mono"), "--listen",
+        for name, extra in [("mono", [])] + ([("mono-defer", ["--defer"])] if defer else []):
+            port = free_port()
+            systems[name] = (P.start(name, 0, [os.path.join(BIN, "mono"), "--listen",
                                                f"127.0.0.1:{port}", "--upstream",
-                                               f"127.0.0.1:{up}", "--pool", pool], port), port)
+                                               f"127.0.0.1:{up}", "--pool", pool] + extra, port),
+                             port)
         port = free_port()
         with open(f"{d}/px.conf", "w") as f:
             f.write(nginx_proxy(d, port, up))
@@ -240,10 +288,10 @@ def main(argv):
                 for name in names[k:] + names[:k]:
                     p, port = systems[name]
                     url = f"http://127.0.0.1:{port}"
-                    wrk(url, c, 1, script)  # warm-up: connections and pools at this count
+                    wrk(url, c, 1, scripts[c])  # warm-up: connections and pools at this count
                     la = loadavg()
                     ns0 = runtime_ns(p.pid)
-                    w = wrk(url, c, dur, script)
+                    w = wrk(url, c, dur, scripts[c])
                     cpu_ns = runtime_ns(p.pid) - ns0
                     n = max(1, w["requests"])
                     row = {"trial": t, "conns": c, "system": name, "loadavg": la,
@@ -253,12 +301,23 @@ def main(argv):
                            "rss_kib": rss_kib(p.pid)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-        text = report(rows, names, conns, dur, trials)
+        crows = []
+        if counters:
+            for c in conns:
+                for name in names:
+                    p, port = systems[name]
+                    url = f"http://127.0.0.1:{port}"
+                    wrk(url, c, 1, scripts[c])
+                    crows.append({"conns": c, "system": name,
+                                  "per_request": counted(p.pid, url, c, 4, scripts[c], d)})
+                    print(json.dumps(crows[-1]), flush=True)
+        text = (f"Load: wrk -t1, {'paced to %d req/s' % rate if rate else 'closed loop'}.\n\n"
+                + report(rows, names, conns, dur, trials) + counter_table(crows))
         print(text)
         if outp:
             open(outp, "w").write(text)
         if jpath:
-            json.dump({"rows": rows, "argv": "benches/ceiling/run.py " + shlex.join(argv)},
+            json.dump({"rows": rows, "counters": crows, "argv": "benches/ceiling/run.py " + shlex.join(argv)},
                       open(jpath, "w"), indent=1)
     finally:
         P.stop()
@@ -294,6 +353,23 @@ def report(rows, names, conns, dur, trials):
             rs.append(f"{g['uring'] / g['mono']:.2f}")
         per.append(f"c={c}: {', '.join(rs)}; ")
     out.append("".join(per))
+    return "\n".join(out)
+
+
+def counter_table(crows):
+    if not crows:
+        return ""
+    out = ["", "", "Per request (perf stat on the proxy over a 4 s wrk run; load-independent):", "",
+           "| c | system | syscalls | io_uring_enter | SQEs | poll arms | task-work runs "
+           "(+ local) | context switches |", "|---|---|---|---|---|---|---|---|"]
+    for r in crows:
+        p = r["per_request"]
+        out.append(f"| {r['conns']} | {r['system']} | {p.get('sys_enter', 0):.2f} | "
+                   f"{p.get('sys_enter_io_uring_enter', 0):.2f} | "
+                   f"{p.get('io_uring_submit_req', 0):.2f} | {p.get('io_uring_poll_arm', 0):.2f} | "
+                   f"{p.get('io_uring_task_work_run', 0):.2f} + "
+                   f"{p.get('io_uring_local_work_run', 0):.2f} | "
+                   f"{p.get('context-switches', 0):.3f} |")
     return "\n".join(out)
 
 

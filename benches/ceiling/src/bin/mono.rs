@@ -1,6 +1,6 @@
 //! The monoio skeleton of the relay (issue 23's ceiling prototype): the same logic as
 //! `uring.rs` on monoio 0.2.4's io_uring driver as the gateway builds it (COOP_TASKRUN |
-//! SINGLE_ISSUER, 1,024 entries): a task per client connection, owned 4 KiB buffers, one
+//! SINGLE_ISSUER, 1,024 entries; `--defer` adds DEFER_TASKRUN): a task per client connection, owned 4 KiB buffers, one
 //! `write_all` per message, upstream connections pooled (made on demand, kept idle with their
 //! buffer). Parsing: `ringgate_ceiling::frame` (end of head + Content-Length), bytes forwarded
 //! as they came.
@@ -22,6 +22,10 @@ fn main() {
     let a = args();
     let mut flagged = io_uring::IoUring::builder();
     flagged.setup_coop_taskrun().setup_single_issuer();
+    if a.defer {
+        // not what the gateway builds today: the flag alone, to tell it from the operations
+        flagged.setup_defer_taskrun();
+    }
     let mut rt = RuntimeBuilder::<IoUringDriver>::new()
         .with_entries(1024)
         .uring_builder(flagged)
