@@ -519,5 +519,7 @@ fn main() -> std::io::Result<()> {
         for cqe in &mut cq {
             relay.on(cqe.user_data(), cqe.result(), cqe.flags());
         }
+        // hand the consumed entries back before waiting again (else the wait sees them)
+        cq.sync();
     }
 }
