@@ -124,6 +124,9 @@ struct Up {
     client: Option<u32>,
     acc: Vec<u8>,
     out: Option<Out>,
+    /// the answer is complete but the request's send has not reported yet: back to the
+    /// pool on that report, not before (its buffer is still the kernel's)
+    done: bool,
 }
 
 struct Relay {
@@ -133,6 +136,8 @@ struct Relay {
     idle: Vec<u32>,
     sqes: Vec<squeue::Entry>,
     lfd: i32,
+    /// a closed client's send still in flight: its buffer, released on the send's report
+    orphans: Vec<Option<Out>>,
 }
 
 fn with_ioprio(e: squeue::Entry, ioprio: u16) -> squeue::Entry {
@@ -192,7 +197,7 @@ impl Relay {
 
     fn close_client(&mut self, c: u32) {
         if let Some(cl) = self.clients[c as usize].take() {
-            self.release(cl.out);
+            self.orphans[c as usize] = cl.out;
             if let Some(u) = cl.up {
                 self.ups[u as usize].client = None;
             }
@@ -329,7 +334,11 @@ impl Relay {
         }
         // done, or failed (the armed receive then sees the error or EOF)
         let out = up.out.take();
+        let back = std::mem::take(&mut up.done);
         self.release(out);
+        if back {
+            self.idle.push(u);
+        }
     }
 
     fn up_recv(&mut self, u: u32, res: i32, flags: u32) {
@@ -339,6 +348,7 @@ impl Relay {
             return;
         }
         if res <= 0 {
+            eprintln!("upstream {u} closed: {res}");
             let up = &mut self.ups[u as usize];
             let slot = up.slot;
             let c = up.client.take();
@@ -389,7 +399,11 @@ impl Relay {
         };
         let up = &mut self.ups[u as usize];
         let c = up.client.take();
-        self.idle.push(u);
+        if up.out.is_some() {
+            up.done = true;
+        } else {
+            self.idle.push(u);
+        }
         let Some(c) = c else {
             self.release(Some(out));
             return;
@@ -412,6 +426,8 @@ impl Relay {
 
     fn client_sent(&mut self, c: u32, res: i32) {
         let Some(cl) = self.clients[c as usize].as_mut() else {
+            let out = self.orphans[c as usize].take();
+            self.release(out);
             return;
         };
         let Some(out) = cl.out.as_mut() else { return };
@@ -468,6 +484,7 @@ fn main() -> std::io::Result<()> {
             client: None,
             acc: Vec::new(),
             out: None,
+            done: false,
         })
         .collect();
 
@@ -497,6 +514,7 @@ fn main() -> std::io::Result<()> {
         ups,
         sqes: Vec::with_capacity(1024),
         lfd,
+        orphans: (0..FILES).map(|_| None).collect(),
     };
     relay.arm_accept();
     let (submitter, mut sq, mut cq) = ring.split();
