@@ -124,6 +124,9 @@ error_log {d}/up-error.log warn; pid {d}/up.pid;
 events {{ worker_connections 16000; multi_accept on; }}
 http {{
   access_log off; tcp_nodelay on; keepalive_requests 100000000; keepalive_timeout 3600s;
+  # the raw relay connects its whole pool at start: a connection that has not sent its first
+  # request yet is under client_header_timeout (60 s), not keepalive_timeout
+  client_header_timeout 3600s;
   client_body_temp_path {d}/up-body;
   server {{ listen 127.0.0.1:{port} backlog=65535; default_type application/json;
            location / {{ return 200 '{ANSWER}'; }} }}
