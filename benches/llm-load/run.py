@@ -9,7 +9,7 @@ USAGE
                       default target/release/ringgate. For allocation counts and a profile use
                       a binary with symbols (`cargo build --profile profiling`).
   --loadgen PATH      the load generator (default: newest target/release/deps/loadgen-*)
-  --what LIST         comma-separated parts: timing, syscalls, callgrind          [all]
+  --what LIST         comma-separated parts: timing, syscalls, callgrind, profile [all]
   --duration SECS     measured seconds per timing cell                             [8]
   --quick             smaller cells (a check that the runner works, ~1 min)
 
@@ -28,7 +28,16 @@ generators (benches/loadgen, wrk) on CPU 1. The same mocks serve every system. C
     middle of the paced cell minus VmRSS before it, divided by the open streams).
   syscalls (load-independent): `perf stat -e raw_syscalls:sys_enter,...` on the proxy over a
     wrk run of small requests at c = 50 and over batched streams: syscalls, recvfrom and
-    io_uring_enter per request.
+    io_uring_enter per request, io_uring SQEs (`io_uring_submit_req`), poll arms
+    (`io_uring_poll_arm`: an operation that found nothing and waits), context switches, and
+    TCP segments per request (Δ OutSegs of /proc/net/snmp over the run, every loopback
+    segment of the machine: client → proxy → upstream and back; other traffic on the box
+    counts too, so it is an upper bound on a shared machine).
+  profile (needs symbols): `perf record -e cpu-clock -p PID` on the proxy over small requests
+    (wrk, c = 50) and batched streams (c = 50); self samples bucketed kernel TCP/IP /
+    io_uring / timers / syscall entry / scheduler / kernel memory+copies / other kernel, and
+    user space: parse / JSON / vetting / metrics / logging / allocator / memcpy / runtime /
+    other; µs per unit = share × the CPU per unit measured over the same window.
   callgrind (load-independent): each proxy under `valgrind --tool=callgrind --dump-instr=no`,
     two runs with N1 and N2 requests (or streams); instructions per request / per SSE event =
     (Ir(N2) - Ir(N1)) / (N2 - N1) (start-up and shutdown cancel out), and allocations per
@@ -307,7 +316,13 @@ def timing(systems, lg, ev, dur, quick):
 PERF_EVENTS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_recvfrom",
                "syscalls:sys_enter_io_uring_enter", "syscalls:sys_enter_epoll_wait",
                "syscalls:sys_enter_write", "syscalls:sys_enter_writev",
-               "syscalls:sys_enter_read", "syscalls:sys_enter_sendto"]
+               "syscalls:sys_enter_read", "syscalls:sys_enter_sendto",
+               "io_uring:io_uring_submit_req", "io_uring:io_uring_poll_arm", "context-switches"]
+
+
+def tcp_out_segs():
+    rows = [line.split() for line in open("/proc/net/snmp") if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("OutSegs")])
 
 
 def perf_stat(pid, secs):
@@ -337,25 +352,137 @@ def syscalls(systems, lg, ev, dur):
         secs = int(dur)
         p, out = perf_stat(s.pid, secs + 1)
         time.sleep(0.3)
+        seg0 = tcp_out_segs()
         w = run_wrk(s.url, 50, secs, 0)
+        segs = tcp_out_segs() - seg0
         p.wait()
         c = read_perf(out)
         n = max(1, w["requests"])
         rows.append({"cell": "small requests c=50", "system": s.name, "units": n,
-                     "per_unit": {k.split(":")[1]: v / n for k, v in c.items()}})
+                     "per_unit": dict({k.split(":")[-1]: v / n for k, v in c.items()},
+                                      tcp_out_segs=segs / n)})
         # batched streams, c=50: per event
         p, out = perf_stat(s.pid, secs + 3)
         time.sleep(0.3)
+        seg0 = tcp_out_segs()
         d = lg.run(s.url, None, "sys-batched", ["--stream", "--concurrency", 50, "--duration",
                                                 secs, "--warmup", 0, "--output-tokens",
                                                 OUTPUT_TOKENS] + model_args("instant"),
                    timeout_s=secs + 120)
+        segs = tcp_out_segs() - seg0
         p.wait()
         c = read_perf(out)
         n = max(1, attempted(R.tgt(d)) * ev)
         rows.append({"cell": "batched streams c=50", "system": s.name, "units": n,
-                     "per_unit": {k.split(":")[1]: v / n for k, v in c.items()}})
+                     "per_unit": dict({k.split(":")[-1]: v / n for k, v in c.items()},
+                                      tcp_out_segs=segs / n)})
     return rows
+
+
+# ------------------------------------------------------------------ profile
+
+KERNEL_BUCKETS = [
+    ("io_uring", r"io_uring|^__?io_|^io_"),
+    ("timers", r"hrtimer|timer|^tick_|clockevent|ktime|^__?run_timer"),
+    ("kernel TCP/IP", r"tcp|^__?ip_|^ip[46]|inet|^__?sk_|^sock_|^__sock|skb|^__?dev_|netif|napi|"
+                      r"loopback|^__?sys_(recv|send)|^sk_|csum|^nf_|^__?neigh|^raw_|^sock"),
+    ("syscall entry", r"^entry_|syscall|^__x64_sys|^do_syscall|^__do_sys"),
+    ("scheduler", r"sched|switch|^pick_|enqueue|dequeue|update_curr|wake|^finish_task|idle"),
+    ("kernel memory + copies", r"copy|memcpy|memset|memmove|page|folio|kmem|kmalloc|kfree|"
+                               r"slab|^__?alloc|^__?free"),
+]
+USER_BUCKETS = [
+    ("parse (HTTP head, routing fields)", r"httparse|http::head|::head::|extract|::route|request_line"),
+    ("JSON", r"json|sonic"),
+    ("vetting", r"vet"),
+    ("metrics", r"metric|prom|counter|histogram|telemetry"),
+    ("logging", r"log"),
+    ("allocator", r"^_?mi_|mimalloc|malloc|^free$|^cfree|realloc|calloc|__rust_(de)?alloc|"
+                  r"__rdl_|__rg_"),
+    ("memcpy", r"memcpy|memmove|memset|memchr"),
+    ("runtime (monoio, futures, driver)", r"monoio|io_uring|slab|futures|::task::|waker|"
+                                          r"::runtime::|ngx_(event|epoll)"),
+]
+
+
+def bucket_of(sym, kernel):
+    for name, pat in (KERNEL_BUCKETS if kernel else USER_BUCKETS):
+        if re.search(pat, sym):
+            return name
+    return "other kernel" if kernel else "user other"
+
+
+def perf_profile(pid, secs, out):
+    return subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "1999", "-p", str(pid),
+                             "-o", out, "--", "sleep", str(secs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def read_profile(path):
+    r = subprocess.run(["perf", "report", "-i", path, "--no-children", "--sort", "dso,sym",
+                        "--stdio", "-g", "none", "--percent-limit", "0"],
+                       capture_output=True, text=True, timeout=300)
+    buckets, top = {}, []
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\s+([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$", line)
+        if not m:
+            continue
+        pctv, dso, kind, sym = float(m.group(1)), m.group(2), m.group(3), m.group(4)
+        kernel = kind == "k"
+        b = bucket_of(sym, kernel)
+        top_b = ("kernel: " if kernel else "user: ") + b
+        buckets[top_b] = buckets.get(top_b, 0.0) + pctv
+        top.append((pctv, dso, sym[:90]))
+    return buckets, top[:15]
+
+
+def profile(systems, lg, ev, dur, keep):
+    rows = []
+    if not shutil.which("perf"):
+        return rows
+    secs = int(dur)
+    for s in systems:
+        for cell in ("small requests c=50", "batched streams c=50"):
+            path = os.path.join(keep or R.tmpdir(), f"perf.{s.name}.{cell.split()[0]}.data")
+            cpu = Cell(s)
+            p = perf_profile(s.pid, secs + (3 if "stream" in cell else 1), path)
+            time.sleep(0.3)
+            if "stream" in cell:
+                d = lg.run(s.url, None, "prof-batched",
+                           ["--stream", "--concurrency", 50, "--duration", secs, "--warmup", 0,
+                            "--output-tokens", OUTPUT_TOKENS] + model_args("instant"),
+                           timeout_s=secs + 120)
+                units = attempted(R.tgt(d)) * ev
+            else:
+                units = run_wrk(s.url, 50, secs, 0)["requests"]
+            p.wait()
+            per_unit = cpu.cpu_us() / max(1, units)
+            buckets, top = read_profile(path)
+            rows.append({"cell": cell, "system": s.name, "per_unit_us": per_unit,
+                         "buckets_pct": buckets, "top": top})
+    return rows
+
+
+def profile_md(rows):
+    if not rows:
+        return []
+    out = ["### CPU-0 profile of the proxy (perf record -e cpu-clock -p PID; self samples)", "",
+           "µs per unit = the bucket's share of the proxy's samples × its CPU per unit over the "
+           "same window (request, or SSE event).", ""]
+    names = sorted({b for r in rows for b in r["buckets_pct"]})
+    heads = [f"{r['system']}, {r['cell']}" for r in rows]
+    out += ["| bucket | " + " | ".join(heads) + " |", "|---" * (1 + len(rows)) + "|"]
+    for b in names:
+        vals = [f"{r['buckets_pct'].get(b, 0):.1f} % = {r['buckets_pct'].get(b, 0) / 100 * r['per_unit_us']:.2f}"
+                for r in rows]
+        out.append(f"| {b} | " + " | ".join(vals) + " |")
+    out.append("| **total µs per unit** | " + " | ".join(f"{r['per_unit_us']:.2f}" for r in rows)
+               + " |")
+    out.append("")
+    for r in rows:
+        out += [f"Top self symbols, {r['system']}, {r['cell']}: " + "; ".join(
+            f"{p:.1f} % {sym}" for p, _, sym in r["top"][:10]), ""]
+    return out
 
 
 # ------------------------------------------------------------------ callgrind
@@ -461,7 +588,7 @@ def callgrind(binaries, mocks, lg, ev, quick, keep_dir):
 
 # ------------------------------------------------------------------ report
 
-def md(env, timing_rows, sys_rows, cg_rows, names):
+def md(env, timing_rows, sys_rows, cg_rows, names, prof_rows=()):
     out = [f"Run {env['date']}, {env['cpu']}, kernel {env['kernel']}, {env['nginx']}, "
            f"load average at start {env['loadavg']}.", ""]
     if timing_rows:
@@ -492,7 +619,8 @@ def md(env, timing_rows, sys_rows, cg_rows, names):
     if sys_rows:
         out += ["### Syscalls per unit (perf stat; load-independent)", "",
                 "| cell | system | all | recvfrom | io_uring_enter | epoll_wait | "
-                "write+writev+sendto | read |", "|---|---|---|---|---|---|---|---|"]
+                "write+writev+sendto | read | io_uring SQEs | poll arms | context switches | "
+                "TCP segments (machine) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sys_rows:
             p = r["per_unit"]
             w = p.get("sys_enter_write", 0) + p.get("sys_enter_writev", 0) \
@@ -501,7 +629,10 @@ def md(env, timing_rows, sys_rows, cg_rows, names):
                        f"{p.get('sys_enter_recvfrom', 0):.2f} | "
                        f"{p.get('sys_enter_io_uring_enter', 0):.2f} | "
                        f"{p.get('sys_enter_epoll_wait', 0):.2f} | {w:.2f} | "
-                       f"{p.get('sys_enter_read', 0):.2f} |")
+                       f"{p.get('sys_enter_read', 0):.2f} | "
+                       f"{p.get('io_uring_submit_req', 0):.2f} | "
+                       f"{p.get('io_uring_poll_arm', 0):.2f} | "
+                       f"{p.get('context-switches', 0):.3f} | {p.get('tcp_out_segs', 0):.2f} |")
         out.append("")
     if cg_rows:
         out += ["### callgrind (load-independent)", "",
@@ -512,6 +643,7 @@ def md(env, timing_rows, sys_rows, cg_rows, names):
             out.append(f"| {r['system']} | {r['workload']} | {r['ir_per_unit']:,.0f} per {unit}"
                        f" | {r['allocs_per_request']:.1f} | {r['n'][0]} / {r['n'][1]} |")
         out.append("")
+    out += profile_md(list(prof_rows))
     return "\n".join(out)
 
 
@@ -543,7 +675,7 @@ def main(argv):
             return 0
         else:
             raise SystemExit(f"unknown option {a!r}")
-    what = what or {"timing", "syscalls", "callgrind"}
+    what = what or {"timing", "syscalls", "callgrind", "profile"}
     if not bins:
         bins = [(R.RINGGATE, "ringgate")]
     lg = R.Loadgen(lgpath or R.newest_loadgen())
@@ -558,9 +690,9 @@ def main(argv):
     mocks = {"instant": R.start_mock("instant", "-llm"), "paced": R.start_mock("paced", "-llm")}
     ev = events_per_stream(mocks["instant"])
     env["events_per_stream"] = ev
-    timing_rows, sys_rows, cg_rows = [], [], []
+    timing_rows, sys_rows, cg_rows, prof_rows = [], [], [], []
     names = [l for _, l in bins] + ["nginx"]
-    if what & {"timing", "syscalls"}:
+    if what & {"timing", "syscalls", "profile"}:
         systems = [start_ringgate(b, l, mocks) for b, l in bins] + [start_nginx(mocks)]
         for s in systems:  # warm every path once (connections, pools)
             for up in ("instant", "paced"):
@@ -570,11 +702,13 @@ def main(argv):
             timing_rows = timing(systems, lg, ev, dur, quick)
         if "syscalls" in what:
             sys_rows = syscalls(systems, lg, ev, dur)
+        if "profile" in what:
+            prof_rows = profile(systems, lg, ev, dur, keep)
         for s in systems:
             s.proc.stop()
     if "callgrind" in what and shutil.which("valgrind"):
         cg_rows = callgrind(bins, mocks, lg, ev, quick, keep)
-    text = md(env, timing_rows, sys_rows, cg_rows, names)
+    text = md(env, timing_rows, sys_rows, cg_rows, names, prof_rows)
     print(text)
     if outp:
         with open(outp, "w") as f:
@@ -582,7 +716,7 @@ def main(argv):
     if jpath:
         with open(jpath, "w") as f:
             json.dump({"env": env, "timing": timing_rows, "syscalls": sys_rows,
-                       "callgrind": cg_rows}, f, indent=1)
+                       "callgrind": cg_rows, "profile": prof_rows}, f, indent=1)
     return 0
 
 
