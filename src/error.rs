@@ -456,25 +456,43 @@ mod tests {
 
     #[test]
     fn key_errors_in_both_dialects() {
-        let e = Error::new(Kind::Unauthorized, "no key");
-        assert_eq!(e.status(), 401);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert_eq!(v["error"]["code"], "invalid_api_key");
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "authentication_error");
-        let e = Error::new(Kind::ModelNotAllowed, "not yours");
-        assert_eq!(e.status(), 403);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "permission_error");
-        assert!(!e.closes_connection());
-        let e = Error::new(Kind::BudgetExceeded, "spent");
-        assert_eq!(e.status(), 429);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
-        assert_eq!(v["error"]["type"], "insufficient_quota");
-        assert_eq!(v["error"]["code"], "insufficient_quota");
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "billing_error");
+        // (kind, status, OpenAI `type` and `code` when checked, Anthropic `type`)
+        let cases = [
+            (
+                Kind::Unauthorized,
+                401,
+                Some(("invalid_request_error", "invalid_api_key")),
+                "authentication_error",
+            ),
+            (Kind::ModelNotAllowed, 403, None, "permission_error"),
+            (
+                Kind::BudgetExceeded,
+                429,
+                Some(("insufficient_quota", "insufficient_quota")),
+                "billing_error",
+            ),
+        ];
+        for (kind, status, openai, anthropic) in cases {
+            let e = Error::new(kind, "no");
+            assert_eq!(e.status(), status, "{kind:?}");
+            let error_of = |shape| {
+                let v: serde_json::Value = serde_json::from_slice(&e.body(shape)).unwrap();
+                v["error"].clone()
+            };
+            if let Some((ty, code)) = openai {
+                let o = error_of(ErrorShape::OpenAi);
+                assert_eq!(
+                    (o["type"].as_str(), o["code"].as_str()),
+                    (Some(ty), Some(code))
+                );
+            }
+            assert_eq!(
+                error_of(ErrorShape::Anthropic)["type"],
+                anthropic,
+                "{kind:?}"
+            );
+        }
+        assert!(!Error::new(Kind::ModelNotAllowed, "not yours").closes_connection());
     }
 
     #[test]

@@ -183,6 +183,7 @@ impl fmt::Debug for ChunkChain {
 mod tests {
     use super::*;
     use crate::admit::budget::Budget;
+    use crate::admit::tests::rt;
     use monoio::io::AsyncWriteRentExt;
     use monoio::net::UnixStream;
     use std::time::Duration;
@@ -230,16 +231,6 @@ mod tests {
         c.clear();
         assert_eq!((c.len(), p.committed()), (0, 0));
         assert!(format!("{c:?}").contains("len: 0"));
-    }
-
-    fn rt() -> monoio::FusionRuntime<
-        monoio::time::TimeDriver<monoio::IoUringDriver>,
-        monoio::time::TimeDriver<monoio::LegacyDriver>,
-    > {
-        monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .enable_timer()
-            .build()
-            .unwrap()
     }
 
     #[test]

@@ -195,18 +195,9 @@ impl Drop for WaitFor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admit::tests::rt;
     use std::cell::RefCell;
     use std::time::Instant;
-
-    fn rt() -> monoio::FusionRuntime<
-        monoio::time::TimeDriver<monoio::IoUringDriver>,
-        monoio::time::TimeDriver<monoio::LegacyDriver>,
-    > {
-        monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .enable_timer()
-            .build()
-            .unwrap()
-    }
 
     async fn yield_a_bit() {
         monoio::time::sleep(Duration::from_millis(5)).await;

@@ -25,7 +25,22 @@ pub(super) struct Walk<'a> {
     pub changed: bool,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    /// A walk under `guards` (`sess`'s of `phase`), nothing changed yet.
+    pub fn new(guards: &'a [Rc<Guard>], sess: &'a Session, phase: Phase) -> Walk<'a> {
+        Walk {
+            guards,
+            sess,
+            phase,
+            changed: false,
+        }
+    }
+
+    /// A walk of an answer under `sess`'s response guardrails.
+    pub fn response(sess: &'a Session) -> Walk<'a> {
+        Walk::new(&sess.response, sess, Phase::Response)
+    }
+
     /// A text value.
     pub fn text(&mut self, v: Option<&mut Value>) -> Result<(), Blocked> {
         if let Some(Value::String(s)) = v {
@@ -155,12 +170,7 @@ pub(super) fn guard_body(
     let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
         return Ok(None);
     };
-    let mut w = Walk {
-        guards,
-        sess,
-        phase,
-        changed: false,
-    };
+    let mut w = Walk::new(guards, sess, phase);
     walk(&mut w, dialect, &mut v).map_err(|b| b.error())?;
     if !w.changed {
         return Ok(None);
