@@ -374,17 +374,27 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Append `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires.
+/// Append `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires (and DEL,
+/// as `\u007f`). A string with nothing to escape is copied whole.
 pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    for &b in s.as_bytes() {
+    let bytes = s.as_bytes();
+    if !bytes
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
+    {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    for &b in bytes {
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
             b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f => {
+            0..=0x1f | 0x7f => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[(b >> 4) as usize]);
