@@ -119,14 +119,8 @@ pub fn auth_mode(cfg: &Config) -> AuthMode {
 
 pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
     if let Some(a) = &cfg.server.auth {
-        if !matches!(a.get_ref().as_str(), "keys" | "none") {
-            err(
-                a.span(),
-                format!(
-                    "server.auth {:?}: expected \"keys\" or \"none\"",
-                    a.get_ref()
-                ),
-            );
+        if let Some((span, e)) = super::validate::one_of("server.auth", a, &["keys", "none"]) {
+            err(span, e);
         } else if a.get_ref() == "keys" && cfg.keys.is_empty() && cfg.admin.is_none() {
             err(
                 a.span(),
