@@ -17,6 +17,9 @@ use super::{chain::mask_text, json_str::mask_json_text, Blocked, Guard, Phase, S
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 
+/// A whole-text masker: `chain::mask_text` or `json_str::mask_json_text`.
+type Mask = fn(&[Rc<Guard>], &Session, Phase, &str) -> Result<Option<String>, Blocked>;
+
 /// A walk over one JSON document's text values under a phase's guardrails.
 pub(super) struct Walk<'a> {
     pub guards: &'a [Rc<Guard>],
@@ -43,19 +46,18 @@ impl<'a> Walk<'a> {
 
     /// A text value.
     pub fn text(&mut self, v: Option<&mut Value>) -> Result<(), Blocked> {
-        if let Some(Value::String(s)) = v {
-            if let Some(m) = mask_text(self.guards, self.sess, self.phase, s)? {
-                *s = m;
-                self.changed = true;
-            }
-        }
-        Ok(())
+        self.masked(v, mask_text)
     }
 
     /// A string holding a JSON text (tool-call arguments): masked inside its string values.
     pub fn json_text(&mut self, v: Option<&mut Value>) -> Result<(), Blocked> {
+        self.masked(v, mask_json_text)
+    }
+
+    /// A string value replaced by what `mask` makes of it (when it changes anything).
+    fn masked(&mut self, v: Option<&mut Value>, mask: Mask) -> Result<(), Blocked> {
         if let Some(Value::String(s)) = v {
-            if let Some(m) = mask_json_text(self.guards, self.sess, self.phase, s)? {
+            if let Some(m) = mask(self.guards, self.sess, self.phase, s)? {
                 *s = m;
                 self.changed = true;
             }

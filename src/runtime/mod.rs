@@ -1,6 +1,7 @@
 //! The runtime under every server in the process (the gateway's shards, the admin listener,
 //! the mock): one pinned thread per core, each running its own monoio runtime on its own
-//! SO_REUSEPORT listener, the accept loop with its drain (`accept_until`), the shutdown
+//! SO_REUSEPORT listener, the accept loop (`accept_loop`, also the TLS listener's) with its
+//! drain (`accept_until`), the shutdown
 //! signals (`shutdown`) and the optional idle spin (`spin`). Picks the I/O driver (io_uring with COOP_TASKRUN|SINGLE_ISSUER →
 //! plain io_uring → epoll) and says which one each shard got.
 //!
