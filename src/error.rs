@@ -374,17 +374,27 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Append `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires.
+/// Append `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires (and DEL,
+/// as `\u007f`). A string with nothing to escape is copied whole.
 pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    for &b in s.as_bytes() {
+    let bytes = s.as_bytes();
+    if !bytes
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
+    {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    for &b in bytes {
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
             b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f => {
+            0..=0x1f | 0x7f => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[(b >> 4) as usize]);
@@ -456,25 +466,43 @@ mod tests {
 
     #[test]
     fn key_errors_in_both_dialects() {
-        let e = Error::new(Kind::Unauthorized, "no key");
-        assert_eq!(e.status(), 401);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert_eq!(v["error"]["code"], "invalid_api_key");
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "authentication_error");
-        let e = Error::new(Kind::ModelNotAllowed, "not yours");
-        assert_eq!(e.status(), 403);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "permission_error");
-        assert!(!e.closes_connection());
-        let e = Error::new(Kind::BudgetExceeded, "spent");
-        assert_eq!(e.status(), 429);
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::OpenAi)).unwrap();
-        assert_eq!(v["error"]["type"], "insufficient_quota");
-        assert_eq!(v["error"]["code"], "insufficient_quota");
-        let v: serde_json::Value = serde_json::from_slice(&e.body(ErrorShape::Anthropic)).unwrap();
-        assert_eq!(v["error"]["type"], "billing_error");
+        // (kind, status, OpenAI `type` and `code` when checked, Anthropic `type`)
+        let cases = [
+            (
+                Kind::Unauthorized,
+                401,
+                Some(("invalid_request_error", "invalid_api_key")),
+                "authentication_error",
+            ),
+            (Kind::ModelNotAllowed, 403, None, "permission_error"),
+            (
+                Kind::BudgetExceeded,
+                429,
+                Some(("insufficient_quota", "insufficient_quota")),
+                "billing_error",
+            ),
+        ];
+        for (kind, status, openai, anthropic) in cases {
+            let e = Error::new(kind, "no");
+            assert_eq!(e.status(), status, "{kind:?}");
+            let error_of = |shape| {
+                let v: serde_json::Value = serde_json::from_slice(&e.body(shape)).unwrap();
+                v["error"].clone()
+            };
+            if let Some((ty, code)) = openai {
+                let o = error_of(ErrorShape::OpenAi);
+                assert_eq!(
+                    (o["type"].as_str(), o["code"].as_str()),
+                    (Some(ty), Some(code))
+                );
+            }
+            assert_eq!(
+                error_of(ErrorShape::Anthropic)["type"],
+                anthropic,
+                "{kind:?}"
+            );
+        }
+        assert!(!Error::new(Kind::ModelNotAllowed, "not yours").closes_connection());
     }
 
     #[test]

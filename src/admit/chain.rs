@@ -183,15 +183,23 @@ impl fmt::Debug for ChunkChain {
 mod tests {
     use super::*;
     use crate::admit::budget::Budget;
+    use crate::admit::permit::Permit;
+    use crate::admit::tests::rt;
     use monoio::io::AsyncWriteRentExt;
     use monoio::net::UnixStream;
     use std::time::Duration;
 
+    /// A budget of `capacity` bytes (10 in flight, no queue), a pool of 16-byte chunks (4
+    /// kept free) and a permit that reserved `reserve` bytes.
+    fn reserved(capacity: u64, reserve: u64) -> (Budget, ChunkPool, Permit) {
+        let b = Budget::new(capacity, 10, 0);
+        let p = b.try_acquire(reserve).unwrap();
+        (b, ChunkPool::new(16, 4), p)
+    }
+
     #[test]
     fn chain_stores_and_charges() {
-        let b = Budget::new(1 << 20, 10, 0);
-        let pool = ChunkPool::new(16, 4);
-        let p = b.try_acquire(40).unwrap();
+        let (b, pool, p) = reserved(1 << 20, 40);
         let mut c = pool.chain(&p);
         assert!(c.is_empty());
         c.push_bytes(b"hello ").unwrap();
@@ -216,9 +224,7 @@ mod tests {
 
     #[test]
     fn chain_push_is_all_or_nothing() {
-        let b = Budget::new(100, 10, 0);
-        let pool = ChunkPool::new(16, 4);
-        let p = b.try_acquire(20).unwrap();
+        let (b, pool, p) = reserved(100, 20);
         let mut c = pool.chain(&p);
         c.push_bytes(&[1u8; 10]).unwrap();
         assert_eq!(c.push_bytes(&[2u8; 200]), Err(Reject::Budget));
@@ -232,22 +238,10 @@ mod tests {
         assert!(format!("{c:?}").contains("len: 0"));
     }
 
-    fn rt() -> monoio::FusionRuntime<
-        monoio::time::TimeDriver<monoio::IoUringDriver>,
-        monoio::time::TimeDriver<monoio::LegacyDriver>,
-    > {
-        monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .enable_timer()
-            .build()
-            .unwrap()
-    }
-
     #[test]
     fn read_from_socket_respects_max_and_budget() {
         rt().block_on(async {
-            let b = Budget::new(64, 10, 0);
-            let pool = ChunkPool::new(16, 4);
-            let p = b.try_acquire(0).unwrap();
+            let (b, pool, p) = reserved(64, 0);
             let (mut tx, mut rx) = UnixStream::pair().unwrap();
             let msg: Vec<u8> = (0..100u8).collect();
             let (r, _) = tx.write_all(msg[5..].to_vec()).await; // the rest is on the wire
@@ -283,9 +277,7 @@ mod tests {
     #[test]
     fn cancelled_read_breaks_chain_but_returns_bytes() {
         rt().block_on(async {
-            let b = Budget::new(1000, 10, 0);
-            let pool = ChunkPool::new(16, 4);
-            let p = b.try_acquire(0).unwrap();
+            let (b, pool, p) = reserved(1000, 0);
             let (tx, mut rx) = UnixStream::pair().unwrap();
             let mut c = pool.chain(&p);
             c.push_bytes(b"abc").unwrap();

@@ -201,6 +201,14 @@ mod tests {
         move |p: &str| map.get(p).cloned()
     }
 
+    /// The limit detected on a host with `MEMINFO`, in the cgroup `cgroup` (the line of
+    /// `/proc/self/cgroup`), with the cgroup `files`.
+    fn in_cgroup(cgroup: &str, files: &[(&str, &str)]) -> Option<MemoryLimit> {
+        let mut all = vec![("/proc/meminfo", MEMINFO), ("/proc/self/cgroup", cgroup)];
+        all.extend_from_slice(files);
+        detect_with(fs(&all))
+    }
+
     #[test]
     fn meminfo_only() {
         let l = detect_with(fs(&[("/proc/meminfo", MEMINFO)]));
@@ -215,11 +223,7 @@ mod tests {
 
     #[test]
     fn cgroup_v2_namespace_root() {
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", "0::/\n"),
-            ("/sys/fs/cgroup/memory.max", "1073741824\n"),
-        ]));
+        let l = in_cgroup("0::/\n", &[("/sys/fs/cgroup/memory.max", "1073741824\n")]);
         assert_eq!(
             l,
             Some(MemoryLimit {
@@ -231,12 +235,13 @@ mod tests {
 
     #[test]
     fn cgroup_v2_nested_takes_smallest_ancestor() {
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", "0::/system.slice/rg.service\n"),
-            ("/sys/fs/cgroup/system.slice/rg.service/memory.max", "max\n"),
-            ("/sys/fs/cgroup/system.slice/memory.max", "536870912\n"),
-        ]));
+        let l = in_cgroup(
+            "0::/system.slice/rg.service\n",
+            &[
+                ("/sys/fs/cgroup/system.slice/rg.service/memory.max", "max\n"),
+                ("/sys/fs/cgroup/system.slice/memory.max", "536870912\n"),
+            ],
+        );
         assert_eq!(
             l,
             Some(MemoryLimit {
@@ -248,25 +253,23 @@ mod tests {
 
     #[test]
     fn cgroup_v2_max_falls_back_to_meminfo() {
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", "0::/user.slice\n"),
-            ("/sys/fs/cgroup/user.slice/memory.max", "max"),
-        ]));
+        let l = in_cgroup(
+            "0::/user.slice\n",
+            &[("/sys/fs/cgroup/user.slice/memory.max", "max")],
+        );
         assert_eq!(l.map(|l| l.source), Some(LimitSource::MemTotal));
     }
 
     #[test]
     fn cgroup_v1_and_absurd_values() {
         let cg = "12:cpu,cpuacct:/docker/abc\n5:memory:/docker/abc\n";
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", cg),
-            (
+        let l = in_cgroup(
+            cg,
+            &[(
                 "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
                 "268435456",
-            ),
-        ]));
+            )],
+        );
         assert_eq!(
             l,
             Some(MemoryLimit {
@@ -274,24 +277,19 @@ mod tests {
                 source: LimitSource::CgroupV1
             })
         );
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", cg),
-            (
+        let l = in_cgroup(
+            cg,
+            &[(
                 "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
                 "9223372036854771712",
-            ),
-        ]));
+            )],
+        );
         assert_eq!(l.map(|l| l.source), Some(LimitSource::MemTotal));
     }
 
     #[test]
     fn cgroup_above_host_is_ignored() {
-        let l = detect_with(fs(&[
-            ("/proc/meminfo", MEMINFO),
-            ("/proc/self/cgroup", "0::/\n"),
-            ("/sys/fs/cgroup/memory.max", "1099511627776"),
-        ]));
+        let l = in_cgroup("0::/\n", &[("/sys/fs/cgroup/memory.max", "1099511627776")]);
         assert_eq!(l.map(|l| l.source), Some(LimitSource::MemTotal));
     }
 

@@ -195,17 +195,18 @@ impl Drop for WaitFor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admit::tests::rt;
     use std::cell::RefCell;
     use std::time::Instant;
 
-    fn rt() -> monoio::FusionRuntime<
-        monoio::time::TimeDriver<monoio::IoUringDriver>,
-        monoio::time::TimeDriver<monoio::LegacyDriver>,
-    > {
-        monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .enable_timer()
-            .build()
-            .unwrap()
+    /// A task waiting up to `wait` for `bytes` of `b`: the bytes granted, or why not.
+    fn waiter(
+        b: &Budget,
+        bytes: u64,
+        wait: Duration,
+    ) -> monoio::task::JoinHandle<Result<u64, Reject>> {
+        let b = b.clone();
+        monoio::spawn(async move { b.acquire_or_wait(bytes, wait).await.map(|p| p.bytes()) })
     }
 
     async fn yield_a_bit() {
@@ -262,12 +263,7 @@ mod tests {
             let first = b.try_acquire(90).unwrap();
             let mut hs = Vec::new();
             for _ in 0..3 {
-                let b = b.clone();
-                hs.push(monoio::spawn(async move {
-                    b.acquire_or_wait(30, Duration::from_secs(5))
-                        .await
-                        .map(|p| p.bytes())
-                }));
+                hs.push(waiter(&b, 30, Duration::from_secs(5)));
                 yield_a_bit().await;
             }
             assert_eq!(b.queued(), 3);
@@ -285,14 +281,11 @@ mod tests {
         rt().block_on(async {
             let b = Budget::new(1000, 1, 8);
             let first = b.try_acquire(1).unwrap();
-            let b2 = b.clone();
-            let h = monoio::spawn(async move {
-                b2.acquire_or_wait(1, Duration::from_secs(5)).await.is_ok()
-            });
+            let h = waiter(&b, 1, Duration::from_secs(5));
             yield_a_bit().await;
             assert_eq!(b.queued(), 1);
             drop(first);
-            assert!(h.await);
+            assert_eq!(h.await, Ok(1));
             assert_eq!(b.in_flight(), 0);
         });
     }
@@ -320,22 +313,12 @@ mod tests {
         rt().block_on(async {
             let b = Budget::new(100, 10, 8);
             let hold = b.try_acquire(50).unwrap();
-            let b1 = b.clone();
-            let big = monoio::spawn(async move {
-                b1.acquire_or_wait(80, Duration::from_millis(30))
-                    .await
-                    .err()
-            });
+            let big = waiter(&b, 80, Duration::from_millis(30));
             yield_a_bit().await;
-            let b2 = b.clone();
-            let small = monoio::spawn(async move {
-                b2.acquire_or_wait(10, Duration::from_secs(5))
-                    .await
-                    .map(|p| p.bytes())
-            });
+            let small = waiter(&b, 10, Duration::from_secs(5));
             yield_a_bit().await;
             assert_eq!(b.queued(), 2);
-            assert_eq!(big.await, Some(Reject::QueueTimeout));
+            assert_eq!(big.await, Err(Reject::QueueTimeout));
             assert_eq!(small.await, Ok(10));
             drop(hold);
             assert_eq!((b.used(), b.in_flight(), b.queued()), (0, 0, 0));
@@ -351,18 +334,13 @@ mod tests {
                 b.acquire_or_wait(101, Duration::from_secs(1)).await.err(),
                 Some(Reject::Budget)
             );
-            let b1 = b.clone();
-            let w = monoio::spawn(async move {
-                b1.acquire_or_wait(10, Duration::from_millis(100))
-                    .await
-                    .err()
-            });
+            let w = waiter(&b, 10, Duration::from_millis(100));
             yield_a_bit().await;
             assert_eq!(
                 b.acquire_or_wait(10, Duration::from_secs(1)).await.err(),
                 Some(Reject::QueueFull)
             );
-            assert_eq!(w.await, Some(Reject::QueueTimeout));
+            assert_eq!(w.await, Err(Reject::QueueTimeout));
             assert_eq!(b.rejections_all(), [1, 0, 1, 1, 0]);
             drop(hold);
         });

@@ -8,7 +8,8 @@ use super::*;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-fn rt() -> monoio::FusionRuntime<
+/// A runtime for one test (io_uring where the kernel has it, else epoll), timers on.
+pub(super) fn rt() -> monoio::FusionRuntime<
     monoio::time::TimeDriver<monoio::IoUringDriver>,
     monoio::time::TimeDriver<monoio::LegacyDriver>,
 > {

@@ -68,15 +68,11 @@ impl CacheConfig {
 pub fn validate(cfg: &Config) -> Vec<(Range<usize>, String)> {
     let mut errs = Vec::new();
     let c = &cfg.cache;
-    if !matches!(c.store.get_ref().as_str(), "memory" | "redis") {
-        errs.push((
-            c.store.span(),
-            format!(
-                "cache.store {:?}: expected \"memory\" or \"redis\"",
-                c.store.get_ref()
-            ),
-        ));
-    }
+    errs.extend(super::validate::one_of(
+        "cache.store",
+        &c.store,
+        &["memory", "redis"],
+    ));
     for m in &cfg.models {
         let Some(mode) = &m.cache else { continue };
         match mode.get_ref().as_str() {

@@ -33,6 +33,15 @@ pub const UNIX: &str = "unix:";
 /// Longest socket path (`sun_path` is 108 bytes with its NUL).
 const UNIX_PATH_MAX: usize = 107;
 
+/// `https://rest` → `(true, rest)`, `http://rest` → `(false, rest)`; `None` for any other
+/// scheme.
+pub fn split_scheme(url: &str) -> Option<(bool, &str)> {
+    match url.strip_prefix("https://") {
+        Some(rest) => Some((true, rest)),
+        None => url.strip_prefix("http://").map(|rest| (false, rest)),
+    }
+}
+
 impl Endpoint {
     /// `url` parsed; its problem (with the URL redacted) when refused.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
@@ -49,13 +58,8 @@ impl Endpoint {
         if let Some(rest) = url.strip_prefix(UNIX) {
             return parse_unix(rest);
         }
-        let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-            (true, r)
-        } else if let Some(r) = url.strip_prefix("http://") {
-            (false, r)
-        } else {
-            return Err(" must start with http://, https:// or unix:/".to_string());
-        };
+        let (tls, rest) =
+            split_scheme(url).ok_or(" must start with http://, https:// or unix:/")?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),

@@ -30,34 +30,25 @@ pub struct KeyConfig {
     /// What logs, metrics and errors call the key (the secret never appears anywhere).
     pub name: Spanned<String>,
     /// The env var holding the secret (read once at start, only its SHA-256 is kept).
-    #[serde(default)]
     pub key_env: Option<Spanned<String>>,
     /// Or: the hex SHA-256 of the secret (64 hex digits).
-    #[serde(default)]
     pub key_sha256: Option<Spanned<String>>,
     /// Model names (or `prefix*` patterns) this key may request. Default: every model.
-    #[serde(default)]
     pub models: Option<Vec<Spanned<String>>>,
     /// Requests per 60 s window.
-    #[serde(default)]
     pub rpm: Option<Spanned<u64>>,
     /// Tokens per 60 s window (estimate reserved on the body, reconciled with the answer).
-    #[serde(default)]
     pub tpm: Option<Spanned<u64>>,
     /// Requests of this key in flight at once.
-    #[serde(default)]
     pub max_in_flight: Option<Spanned<u64>>,
     /// Spend limit in USD per `budget_period`: once spent, the key's requests get 429
     /// `insufficient_quota` until the next period.
-    #[serde(default)]
     pub budget_usd: Option<Spanned<f64>>,
     /// `day` | `month` | `total` (UTC calendar periods; default `total`): the budget's period
     /// and the period of the key's ledger rows.
-    #[serde(default)]
     pub budget_period: Option<Spanned<String>>,
     /// RFC 3339 instant with an offset (a TOML datetime or a string); after it the key is
     /// refused with 401.
-    #[serde(default)]
     pub expires: Option<Spanned<toml::Value>>,
     /// `false`: the key is refused with 401. Default true.
     #[serde(default = "yes")]
@@ -67,7 +58,6 @@ pub struct KeyConfig {
     pub guardrails: Vec<Spanned<String>>,
     /// Glob patterns (`*`, `?`) over federated MCP tool names (`server__tool`) this key may
     /// list and call. Absent: every tool; `[]`: none.
-    #[serde(default)]
     pub mcp_tools: Option<Vec<Spanned<String>>>,
 }
 
@@ -129,14 +119,8 @@ pub fn auth_mode(cfg: &Config) -> AuthMode {
 
 pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
     if let Some(a) = &cfg.server.auth {
-        if !matches!(a.get_ref().as_str(), "keys" | "none") {
-            err(
-                a.span(),
-                format!(
-                    "server.auth {:?}: expected \"keys\" or \"none\"",
-                    a.get_ref()
-                ),
-            );
+        if let Some((span, e)) = super::validate::one_of("server.auth", a, &["keys", "none"]) {
+            err(span, e);
         } else if a.get_ref() == "keys" && cfg.keys.is_empty() && cfg.admin.is_none() {
             err(
                 a.span(),

@@ -326,23 +326,17 @@ type Sink<'e> = dyn FnMut(Range<usize>, String) + 'e;
 
 pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
     let l = &cfg.limits;
-    if !matches!(l.store.get_ref().as_str(), "local" | "redis") {
-        err(
-            l.store.span(),
-            format!(
-                "limits.store {:?}: expected \"local\" or \"redis\"",
-                l.store.get_ref()
-            ),
-        );
-    }
-    if !matches!(l.on_store_error.get_ref().as_str(), "local" | "closed") {
-        err(
-            l.on_store_error.span(),
-            format!(
-                "limits.on_store_error {:?}: expected \"local\" or \"closed\"",
-                l.on_store_error.get_ref()
-            ),
-        );
+    let one_of = super::validate::one_of;
+    let choices = [
+        one_of("limits.store", &l.store, &["local", "redis"]),
+        one_of(
+            "limits.on_store_error",
+            &l.on_store_error,
+            &["local", "closed"],
+        ),
+    ];
+    for (span, e) in choices.into_iter().flatten() {
+        err(span, e);
     }
     if let Some(u) = &l.redis_url {
         if let Err(why) = RedisUrl::parse(u.get_ref()) {

@@ -27,7 +27,6 @@ pub struct McpServerConfig {
     /// The server's Streamable HTTP endpoint (`http://host:port/mcp`).
     pub url: Spanned<String>,
     /// The env var whose value the server gets as `Authorization: Bearer <value>`.
-    #[serde(default)]
     pub bearer_env: Option<String>,
     /// Per request to this server, connect to last byte (default 30000).
     #[serde(default = "default_timeout")]

@@ -95,7 +95,6 @@ pub struct Config {
     pub origin: origin::Origin,
     /// The admin listener (`/admin/*`, `/metrics`); off unless the section is present (see
     /// docs/admin-api.md).
-    #[serde(default)]
     pub admin: Option<AdminConfig>,
     /// `[cache]`: the response cache (see `config::cache`, docs/cache.md).
     #[serde(default)]

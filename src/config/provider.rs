@@ -97,15 +97,6 @@ impl ProviderKind {
                 p.push_str("/v1/messages/count_tokens")
             }
             (ProviderKind::Anthropic, _, _) => p.push_str("/v1/messages"),
-            (ProviderKind::Gemini, _, _) => {
-                p.push_str("/v1beta/models/");
-                target::push_segment(&mut p, model);
-                p.push_str(match (op, stream) {
-                    (Op::CountTokens, _) => ":countTokens",
-                    (_, true) => ":streamGenerateContent?alt=sse",
-                    (_, false) => ":generateContent",
-                });
-            }
             (ProviderKind::Bedrock, _, _) => {
                 p.push_str("/model/");
                 target::push_segment(&mut p, model);
@@ -115,11 +106,15 @@ impl ProviderKind {
                     "/converse"
                 });
             }
-            (ProviderKind::Vertex, _, _) => {
-                // `base` is `/v1/projects/{project}/locations/{location}` (`vertex_base`);
-                // a `claude*` model reaching here is sent to Google's publisher path only when
-                // the deployment says `publisher = "google"` (the caller picks the kind).
-                p.push_str("/publishers/google/models/");
+            (ProviderKind::Gemini | ProviderKind::Vertex, _, _) => {
+                p.push_str(match self {
+                    ProviderKind::Gemini => "/v1beta/models/",
+                    // `base` is `/v1/projects/{project}/locations/{location}` (`vertex_base`);
+                    // a `claude*` model reaching here is sent to Google's publisher path only
+                    // when the deployment says `publisher = "google"` (the caller picks the
+                    // kind).
+                    _ => "/publishers/google/models/",
+                });
                 target::push_segment(&mut p, model);
                 p.push_str(match (op, stream) {
                     (Op::CountTokens, _) => ":countTokens",
@@ -256,24 +251,19 @@ pub struct ProviderConfig {
     pub kind: Spanned<ProviderKind>,
     /// As you would give it to that provider's own SDK, e.g. `https://api.openai.com/v1`.
     /// Not needed for `kind = "mock"`.
-    #[serde(default)]
     pub base_url: Option<Spanned<String>>,
     /// Name of the environment variable holding the API key (never the key itself).
-    #[serde(default)]
     pub api_key_env: Option<Spanned<String>>,
     /// More keys, weighted: `[{ env = "A_KEY", weight = 2 }, { env = "A_KEY2" }]` (besides
     /// `api_key_env`, which counts as one key of weight 1). A key that got a 429 cools down.
     #[serde(default)]
     pub api_keys: Vec<ApiKeyConfig>,
     /// `kind = "mock"` only: `instant` (default) or `seed`.
-    #[serde(default)]
     pub profile: Option<Spanned<String>>,
     /// Extra PEM CA certificate(s) trusted for this provider's `https://` base_url (added to the
     /// system roots), e.g. an internal CA in front of a local engine.
-    #[serde(default)]
     pub ca_file: Option<String>,
     /// `kind = "azure"`: the `api-version` query parameter (default 2024-10-21).
-    #[serde(default)]
     pub api_version: Option<Spanned<String>>,
     /// Engine quirks for `openai-compatible` upstreams: `no_stream_options` (the engine rejects
     /// `stream_options`, so streamed usage is not requested from it).
@@ -281,43 +271,31 @@ pub struct ProviderConfig {
     pub quirks: Vec<String>,
     /// The self-hosted inference engine behind this provider (`vllm`, `sglang`, `llamacpp`,
     /// `ollama`, `tgi`): its load signal is polled for `lb = "load"` (see `engine`).
-    #[serde(default)]
     pub engine: Option<Spanned<EngineKind>>,
     /// The engine's load-signal URL (`http://`); default: the engine's usual path on the
     /// base URL's host (`/metrics`; llama.cpp `/slots`; Ollama has none).
-    #[serde(default)]
     pub metrics_url: Option<Spanned<String>>,
     /// How often the load signal is polled (default 100 ms, at least 10).
-    #[serde(default)]
     pub poll_ms: Option<Spanned<u64>>,
     /// A signal older than this counts as saturated (default max(1000, 3 × poll_ms)).
-    #[serde(default)]
     pub stale_ms: Option<Spanned<u64>>,
     /// `kind = "bedrock"`: the AWS region (the endpoint's and SigV4's signing region).
-    #[serde(default)]
     pub region: Option<Spanned<String>>,
     /// `kind = "bedrock"`: a role assumed (STS `AssumeRole`) with the chain's credentials.
-    #[serde(default)]
     pub role_arn: Option<Spanned<String>>,
     /// `kind = "bedrock"`: the STS endpoint (default `https://sts.{region}.amazonaws.com`).
-    #[serde(default)]
     pub sts_url: Option<Spanned<String>>,
     /// `kind = "vertex"`: the Google Cloud project.
-    #[serde(default)]
     pub project: Option<Spanned<String>>,
     /// `kind = "vertex"`: the location (`us-central1`, `global`, …).
-    #[serde(default)]
     pub location: Option<Spanned<String>>,
     /// `kind = "vertex"`: a service-account (or authorized-user) JSON key file; else
     /// `GOOGLE_APPLICATION_CREDENTIALS`, else the metadata server.
-    #[serde(default)]
     pub credentials_file: Option<Spanned<String>>,
     /// `kind = "vertex"`: the OAuth token endpoint (default: the key file's `token_uri`).
-    #[serde(default)]
     pub token_url: Option<Spanned<String>>,
     /// `kind = "vertex"`: `anthropic` or `google` for every model of this provider (default:
     /// `claude*` models are Anthropic's, the rest Google's).
-    #[serde(default)]
     pub publisher: Option<Publisher>,
 }
 

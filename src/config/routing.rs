@@ -14,44 +14,67 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Config, ModelConfig, ProviderConfig};
-use crate::config::policy::{BreakerSettings, Lb, Policy, Reason, RetrySet};
+use crate::config::policy::{BreakerSettings, Policy, Reason, RetrySet};
 
 /// Largest accepted `weight` (deployments and keys).
 pub const MAX_WEIGHT: i64 = 1_000_000;
 /// Largest accepted `max_attempts`.
 pub const MAX_ATTEMPTS: i64 = 100;
 
-/// `[routing]`: defaults for every model; a model's own fields override them.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RoutingConfig {
-    /// `p2c` (default) or `weighted`.
-    #[serde(default)]
-    pub lb: Option<Lb>,
-    /// Total upstream attempts per client request. Default 3.
-    #[serde(default)]
-    pub max_attempts: Option<Spanned<i64>>,
-    /// Default `{ failures = 5, cooldown_ms = 10000 }`.
-    #[serde(default)]
-    pub breaker: Option<Spanned<BreakerConfig>>,
-    /// Default: every reason (`connect`, `timeout`, `reset`, `first-byte-timeout`, `429`,
-    /// `500`, `502`, `503`, `504`).
-    #[serde(default)]
-    pub retry_on: Option<Vec<Spanned<String>>>,
-    /// Overall deadline for all attempts of one request. Default `upstream.total_timeout_ms`.
-    #[serde(default)]
-    pub timeout_ms: Option<Spanned<u64>>,
-    /// Per-attempt wait for the response head. Default `upstream.first_byte_timeout_ms`.
-    #[serde(default)]
-    pub first_byte_timeout_ms: Option<Spanned<u64>>,
-    /// Longest total time one request waits for provider keys cooling after 429s (their
-    /// `Retry-After`) before the client gets the 429 at once. Default 1000; 0: never wait.
-    #[serde(default)]
-    pub max_retry_wait_ms: Option<Spanned<u64>>,
-    /// The provider `/v1/files` and `/v1/batches` requests (which name no model) go to.
-    /// Default: the one provider of an OpenAI-style kind (`config::surface`).
-    #[serde(default)]
-    pub files_provider: Option<Spanned<String>>,
+/// Declares a config table with the routing knobs — `[routing]` (every model's defaults) and
+/// `[[model]]` (its own, which win) — after its own fields: one list of the knobs for both
+/// (serde's `flatten` does not go with `deny_unknown_fields`). Also gives the table
+/// `knobs()`, the validated ones borrowed.
+macro_rules! with_knobs {
+    ($(#[$meta:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($own)*
+            /// `p2c` (the default), `weighted` or `load`.
+            pub lb: Option<$crate::config::policy::Lb>,
+            /// Total upstream attempts per client request (1 to `MAX_ATTEMPTS`). Default 3.
+            pub max_attempts: Option<toml::Spanned<i64>>,
+            /// Default `{ failures = 5, cooldown_ms = 10000 }`, field by field.
+            pub breaker: Option<toml::Spanned<$crate::config::routing::BreakerConfig>>,
+            /// Default: every reason (`connect`, `timeout`, `reset`, `first-byte-timeout`,
+            /// `429`, `500`, `502`, `503`, `504`).
+            pub retry_on: Option<Vec<toml::Spanned<String>>>,
+            /// Overall deadline for all attempts of one request. Default
+            /// `upstream.total_timeout_ms`.
+            pub timeout_ms: Option<toml::Spanned<u64>>,
+            /// Per-attempt wait for the response head. Default `upstream.first_byte_timeout_ms`.
+            pub first_byte_timeout_ms: Option<toml::Spanned<u64>>,
+            /// Longest total time one request waits for provider keys cooling after 429s
+            /// (their `Retry-After`) before the client gets the 429 at once. Default 1000; 0:
+            /// never wait.
+            pub max_retry_wait_ms: Option<toml::Spanned<u64>>,
+        }
+
+        impl $name {
+            /// The knobs `check_knobs` validates, borrowed.
+            pub(super) fn knobs(&self) -> $crate::config::routing::Knobs<'_> {
+                $crate::config::routing::Knobs {
+                    max_attempts: self.max_attempts.as_ref(),
+                    breaker: self.breaker.as_ref(),
+                    retry_on: self.retry_on.as_ref(),
+                    timeout_ms: self.timeout_ms.as_ref(),
+                    first_byte_timeout_ms: self.first_byte_timeout_ms.as_ref(),
+                }
+            }
+        }
+    };
+}
+pub(super) use with_knobs;
+
+with_knobs! {
+    /// `[routing]`: defaults for every model; a model's own knobs override them.
+    #[derive(Debug, Clone, Default, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RoutingConfig {
+        /// The provider `/v1/files` and `/v1/batches` requests (which name no model) go to.
+        /// Default: the one provider of an OpenAI-style kind (`config::surface`).
+        pub files_provider: Option<Spanned<String>>,
+    }
 }
 
 /// Circuit breaker per deployment; unset fields come from `[routing]`, then the defaults.
@@ -59,19 +82,14 @@ pub struct RoutingConfig {
 #[serde(deny_unknown_fields)]
 pub struct BreakerConfig {
     /// Consecutive failures that open it (default 5; 0 turns this rule off).
-    #[serde(default)]
     pub failures: Option<u32>,
     /// Time open before one half-open probe (default 10000).
-    #[serde(default)]
     pub cooldown_ms: Option<u64>,
     /// Also open when this share of attempts failed within `window_ms` (off by default).
-    #[serde(default)]
     pub error_rate: Option<f64>,
     /// Error-rate window (default 10000).
-    #[serde(default)]
     pub window_ms: Option<u64>,
     /// Attempts needed in a window before the error rate counts (default 20).
-    #[serde(default)]
     pub min_requests: Option<u32>,
 }
 
@@ -81,16 +99,13 @@ pub struct BreakerConfig {
 pub struct DeploymentConfig {
     pub provider: Spanned<String>,
     /// Default: the client's model name (as with the one-deployment shorthand).
-    #[serde(default)]
     pub upstream_model: Option<String>,
     /// Share of traffic relative to the other deployments (default 1, must be > 0).
     #[serde(default = "one")]
     pub weight: Spanned<i64>,
     /// USD per 1M input tokens on this deployment (wins over the model's, field by field).
-    #[serde(default)]
     pub price_input_per_mtok: Option<f64>,
     /// USD per 1M output tokens on this deployment (wins over the model's, field by field).
-    #[serde(default)]
     pub price_output_per_mtok: Option<f64>,
 }
 
@@ -257,13 +272,13 @@ impl Config {
     }
 }
 
-/// Knobs shared by `[routing]` and `[[model]]`, borrowed for validation.
-struct Knobs<'a> {
-    max_attempts: Option<&'a Spanned<i64>>,
-    breaker: Option<&'a Spanned<BreakerConfig>>,
-    retry_on: Option<&'a Vec<Spanned<String>>>,
-    timeout_ms: Option<&'a Spanned<u64>>,
-    first_byte_timeout_ms: Option<&'a Spanned<u64>>,
+/// Knobs shared by `[routing]` and `[[model]]`, borrowed for validation (`knobs()`).
+pub(super) struct Knobs<'a> {
+    pub(super) max_attempts: Option<&'a Spanned<i64>>,
+    pub(super) breaker: Option<&'a Spanned<BreakerConfig>>,
+    pub(super) retry_on: Option<&'a Vec<Spanned<String>>>,
+    pub(super) timeout_ms: Option<&'a Spanned<u64>>,
+    pub(super) first_byte_timeout_ms: Option<&'a Spanned<u64>>,
 }
 
 type Sink<'e> = dyn FnMut(Range<usize>, String) + 'e;
@@ -328,17 +343,7 @@ fn check_weight(who: &str, w: &Spanned<i64>, err: &mut Sink<'_>) {
 /// Validate the routing parts: provider keys, model shapes, deployments, fallbacks, cycles.
 pub(super) fn validate(cfg: &Config, err: &mut Sink<'_>) {
     let r = &cfg.routing;
-    check_knobs(
-        "[routing]",
-        Knobs {
-            max_attempts: r.max_attempts.as_ref(),
-            breaker: r.breaker.as_ref(),
-            retry_on: r.retry_on.as_ref(),
-            timeout_ms: r.timeout_ms.as_ref(),
-            first_byte_timeout_ms: r.first_byte_timeout_ms.as_ref(),
-        },
-        err,
-    );
+    check_knobs("[routing]", r.knobs(), err);
     for p in &cfg.providers {
         let who = format!("provider {:?}", p.name.get_ref());
         for (i, k) in p.api_keys.iter().enumerate() {
@@ -424,17 +429,7 @@ fn validate_model(cfg: &Config, m: &ModelConfig, err: &mut Sink<'_>) {
             }
         }
     }
-    check_knobs(
-        &who,
-        Knobs {
-            max_attempts: m.max_attempts.as_ref(),
-            breaker: m.breaker.as_ref(),
-            retry_on: m.retry_on.as_ref(),
-            timeout_ms: m.timeout_ms.as_ref(),
-            first_byte_timeout_ms: m.first_byte_timeout_ms.as_ref(),
-        },
-        err,
-    );
+    check_knobs(&who, m.knobs(), err);
     for f in &m.fallbacks {
         if cfg.find_model(f.get_ref()).is_none() {
             err(

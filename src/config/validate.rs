@@ -333,6 +333,27 @@ impl Config {
 
 /// An allow-list entry: `*`, or a serialized origin `scheme://host[:port]` as browsers send it
 /// (no path, no trailing slash).
+/// Unless `v` is one of `allowed`: its span and `field "v": expected "a", "b" or "c"`.
+pub(super) fn one_of(
+    field: &str,
+    v: &toml::Spanned<String>,
+    allowed: &[&str],
+) -> Option<(Range<usize>, String)> {
+    if allowed.contains(&v.get_ref().as_str()) {
+        return None;
+    }
+    let quoted: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+    let expected = match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Some((
+        v.span(),
+        format!("{field} {:?}: expected {expected}", v.get_ref()),
+    ))
+}
+
 fn check_origin(o: &str) -> Result<(), &'static str> {
     if o == "*" {
         return Ok(());

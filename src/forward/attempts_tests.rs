@@ -28,6 +28,23 @@ fn table(models: &str) -> RouteTable {
     }
 }
 
+/// `table(models)` and one shard's forwarding state over it.
+fn routed(models: &str) -> (RouteTable, ForwardState) {
+    let t = table(models);
+    let st = ForwardState::new(&t, 1);
+    (t, st)
+}
+
+/// The plan of a request for `model` (it must route) starting at `now`.
+fn attempts<'a>(
+    t: &'a RouteTable,
+    st: &'a ForwardState,
+    model: &'a str,
+    now: Instant,
+) -> Attempts<'a> {
+    Attempts::new(t, st, t.resolve(model).unwrap(), model, now)
+}
+
 fn ms(t0: Instant, n: u64) -> Instant {
     t0 + Duration::from_millis(n)
 }
@@ -69,11 +86,9 @@ provider = "b"
 
 #[test]
 fn order_is_same_model_first_then_fallbacks() {
-    let t = table(CONTRACT_MODELS);
-    let st = ForwardState::new(&t, 1);
+    let (t, st) = routed(CONTRACT_MODELS);
     let t0 = Instant::now();
-    let route = t.resolve("gpt-4o-mini").unwrap();
-    let mut plan = Attempts::new(&t, &st, route, "gpt-4o-mini", t0);
+    let mut plan = attempts(&t, &st, "gpt-4o-mini", t0);
     let s = plan.next(t0);
     assert_eq!(tried(&s), ("a/gpt-4o-mini".into(), "gpt-4o-mini".into(), 1));
     let s = plan.failed(take(s), Reason::Status503, None, ms(t0, 1));
@@ -109,13 +124,11 @@ fn order_is_same_model_first_then_fallbacks() {
 
 #[test]
 fn success_on_the_first_try_and_weights_across_requests() {
-    let t = table(CONTRACT_MODELS);
-    let st = ForwardState::new(&t, 1);
+    let (t, st) = routed(CONTRACT_MODELS);
     let t0 = Instant::now();
-    let route = t.resolve("gpt-4o-mini").unwrap();
     let mut firsts = Vec::new();
     for i in 0..8 {
-        let mut plan = Attempts::new(&t, &st, route, "gpt-4o-mini", ms(t0, i));
+        let mut plan = attempts(&t, &st, "gpt-4o-mini", ms(t0, i));
         let c = take(plan.next(ms(t0, i)));
         plan.succeeded(&c, ms(t0, i + 1));
         firsts.push(c.deployment_index);
@@ -135,18 +148,16 @@ max_attempts = 2
 retry_on = ["503", "connect"]
 timeout_ms = 1000
 "#;
-    let t = table(models);
-    let st = ForwardState::new(&t, 1);
+    let (t, st) = routed(models);
     let t0 = Instant::now();
-    let route = t.resolve("m").unwrap();
 
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status503, None, ms(t0, 1)));
     let s = plan.failed(c, Reason::Connect, None, ms(t0, 2));
     assert!(matches!(s, Step::Stop(Stop::Attempts)), "{s:?}");
 
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     let s = plan.failed(c, Reason::Status502, None, ms(t0, 1));
     assert!(
@@ -154,7 +165,7 @@ timeout_ms = 1000
         "{s:?}"
     );
 
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     assert_eq!(
         plan.attempt_timeout(ms(t0, 400)),
         Duration::from_millis(600)
@@ -173,13 +184,11 @@ deployments = [{ provider = "a", weight = 100 }, { provider = "a2" }]
 lb = "weighted"
 breaker = { failures = 2, cooldown_ms = 1000 }
 "#;
-    let t = table(models);
-    let st = ForwardState::new(&t, 1);
+    let (t, st) = routed(models);
     let t0 = Instant::now();
-    let route = t.resolve("m").unwrap();
     // two requests whose first attempt on "a" fails open its breaker
     for i in 0..2 {
-        let mut plan = Attempts::new(&t, &st, route, "m", ms(t0, i));
+        let mut plan = attempts(&t, &st, "m", ms(t0, i));
         let c = take(plan.next(ms(t0, i)));
         assert_eq!(c.deployment_index, 0);
         let c = take(plan.failed(c, Reason::Status500, None, ms(t0, i)));
@@ -189,33 +198,33 @@ breaker = { failures = 2, cooldown_ms = 1000 }
     let ms0 = st.model(0).unwrap();
     assert_eq!(ms0.breakers[0].state(), BreakerState::Open);
     for i in 2..50 {
-        let mut plan = Attempts::new(&t, &st, route, "m", ms(t0, i));
+        let mut plan = attempts(&t, &st, "m", ms(t0, i));
         assert_eq!(take(plan.next(ms(t0, i))).deployment_index, 1);
     }
     // after the cooldown: one probe on "a"; a concurrent request goes to "a2"
     let now = ms(t0, 1_001);
-    let mut p1 = Attempts::new(&t, &st, route, "m", now);
+    let mut p1 = attempts(&t, &st, "m", now);
     let probe = take(p1.next(now));
     assert_eq!(probe.deployment_index, 0);
-    let mut p2 = Attempts::new(&t, &st, route, "m", now);
+    let mut p2 = attempts(&t, &st, "m", now);
     assert_eq!(take(p2.next(now)).deployment_index, 1);
     // the probe's client went away: dropping it frees the slot
     drop(probe);
-    let mut p3 = Attempts::new(&t, &st, route, "m", now);
+    let mut p3 = attempts(&t, &st, "m", now);
     let probe = take(p3.next(now));
     assert_eq!(probe.deployment_index, 0);
     // a probe answered 429: no verdict; once its key cooled (1 s default) the next may probe
     let probe = take(p3.failed(probe, Reason::Status429, None, ms(t0, 1_002)));
     assert_eq!(probe.deployment_index, 1, "p3 moves on");
     drop(probe);
-    let mut p4 = Attempts::new(&t, &st, route, "m", ms(t0, 1_500));
+    let mut p4 = attempts(&t, &st, "m", ms(t0, 1_500));
     assert_eq!(
         take(p4.next(ms(t0, 1_500))).deployment_index,
         1,
         "key cooling"
     );
     let now = ms(t0, 2_002);
-    let mut p5 = Attempts::new(&t, &st, route, "m", now);
+    let mut p5 = attempts(&t, &st, "m", now);
     let probe = take(p5.next(now));
     assert_eq!(probe.deployment_index, 0);
     assert_eq!(ms0.breakers[0].state(), BreakerState::HalfOpen);
@@ -235,11 +244,9 @@ max_attempts = 5
 timeout_ms = 10000
 max_retry_wait_ms = 3000
 "#;
-    let t = table(models);
-    let st = ForwardState::new(&t, 1);
+    let (t, st) = routed(models);
     let t0 = Instant::now();
-    let route = t.resolve("m").unwrap();
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     assert_eq!(c.deployment_index, 0);
     let s = plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0);
@@ -249,17 +256,15 @@ max_retry_wait_ms = 3000
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
     assert!(matches!(s, Step::Wait(u) if u == ms(t0, 2_000)), "{s:?}");
     // a new request meanwhile skips the cooling provider
-    let mut other = Attempts::new(&t, &st, route, "m", ms(t0, 10));
+    let mut other = attempts(&t, &st, "m", ms(t0, 10));
     assert_eq!(take(other.next(ms(t0, 10))).deployment_index, 1);
     assert!(st.keys(0).unwrap().is_cooling(0, 0, ms(t0, 1_999)));
     let s = plan.next(ms(t0, 2_000));
     assert_eq!(take(s).deployment_index, 0);
 
     // the waits of one request add up: 2 s waited, 1.5 s more would pass the 3 s
-    let one = table("[[model]]\nname = \"one\"\nprovider = \"a\"\nmax_attempts = 5\ntimeout_ms = 10000\nmax_retry_wait_ms = 3000\n");
-    let st1 = ForwardState::new(&one, 1);
-    let r1 = one.resolve("one").unwrap();
-    let mut plan = Attempts::new(&one, &st1, r1, "one", t0);
+    let (one, st1) = routed("[[model]]\nname = \"one\"\nprovider = \"a\"\nmax_attempts = 5\ntimeout_ms = 10000\nmax_retry_wait_ms = 3000\n");
+    let mut plan = attempts(&one, &st1, "one", t0);
     let c = take(plan.next(t0));
     let s = plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0);
     assert!(matches!(s, Step::Wait(u) if u == ms(t0, 2_000)), "{s:?}");
@@ -273,17 +278,16 @@ max_retry_wait_ms = 3000
     assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
 
     // with the default max_retry_wait_ms (1 s) a 2 s Retry-After is the client's to wait
-    let t1 = table(&models.replace("max_retry_wait_ms = 3000\n", ""));
-    let st = ForwardState::new(&t1, 1);
+    let (t1, st) = routed(&models.replace("max_retry_wait_ms = 3000\n", ""));
     let route1 = t1.resolve("m").unwrap();
     assert_eq!(route1.policy.max_retry_wait, Duration::from_secs(1));
-    let mut plan = Attempts::new(&t1, &st, route1, "m", t0);
+    let mut plan = attempts(&t1, &st, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(2)), t0));
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
     assert!(matches!(s, Step::Stop(Stop::Exhausted)), "{s:?}");
     // one of 1 s is still waited on
-    let mut plan = Attempts::new(&t1, &st, route1, "m", ms(t0, 10));
+    let mut plan = attempts(&t1, &st, "m", ms(t0, 10));
     let s = plan.next(ms(t0, 10));
     assert!(matches!(s, Step::Try(_)), "{s:?}");
     let c = take(s);
@@ -298,7 +302,7 @@ max_retry_wait_ms = 3000
 
     // Retry-After beyond the deadline is not waited on
     let st = ForwardState::new(&t, 1);
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(60)), t0));
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
@@ -307,7 +311,7 @@ max_retry_wait_ms = 3000
     // nor one that would leave the attempt after it less than its first-byte timeout (here
     // the default 300 s, so at most half the 10 s deadline): 6 s + 5 s > 10 s
     let st = ForwardState::new(&t, 1);
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     let c = take(plan.failed(c, Reason::Status429, Some(Duration::from_secs(6)), t0));
     let s = plan.failed(c, Reason::Status503, None, ms(t0, 5));
@@ -332,8 +336,7 @@ provider = "p"
     let t = RouteTable::build(&Config::parse(text).unwrap());
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
-    let route = t.resolve("m").unwrap();
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let c = take(plan.next(t0));
     assert_eq!(c.key, 0);
     assert_eq!(c.auth_headers(), b"authorization: Bearer k1\r\n");
@@ -373,7 +376,7 @@ upstream_model = "real-f3"
     assert_eq!(chain, ["f1", "f2", "f3"]);
     let st = ForwardState::new(&t, 1);
     let t0 = Instant::now();
-    let mut plan = Attempts::new(&t, &st, route, "m", t0);
+    let mut plan = attempts(&t, &st, "m", t0);
     let mut seen = Vec::new();
     let mut step = plan.next(t0);
     while let Step::Try(c) = step {
@@ -416,21 +419,14 @@ deployments = [{ provider = "b" }, { provider = "a" }]
     let st = ForwardState::new(&t, seed * 31);
     let rng = Rng::new(seed);
     let route = t.resolve("m").unwrap();
-    let reasons = [
-        Reason::Connect,
-        Reason::Timeout,
-        Reason::Reset,
-        Reason::FirstByteTimeout,
-        Reason::Status429,
-        Reason::Status500,
-        Reason::Status503,
-    ];
+    // connect … 500 (the first six), and 503
+    let reasons = [&Reason::ALL[..6], &[Reason::Status503]].concat();
     let t0 = Instant::now();
     let mut now = t0;
     let mut outcomes = [0u32; 3]; // success, stop, waited
     for _ in 0..3_000 {
         now += Duration::from_millis(rng.below(20) as u64);
-        let mut plan = Attempts::new(&t, &st, route, "m", now);
+        let mut plan = attempts(&t, &st, "m", now);
         let mut seen: Vec<(usize, usize)> = Vec::new();
         let mut limited: Vec<(usize, usize)> = Vec::new();
         let mut step = plan.next(now);

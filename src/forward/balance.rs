@@ -121,19 +121,52 @@ impl Default for LoadCell {
     }
 }
 
+/// Smooth weighted round-robin (nginx) over fixed weights: deterministic, exact over a full
+/// cycle of the same eligible entries. Deployments (`Balancer`) and provider keys (`KeyRing`)
+/// rotate with it.
 #[derive(Debug)]
-struct Slot {
-    weight: i64,
-    /// The weighted rotation's running score (this shard's).
-    current: Cell<i64>,
-    load: Arc<LoadCell>,
+pub(super) struct Rotation {
+    /// (weight ≥ 1, the running score: this shard's).
+    slots: Vec<(i64, Cell<i64>)>,
+}
+
+impl Rotation {
+    pub(super) fn new(weights: &[u32]) -> Rotation {
+        Rotation {
+            slots: weights
+                .iter()
+                .map(|&w| (i64::from(w.max(1)), Cell::new(0)))
+                .collect(),
+        }
+    }
+
+    /// The next entry by weight among those `eligible` (asked once per entry, in order).
+    pub(super) fn pick(&self, mut eligible: impl FnMut(usize) -> bool) -> Option<usize> {
+        let mut total = 0;
+        let mut best: Option<usize> = None;
+        for (i, (weight, current)) in self.slots.iter().enumerate() {
+            if !eligible(i) {
+                continue;
+            }
+            current.set(current.get() + weight);
+            total += weight;
+            if best.is_none_or(|b| current.get() > self.slots[b].1.get()) {
+                best = Some(i);
+            }
+        }
+        let current = &self.slots[best?].1;
+        current.set(current.get() - total);
+        best
+    }
 }
 
 /// One model's balancer over its deployments (indices into `Route::deployments`).
 #[derive(Debug)]
 pub struct Balancer {
     lb: Lb,
-    slots: Vec<Slot>,
+    /// `loads[i]`: deployment i's (shared with the other shards).
+    loads: Vec<Arc<LoadCell>>,
+    rotation: Rotation,
     /// Whether anything reads the latency estimates and in-flight counts (p2c over two or
     /// more deployments, `load`): else nothing is written to them (a shared cache line less
     /// per request for one-deployment and weighted models).
@@ -151,19 +184,13 @@ impl Balancer {
     }
 
     /// A balancer over the shared `cells` (`cells[i]`: deployment i's, `forward::shared`).
-    pub fn shared(lb: Lb, weights: &[u32], cells: Vec<Arc<LoadCell>>) -> Balancer {
+    pub fn shared(lb: Lb, weights: &[u32], mut cells: Vec<Arc<LoadCell>>) -> Balancer {
+        cells.truncate(weights.len());
         Balancer {
             lb,
             learn: lb == Lb::Load || (lb == Lb::P2c && weights.len() > 1),
-            slots: weights
-                .iter()
-                .zip(cells)
-                .map(|(&w, load)| Slot {
-                    weight: i64::from(w.max(1)),
-                    current: Cell::new(0),
-                    load,
-                })
-                .collect(),
+            rotation: Rotation::new(&weights[..cells.len()]),
+            loads: cells,
         }
     }
 
@@ -177,11 +204,11 @@ impl Balancer {
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.loads.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.loads.is_empty()
     }
 
     /// Pick an eligible deployment, or `None` when none is.
@@ -194,22 +221,7 @@ impl Balancer {
     }
 
     fn pick_weighted(&self, eligible: &impl Fn(usize) -> bool) -> Option<usize> {
-        let mut total = 0;
-        let mut best: Option<usize> = None;
-        for (i, s) in self.slots.iter().enumerate() {
-            if !eligible(i) {
-                continue;
-            }
-            s.current.set(s.current.get() + s.weight);
-            total += s.weight;
-            if best.is_none_or(|b| s.current.get() > self.slots[b].current.get()) {
-                best = Some(i);
-            }
-        }
-        let b = best?;
-        let s = &self.slots[b];
-        s.current.set(s.current.get() - total);
-        Some(b)
+        self.rotation.pick(eligible)
     }
 
     fn pick_p2c(
@@ -218,8 +230,8 @@ impl Balancer {
         rng: &Rng,
         eligible: &impl Fn(usize) -> bool,
     ) -> Option<usize> {
-        let n = (0..self.slots.len()).filter(|&i| eligible(i)).count();
-        let nth = |k: usize| (0..self.slots.len()).filter(|&i| eligible(i)).nth(k);
+        let n = (0..self.loads.len()).filter(|&i| eligible(i)).count();
+        let nth = |k: usize| (0..self.loads.len()).filter(|&i| eligible(i)).nth(k);
         match n {
             0 => None,
             1 => nth(0),
@@ -242,11 +254,11 @@ impl Balancer {
     /// p2c load of a deployment: latency estimate (ns) × (in-flight + 1). A deployment without
     /// a sample yet scores 0 (new deployments get tried) unless requests are in flight on it.
     pub fn score(&self, i: usize, now: Instant) -> f64 {
-        let Some(s) = self.slots.get(i) else {
+        let Some(s) = self.loads.get(i) else {
             return f64::INFINITY;
         };
-        let cost = s.load.ewma.get(now);
-        let pending = f64::from(s.load.in_flight.load(Relaxed));
+        let cost = s.ewma.get(now);
+        let pending = f64::from(s.in_flight.load(Relaxed));
         if cost == 0.0 && pending > 0.0 {
             // Finagle's penalty for unmeasured-but-busy: keep it behind measured ones.
             return 1e12 + pending;
@@ -256,24 +268,21 @@ impl Balancer {
 
     /// Requests in flight on deployment `i` (every shard's).
     pub fn in_flight(&self, i: usize) -> u32 {
-        self.slots
-            .get(i)
-            .map_or(0, |s| s.load.in_flight.load(Relaxed))
+        self.loads.get(i).map_or(0, |s| s.in_flight.load(Relaxed))
     }
 
     /// An attempt on deployment `i` started.
     pub fn start(&self, i: usize) {
-        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
+        if let Some(s) = self.loads.get(i).filter(|_| self.learn) {
             // paired with `end` by the attempt's guard: at most the requests in flight
-            s.load.in_flight.fetch_add(1, Relaxed);
+            s.in_flight.fetch_add(1, Relaxed);
         }
     }
 
     /// An attempt on deployment `i` ended (after its body/stream, or its failure).
     pub fn end(&self, i: usize) {
-        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
+        if let Some(s) = self.loads.get(i).filter(|_| self.learn) {
             let _ = s
-                .load
                 .in_flight
                 .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(1)));
         }
@@ -281,8 +290,8 @@ impl Balancer {
 
     /// A latency sample (time to the response head) for deployment `i`.
     pub fn observe(&self, i: usize, now: Instant, latency: Duration) {
-        if let Some(s) = self.slots.get(i).filter(|_| self.learn) {
-            s.load.ewma.observe(now, latency);
+        if let Some(s) = self.loads.get(i).filter(|_| self.learn) {
+            s.ewma.observe(now, latency);
         }
     }
 

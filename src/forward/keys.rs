@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::balance::Rotation;
 use crate::engine::signal::ms_of;
 
 /// Longest cooldown a `Retry-After` can impose on a key.
@@ -86,16 +87,10 @@ impl Clock {
 }
 
 #[derive(Debug)]
-struct Key {
-    weight: i64,
-    current: Cell<i64>,
-    /// The whole key is limited (every model).
-    whole: Arc<CoolCell>,
-}
-
-#[derive(Debug)]
 pub struct KeyRing {
-    keys: Vec<Key>,
+    /// `whole[key]`: the whole key is limited (every model).
+    whole: Vec<Arc<CoolCell>>,
+    rotation: Rotation,
     /// `scoped[scope][key]`: the key limited for one scope (model) only.
     scoped: Vec<Vec<Arc<CoolCell>>>,
 }
@@ -121,31 +116,27 @@ impl KeyRing {
         } else {
             weights
         };
+        let mut whole = whole;
+        let n = whole.len().min(weights.len());
+        whole.truncate(n);
         KeyRing {
-            keys: weights
-                .iter()
-                .zip(whole)
-                .map(|(&w, whole)| Key {
-                    weight: i64::from(w.max(1)),
-                    current: Cell::new(0),
-                    whole,
-                })
-                .collect(),
+            whole,
+            rotation: Rotation::new(&weights[..n]),
             scoped,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.whole.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.whole.is_empty()
     }
 
     /// When key `key` is free for `scope` (ms; 0 or past: now).
     fn until(&self, key: usize, scope: usize) -> u64 {
-        let whole = self.keys.get(key).map_or(0, |k| k.whole.until());
+        let whole = self.whole.get(key).map_or(0, |c| c.until());
         let scoped = self
             .scoped
             .get(scope)
@@ -161,7 +152,7 @@ impl KeyRing {
     /// What `pick` would answer, without advancing the rotation.
     pub fn peek(&self, now: Instant, scope: usize) -> KeyPick {
         let clock = Clock::new(now);
-        if let Some(i) = (0..self.keys.len()).find(|&i| !clock.cooling(self.until(i, scope))) {
+        if let Some(i) = (0..self.whole.len()).find(|&i| !clock.cooling(self.until(i, scope))) {
             return KeyPick::Ready(i);
         }
         self.soonest(now, scope)
@@ -171,32 +162,22 @@ impl KeyRing {
     /// free soonest.
     pub fn pick(&self, now: Instant, scope: usize) -> KeyPick {
         let clock = Clock::new(now);
-        let mut total = 0;
-        let mut best: Option<usize> = None;
-        for (i, k) in self.keys.iter().enumerate() {
+        let free = |i: usize| {
             let until = self.until(i, scope);
             if clock.cooling(until) {
-                continue;
+                return false;
             }
             if until != 0 {
                 // over: back to 0 (this key's later checks read no clock)
-                k.whole.clear_if_over(clock.ms());
-                if let Some(c) = self.scoped.get(scope).and_then(|s| s.get(i)) {
+                let scoped = self.scoped.get(scope).and_then(|s| s.get(i));
+                for c in self.whole.get(i).into_iter().chain(scoped) {
                     c.clear_if_over(clock.ms());
                 }
             }
-            k.current.set(k.current.get() + k.weight);
-            total += k.weight;
-            if best.is_none_or(|b| k.current.get() > self.keys[b].current.get()) {
-                best = Some(i);
-            }
-        }
-        match best {
-            Some(b) => {
-                let k = &self.keys[b];
-                k.current.set(k.current.get() - total);
-                KeyPick::Ready(b)
-            }
+            true
+        };
+        match self.rotation.pick(free) {
+            Some(b) => KeyPick::Ready(b),
             None => self.soonest(now, scope),
         }
     }
@@ -205,7 +186,7 @@ impl KeyRing {
         let ms = ms_of(now);
         let mut out = KeyPick::Ready(0);
         let mut best: Option<u64> = None;
-        for i in 0..self.keys.len() {
+        for i in 0..self.whole.len() {
             let u = self.until(i, scope);
             if u > ms && best.is_none_or(|b| u < b) {
                 best = Some(u);
@@ -229,9 +210,8 @@ impl KeyRing {
         now: Instant,
         retry_after: Option<Duration>,
     ) -> Option<Instant> {
-        let k = self.keys.get(key)?;
         let cell = match whole {
-            true => &k.whole,
+            true => self.whole.get(key)?,
             false => self.scoped.get(scope).and_then(|s| s.get(key))?,
         };
         let ms = ms_of(now);

@@ -333,21 +333,34 @@ mod tests {
         }
     }
 
+    /// The plan for a `kind` provider (without quirks); it must plan.
+    fn planned<'b>(
+        kind: ProviderKind,
+        upstream_model: Option<&'b str>,
+        op: Op,
+        client: Dialect,
+        body: &'b [u8],
+        fields: &'b RoutingFields,
+    ) -> Plan<'b> {
+        plan(
+            &provider(kind, false),
+            upstream_model,
+            op,
+            client,
+            body,
+            fields,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn one_decision_per_kind() {
         let body = br#"{"model":"alias","stream":true,"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#;
         let f = routing_fields(body).unwrap();
         let chat = Dialect::Chat;
+        let plan_for = |kind, model, op, client| planned(kind, model, op, client, body, &f);
 
-        let p = plan(
-            &provider(ProviderKind::OpenAi, false),
-            Some("real"),
-            Op::Generate,
-            chat,
-            body,
-            &f,
-        )
-        .unwrap();
+        let p = plan_for(ProviderKind::OpenAi, Some("real"), Op::Generate, chat);
         assert_eq!(p.mode, Mode::Passthrough { strip_usage: false });
         assert_eq!(
             p.target,
@@ -359,29 +372,13 @@ mod tests {
             .unwrap()
             .starts_with(r#"{"model":"real","stream":true"#));
 
-        let p = plan(
-            &provider(ProviderKind::OpenAi, false),
-            None,
-            Op::Generate,
-            chat,
-            body,
-            &f,
-        )
-        .unwrap();
+        let p = plan_for(ProviderKind::OpenAi, None, Op::Generate, chat);
         assert!(
             matches!(p.body, Cow::Borrowed(_)),
             "no splice without a rename"
         );
 
-        let p = plan(
-            &provider(ProviderKind::Anthropic, false),
-            Some("claude"),
-            Op::Generate,
-            chat,
-            body,
-            &f,
-        )
-        .unwrap();
+        let p = plan_for(ProviderKind::Anthropic, Some("claude"), Op::Generate, chat);
         assert_eq!(
             p.mode,
             Mode::Translate {
@@ -393,29 +390,18 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
         assert_eq!(v["model"], "claude");
 
-        let p = plan(
-            &provider(ProviderKind::Mock, false),
-            None,
-            Op::Generate,
-            Dialect::Messages,
-            body,
-            &f,
-        )
-        .unwrap();
+        let p = plan_for(ProviderKind::Mock, None, Op::Generate, Dialect::Messages);
         assert_eq!(
             (p.mode, p.target),
             (Mode::Passthrough { strip_usage: false }, Target::Mock)
         );
 
-        let p = plan(
-            &provider(ProviderKind::OpenAi, false),
+        let p = plan_for(
+            ProviderKind::OpenAi,
             None,
             Op::CountTokens,
             Dialect::Messages,
-            body,
-            &f,
-        )
-        .unwrap();
+        );
         assert!(matches!(p.target, Target::Local(_)));
 
         let e = plan(
@@ -481,15 +467,14 @@ mod tests {
         );
         // not metered (keys off): nothing to count, the body as sent
         let f = routing_fields(absent).unwrap();
-        let p = plan(
-            &provider(ProviderKind::OpenAi, false),
+        let p = planned(
+            ProviderKind::OpenAi,
             None,
             Op::Generate,
             Dialect::Chat,
             absent,
             &f,
-        )
-        .unwrap();
+        );
         assert_eq!((p.mode, &*p.body), (keep, &absent[..]));
         // asked, not a stream, the quirk, a duplicate: the body as sent
         for (body, quirk) in [

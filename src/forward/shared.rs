@@ -98,22 +98,18 @@ impl SharedRouting {
             Ok(r) => r,
             Err(p) => p.into_inner(),
         };
-        let alive = |n: &mut usize, w: bool| *n += usize::from(w);
-        let (mut a, mut b, mut c, mut d) = (0, 0, 0, 0);
-        reg.breakers
-            .values()
-            .for_each(|w| alive(&mut a, w.strong_count() > 0));
-        reg.loads
-            .values()
-            .for_each(|w| alive(&mut b, w.strong_count() > 0));
-        reg.prefixes
-            .values()
-            .for_each(|w| alive(&mut c, w.strong_count() > 0));
-        reg.cools
-            .values()
-            .for_each(|w| alive(&mut d, w.strong_count() > 0));
-        (a, b, c, d)
+        (
+            alive(&reg.breakers),
+            alive(&reg.loads),
+            alive(&reg.prefixes),
+            alive(&reg.cools),
+        )
     }
+}
+
+/// How many of `cells` some route table still holds.
+fn alive<T>(cells: &HashMap<String, Weak<T>>) -> usize {
+    cells.values().filter(|w| w.strong_count() > 0).count()
 }
 
 impl Builder<'_> {

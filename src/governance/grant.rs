@@ -82,24 +82,10 @@ pub struct Grant<'g> {
 impl<'g> Grant<'g> {
     /// An admitted request (its in-flight count already taken).
     pub(super) fn new(gov: &'g Governance, key: u32, tok_at: usize) -> Grant<'g> {
-        Grant {
-            gov,
-            key,
-            hdr_at: tok_at,
-            tok_at,
-            holds: true,
-            counted: false,
-            budget_held: 0,
-            pending: Pending::Nothing,
-            reserved: None,
-            shared_tokens: None,
-            tokens_local: false,
-            usage: UsageScan::default(),
-            answered: None,
-            requested: None,
-            answered_by: None,
-            finished: false,
-        }
+        let mut g = Grant::deferred(gov, key, tok_at);
+        g.holds = true;
+        g.pending = Pending::Nothing;
+        g
     }
 
     /// A request whose head-stage limits the shared store decides (`confirm`).

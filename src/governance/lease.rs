@@ -47,11 +47,11 @@ use std::time::Duration;
 
 use super::keyring::Key;
 use super::metrics::Reason;
-use super::shared::{unavailable, unix_ms};
+use super::shared::unix_ms;
 use super::store::pipeline::Notify;
 use super::store::script::{self, Op};
 use super::store::Store;
-use super::{limit_lines, secs_up, Governance, Grant, KeyState};
+use super::{limit_lines, over_limit, secs_up, Governance, Grant, KeyState};
 use crate::error::{Error, Kind};
 
 const LOW: u64 = u32::MAX as u64;
@@ -245,17 +245,6 @@ pub(super) fn leases_key(k: &Key, st: &KeyState) -> bool {
         && !st.ledger.as_deref().is_some_and(|l| l.has_budget())
 }
 
-fn refusal(name: &str, limit: u64, secs: u64) -> Error {
-    Error::new(
-        Kind::RateLimited,
-        format!(
-            "rate limit: {} per minute is the limit of the API key {name:?}; retry in {secs} s",
-            super::requests(limit)
-        ),
-    )
-    .retry_after(secs.min(u64::from(u32::MAX)) as u32)
-}
-
 impl Governance {
     /// The head stage of a leased key: one unit of this process's lease (no round trip), or
     /// 429 when the store said the window is full, or — no units left — a grant that asks the
@@ -286,7 +275,7 @@ impl Governance {
                 let secs = secs_up(Duration::from_millis(left_ms));
                 limit_lines(headers, "requests", limit, 0, secs);
                 self.metrics.rejected(Some(i), Reason::Rpm);
-                Err(refusal(&key.name, limit, secs))
+                Err(over_limit(&key.name, Reason::Rpm, limit, secs))
             }
             Take::Empty => {
                 let mut g = Grant::deferred(self, i, hdr_at);
@@ -530,7 +519,7 @@ impl Grant<'_> {
                 limit_lines(headers, "requests", limit, 0, secs);
                 self.tok_at = headers.len();
                 gov.metrics.rejected(Some(self.key), Reason::Rpm);
-                return Err(refusal(&name, limit, secs));
+                return Err(over_limit(&name, Reason::Rpm, limit, secs));
             }
             // this request's unit and the next lease — or, while another lease of the key is
             // in flight in the process (concurrent requests at a window's start), this
@@ -548,15 +537,7 @@ impl Grant<'_> {
                 let Some((_, st)) = gov.key(self.key) else {
                     return Ok(());
                 };
-                if store.closed() {
-                    store.fell_back(true);
-                    return Err(unavailable());
-                }
-                store.fell_back(false);
-                (self.tok_at, self.counted) = gov.admit_local(self.key, self.hdr_at, headers)?;
-                self.holds = true;
-                st.outage.note(w, 1, 0);
-                return Ok(());
+                return self.store_down(store, &st.outage, w, headers);
             }
         }
         Ok(())

@@ -104,34 +104,28 @@ impl KeyMetrics {
         }
     }
 
+    /// `f` on key `key`'s counters of route `route` (nothing when either is busy or unknown).
+    fn with_model(&self, key: u32, route: usize, f: impl FnOnce(&mut PerModel)) {
+        let Ok(keys) = self.keys.try_borrow() else {
+            return;
+        };
+        if let Some(k) = keys.get(key as usize) {
+            k.with_model(route, f);
+        }
+    }
+
     /// A request of key `key` for route `route` passed every check.
     pub fn request(&self, key: u32, route: usize) {
-        if let Some(k) = self
-            .keys
-            .try_borrow()
-            .ok()
-            .as_ref()
-            .and_then(|ks| ks.get(key as usize))
-        {
-            k.with_model(route, |m| m.requests = m.requests.saturating_add(1));
-        }
+        self.with_model(key, route, |m| m.requests = m.requests.saturating_add(1));
     }
 
     /// A finished request of key `key` answered by route `route`: its tokens and cost.
     pub fn usage(&self, key: u32, route: usize, (input, output): (u64, u64), nanos: u64) {
-        if let Some(k) = self
-            .keys
-            .try_borrow()
-            .ok()
-            .as_ref()
-            .and_then(|ks| ks.get(key as usize))
-        {
-            k.with_model(route, |m| {
-                m.input = m.input.saturating_add(input);
-                m.output = m.output.saturating_add(output);
-                m.spend_nanos = m.spend_nanos.saturating_add(nanos);
-            });
-        }
+        self.with_model(key, route, |m| {
+            m.input = m.input.saturating_add(input);
+            m.output = m.output.saturating_add(output);
+            m.spend_nanos = m.spend_nanos.saturating_add(nanos);
+        });
     }
 
     /// A refusal; `key` is `None` when the request named no known key.

@@ -205,6 +205,23 @@ fn requests(n: u64) -> String {
     }
 }
 
+/// The 429 of the API key `name` at its request `limit` (`Reason::Rpm`: per minute; else in
+/// flight), to retry in `secs`.
+fn over_limit(name: &str, reason: Reason, limit: u64, secs: u64) -> Error {
+    let per = match reason {
+        Reason::Rpm => "per minute",
+        _ => "in flight",
+    };
+    Error::new(
+        Kind::RateLimited,
+        format!(
+            "rate limit: {} {per} is the limit of the API key {name:?}; retry in {secs} s",
+            requests(limit)
+        ),
+    )
+    .retry_after(secs.min(u64::from(u32::MAX)) as u32)
+}
+
 impl Governance {
     /// Keys off: every request is `Caller::Open`.
     pub fn off() -> Governance {
@@ -498,26 +515,15 @@ impl Governance {
         };
         let c = self.counters.slot(i);
         let now = self.counters.now();
-        let mut refuse = |reason: Reason, what: String, secs: u64| {
+        let mut refuse = |reason: Reason, limit: u64, secs: u64| {
             self.rate_headers(i, now, hdr_at, headers);
             self.metrics.rejected(Some(i), reason);
-            Err(Error::new(
-                Kind::RateLimited,
-                format!(
-                    "rate limit: {what} of the API key {:?}; retry in {secs} s",
-                    &*key.name
-                ),
-            )
-            .retry_after(secs.min(u64::from(u32::MAX)) as u32))
+            Err(over_limit(&key.name, reason, limit, secs))
         };
         let counted = key.max_in_flight.is_some();
         if let Some(max) = key.max_in_flight {
             if !c.enter(max) {
-                return refuse(
-                    Reason::InFlight,
-                    format!("{} in flight is the limit", requests(max)),
-                    1,
-                );
+                return refuse(Reason::InFlight, max, 1);
             }
         }
         if let Some(limit) = key.rpm {
@@ -526,11 +532,7 @@ impl Governance {
                     c.leave();
                 }
                 let secs = secs_up(full.retry_after);
-                return refuse(
-                    Reason::Rpm,
-                    format!("{} per minute is the limit", requests(limit)),
-                    secs,
-                );
+                return refuse(Reason::Rpm, limit, secs);
             }
         }
         st.in_flight.set(st.in_flight.get().saturating_add(1));

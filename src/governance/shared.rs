@@ -131,6 +131,17 @@ pub(super) fn unavailable() -> Error {
     .retry_after(1)
 }
 
+/// The store failed a limits call: counted as a fallback; refused (503) when
+/// `on_store_error = "closed"`, else the process's own counters decide.
+fn fall_back(store: &Store) -> Result<(), Error> {
+    if store.closed() {
+        store.fell_back(true);
+        return Err(unavailable());
+    }
+    store.fell_back(false);
+    Ok(())
+}
+
 impl Governance {
     /// The head stage of a key with limits (or a budget) when a shared store is configured.
     pub(super) fn admit_shared(&self, i: u32, hdr_at: usize) -> Grant<'_> {
@@ -165,12 +176,7 @@ impl Governance {
         let period = budget.period.as_str();
         let start = budget.period.start(spend::unix_now());
         let sk = script::spend_key(store.ns(), &k.name, period, start);
-        let sent = store.send(Op::Add {
-            key: &sk,
-            amount: nanos.min(i64::MAX as u64) as i64,
-            ttl_ms: script::spend_ttl_ms(period),
-        });
-        if !sent {
+        if !store.add(&sk, nanos, script::spend_ttl_ms(period)) {
             st.outage.note_spend(start, nanos);
         }
     }
@@ -221,11 +227,7 @@ impl Governance {
                 let n = st.outage.take_spend(start);
                 if n > 0 {
                     let sk = script::spend_key(prefix, &key.name, b.period.as_str(), start);
-                    store.send(Op::Add {
-                        key: &sk,
-                        amount: n.min(i64::MAX as u64) as i64,
-                        ttl_ms: script::spend_ttl_ms(b.period.as_str()),
-                    });
+                    store.add(&sk, n, script::spend_ttl_ms(b.period.as_str()));
                     nanos = u64::saturating_add(nanos, n);
                 }
             }
@@ -237,23 +239,16 @@ impl Governance {
                 });
             }
             let (r, t) = st.outage.take(w);
-            if r > 0 && key.rpm.is_some() {
-                let k = script::window_key(prefix, "rpm", &key.name, w);
-                store.send(Op::Add {
-                    key: &k,
-                    amount: r.min(i64::MAX as u64) as i64,
-                    ttl_ms: script::WINDOW_TTL_MS,
-                });
-                requests = u64::saturating_add(requests, r);
-            }
-            if t > 0 && key.tpm.is_some() {
-                let k = script::window_key(prefix, "tpm", &key.name, w);
-                store.send(Op::Add {
-                    key: &k,
-                    amount: t.min(i64::MAX as u64) as i64,
-                    ttl_ms: script::WINDOW_TTL_MS,
-                });
-                tokens = u64::saturating_add(tokens, t);
+            let counted = [
+                ("rpm", r, key.rpm.is_some(), &mut requests),
+                ("tpm", t, key.tpm.is_some(), &mut tokens),
+            ];
+            for (kind, n, limited, sum) in counted {
+                if n > 0 && limited {
+                    let k = script::window_key(prefix, kind, &key.name, w);
+                    store.add(&k, n, script::WINDOW_TTL_MS);
+                    *sum = u64::saturating_add(*sum, n);
+                }
             }
         }
         if requests > 0 || tokens > 0 || nanos > 0 {
@@ -268,6 +263,23 @@ impl Governance {
 }
 
 impl Grant<'_> {
+    /// The store failed the head stage (exact or leased, in window `w`): refused when closed,
+    /// else admitted by the process's own counters and noted in the key's `outage` (added to
+    /// the store when it is back).
+    pub(super) fn store_down(
+        &mut self,
+        store: &Store,
+        outage: &Outage,
+        w: u64,
+        headers: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        fall_back(store)?;
+        (self.tok_at, self.counted) = self.gov.admit_local(self.key, self.hdr_at, headers)?;
+        self.holds = true;
+        outage.note(w, 1, 0);
+        Ok(())
+    }
+
     /// Let the shared store decide what `admit` (head: `rpm`, `max_in_flight`) or
     /// `check_model` (`tpm`) left to it; nothing otherwise (a branch). Call after each.
     pub async fn confirm(&mut self, headers: &mut Vec<u8>) -> Result<(), Error> {
@@ -320,17 +332,7 @@ impl Grant<'_> {
         };
         let v = match v {
             Ok(v) => v,
-            Err(_) => {
-                if store.closed() {
-                    store.fell_back(true);
-                    return Err(unavailable());
-                }
-                store.fell_back(false);
-                (self.tok_at, self.counted) = gov.admit_local(self.key, self.hdr_at, headers)?;
-                self.holds = true;
-                st.outage.note(w, 1, 0);
-                return Ok(());
-            }
+            Err(_) => return self.store_down(store, &st.outage, w, headers),
         };
         let reset = secs_up(std::time::Duration::from_millis(left_ms));
         headers.truncate(self.hdr_at);
@@ -345,7 +347,7 @@ impl Grant<'_> {
         if let Some(l) = key.tpm {
             limit_lines(headers, "tokens", l, l.saturating_sub(v.tokens), reset);
         }
-        let (reason, what, secs) = match v.code {
+        let (reason, limit, secs) = match v.code {
             0 => {
                 st.in_flight.set(st.in_flight.get().saturating_add(1));
                 self.holds = true;
@@ -360,32 +362,11 @@ impl Grant<'_> {
                 }
                 return Ok(());
             }
-            1 => (
-                Reason::Rpm,
-                format!(
-                    "{} per minute is the limit",
-                    super::requests(key.rpm.unwrap_or(0))
-                ),
-                reset,
-            ),
-            _ => (
-                Reason::InFlight,
-                format!(
-                    "{} in flight is the limit",
-                    super::requests(key.max_in_flight.unwrap_or(0))
-                ),
-                1,
-            ),
+            1 => (Reason::Rpm, key.rpm.unwrap_or(0), reset),
+            _ => (Reason::InFlight, key.max_in_flight.unwrap_or(0), 1),
         };
         gov.metrics.rejected(Some(self.key), reason);
-        Err(Error::new(
-            Kind::RateLimited,
-            format!(
-                "rate limit: {what} of the API key {:?}; retry in {secs} s",
-                &*key.name
-            ),
-        )
-        .retry_after(secs.min(u64::from(u32::MAX)) as u32))
+        Err(super::over_limit(&key.name, reason, limit, secs))
     }
 
     async fn confirm_tokens(
@@ -419,11 +400,7 @@ impl Grant<'_> {
         let v = match v {
             Ok(v) => v,
             Err(_) => {
-                if store.closed() {
-                    store.fell_back(true);
-                    return Err(unavailable());
-                }
-                store.fell_back(false);
+                fall_back(store)?;
                 self.reserve_local(want, limit, headers)?;
                 self.tokens_local = true;
                 gov.metrics.request(self.key, route);

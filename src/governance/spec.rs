@@ -224,29 +224,36 @@ impl KeySpec {
     }
 }
 
-fn mcp_tools(v: &Value) -> Result<Option<Vec<String>>, String> {
+/// A `field` of patterns, each checked by `rule`: `null` (no restriction) or a list of at most
+/// 1024 strings; `every` names what `null` allows in the error.
+fn patterns(
+    field: &str,
+    every: &str,
+    v: &Value,
+    rule: impl Fn(&str) -> Result<(), &'static str>,
+) -> Result<Option<Vec<String>>, String> {
     let list = match v {
         Value::Null => return Ok(None),
         Value::Array(a) => a,
-        _ => {
-            return Err(
-                "mcp_tools must be a list of tool name globs (or null for every tool)".into(),
-            )
-        }
+        _ => return Err(format!("{field} must be a list of {every}")),
     };
     if list.len() > 1024 {
-        return Err("mcp_tools: at most 1024 entries".into());
+        return Err(format!("{field}: at most 1024 entries"));
     }
     let mut out = Vec::with_capacity(list.len());
-    for t in list {
-        let Some(pat) = t.as_str() else {
-            return Err("mcp_tools entries must be strings".into());
+    for p in list {
+        let Some(pat) = p.as_str() else {
+            return Err(format!("{field} entries must be strings"));
         };
-        crate::config::keys::mcp_tool_pattern(pat)
-            .map_err(|why| format!("mcp_tools entry {pat:?} {why}"))?;
+        rule(pat).map_err(|why| format!("{field} entry {pat:?} {why}"))?;
         out.push(pat.to_string());
     }
     Ok(Some(out))
+}
+
+fn mcp_tools(v: &Value) -> Result<Option<Vec<String>>, String> {
+    let every = "tool name globs (or null for every tool)";
+    patterns("mcp_tools", every, v, crate::config::keys::mcp_tool_pattern)
 }
 
 fn limit(field: &str, v: &Value) -> Result<Option<u64>, String> {
@@ -261,30 +268,12 @@ fn limit(field: &str, v: &Value) -> Result<Option<u64>, String> {
 }
 
 fn models(v: &Value) -> Result<Option<Vec<String>>, String> {
-    let list = match v {
-        Value::Null => return Ok(None),
-        Value::Array(a) => a,
-        _ => return Err("models must be a list of model names (or null for every model)".into()),
-    };
-    if list.len() > 1024 {
-        return Err("models: at most 1024 entries".into());
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for m in list {
-        let Some(pat) = m.as_str() else {
-            return Err("models entries must be strings".into());
-        };
-        let rule = match pat.strip_suffix('*') {
-            Some(prefix) if !prefix.is_empty() => target::model_prefix(prefix),
-            Some(_) => Ok(()),
-            None => target::model_id(pat),
-        };
-        if let Err(why) = rule {
-            return Err(format!("models entry {pat:?} {why}"));
-        }
-        out.push(pat.to_string());
-    }
-    Ok(Some(out))
+    let every = "model names (or null for every model)";
+    patterns("models", every, v, |pat| match pat.strip_suffix('*') {
+        Some(prefix) if !prefix.is_empty() => target::model_prefix(prefix),
+        Some(_) => Ok(()),
+        None => target::model_id(pat),
+    })
 }
 
 #[cfg(test)]
@@ -292,11 +281,7 @@ mod tests {
     use super::*;
 
     fn obj(text: &str) -> Map<String, Value> {
-        serde_json::from_str::<Value>(text)
-            .unwrap()
-            .as_object()
-            .unwrap()
-            .clone()
+        serde_json::from_str(text).unwrap()
     }
 
     #[test]

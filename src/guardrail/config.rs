@@ -30,7 +30,6 @@ pub struct GuardrailConfig {
     /// `mask` | `block` | `warn`.
     pub action: Spanned<String>,
     /// `request`, `response`, or both (default both).
-    #[serde(default)]
     pub on: Option<Vec<Spanned<String>>>,
     /// Custom regular expressions (linear-time engine; every repetition must be bounded, so
     /// each pattern has a longest match).
@@ -40,11 +39,9 @@ pub struct GuardrailConfig {
     #[serde(default)]
     pub words: Vec<String>,
     /// The replacement text; `{TYPE}` becomes the detector type (`EMAIL`, `SECRET`, ...).
-    #[serde(default)]
     pub mask: Option<String>,
     /// Most bytes of one text a stream holds back (default 8192, at most 65536): every
     /// detector's longest match must fit.
-    #[serde(default)]
     pub max_hold_bytes: Option<Spanned<usize>>,
 }
 

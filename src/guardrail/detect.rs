@@ -79,10 +79,15 @@ macro_rules! b {
     };
 }
 
-const EMAIL: &str = concat!(
-    b!(),
-    r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,4}\.[A-Za-z]{2,24}",
-    b!()
+/// `$re` as a whole word (between ASCII word boundaries).
+macro_rules! word {
+    ($re:literal) => {
+        concat!(b!(), $re, b!())
+    };
+}
+
+const EMAIL: &str = word!(
+    r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,4}\.[A-Za-z]{2,24}"
 );
 
 /// International (`+49 151 1234 5678`), North American (`(415) 555-2671`, `415-555-2671`) and
@@ -100,17 +105,15 @@ const PHONE: &str = concat!(
 );
 
 /// 13–19 digits, optionally grouped by spaces or dashes; Luhn-checked.
-const CARD: &str = concat!(b!(), r"[0-9](?:[ \-]?[0-9]){12,18}", b!());
+const CARD: &str = word!(r"[0-9](?:[ \-]?[0-9]){12,18}");
 
 /// Country, check digits, 11–30 alphanumerics (optionally grouped); mod-97-checked.
-const IBAN: &str = concat!(b!(), r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}", b!());
+const IBAN: &str = word!(r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}");
 
-const SSN: &str = concat!(b!(), r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}", b!());
+const SSN: &str = word!(r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}");
 
-const IPV4: &str = concat!(
-    b!(),
-    r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])",
-    b!()
+const IPV4: &str = word!(
+    r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 );
 
 /// Provider API keys, JWTs and PEM private-key blocks.

@@ -17,6 +17,9 @@ use super::{chain::mask_text, json_str::mask_json_text, Blocked, Guard, Phase, S
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 
+/// A whole-text masker: `chain::mask_text` or `json_str::mask_json_text`.
+type Mask = fn(&[Rc<Guard>], &Session, Phase, &str) -> Result<Option<String>, Blocked>;
+
 /// A walk over one JSON document's text values under a phase's guardrails.
 pub(super) struct Walk<'a> {
     pub guards: &'a [Rc<Guard>],
@@ -25,22 +28,36 @@ pub(super) struct Walk<'a> {
     pub changed: bool,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    /// A walk under `guards` (`sess`'s of `phase`), nothing changed yet.
+    pub fn new(guards: &'a [Rc<Guard>], sess: &'a Session, phase: Phase) -> Walk<'a> {
+        Walk {
+            guards,
+            sess,
+            phase,
+            changed: false,
+        }
+    }
+
+    /// A walk of an answer under `sess`'s response guardrails.
+    pub fn response(sess: &'a Session) -> Walk<'a> {
+        Walk::new(&sess.response, sess, Phase::Response)
+    }
+
     /// A text value.
     pub fn text(&mut self, v: Option<&mut Value>) -> Result<(), Blocked> {
-        if let Some(Value::String(s)) = v {
-            if let Some(m) = mask_text(self.guards, self.sess, self.phase, s)? {
-                *s = m;
-                self.changed = true;
-            }
-        }
-        Ok(())
+        self.masked(v, mask_text)
     }
 
     /// A string holding a JSON text (tool-call arguments): masked inside its string values.
     pub fn json_text(&mut self, v: Option<&mut Value>) -> Result<(), Blocked> {
+        self.masked(v, mask_json_text)
+    }
+
+    /// A string value replaced by what `mask` makes of it (when it changes anything).
+    fn masked(&mut self, v: Option<&mut Value>, mask: Mask) -> Result<(), Blocked> {
         if let Some(Value::String(s)) = v {
-            if let Some(m) = mask_json_text(self.guards, self.sess, self.phase, s)? {
+            if let Some(m) = mask(self.guards, self.sess, self.phase, s)? {
                 *s = m;
                 self.changed = true;
             }
@@ -155,12 +172,7 @@ pub(super) fn guard_body(
     let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
         return Ok(None);
     };
-    let mut w = Walk {
-        guards,
-        sess,
-        phase,
-        changed: false,
-    };
+    let mut w = Walk::new(guards, sess, phase);
     walk(&mut w, dialect, &mut v).map_err(|b| b.error())?;
     if !w.changed {
         return Ok(None);

@@ -324,8 +324,7 @@ impl StreamGuard {
         };
         let mut changed = false;
         for (pos, c) in choices.iter_mut().enumerate() {
-            let idx = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            let finished = c.get("finish_reason").is_some_and(|f| !f.is_null());
+            let (idx, finished) = index_and_end(c, pos, "finish_reason");
             let Some(delta) = c.get_mut("delta").and_then(Value::as_object_mut) else {
                 continue;
             };
@@ -512,12 +511,7 @@ impl StreamGuard {
     }
 
     fn quiet_walk(&self) -> Walk<'_> {
-        Walk {
-            guards: &self.quiet.response,
-            sess: &self.quiet,
-            phase: Phase::Response,
-            changed: false,
-        }
+        Walk::response(&self.quiet)
     }
 
     fn gemini(&mut self, v: &mut Value) -> Result<bool, Blocked> {
@@ -526,8 +520,7 @@ impl StreamGuard {
         };
         let mut changed = false;
         for (pos, c) in cands.iter_mut().enumerate() {
-            let idx = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            let finished = c.get("finishReason").is_some_and(|f| !f.is_null());
+            let (idx, finished) = index_and_end(c, pos, "finishReason");
             if let Some(Value::Array(parts)) = c.get_mut("content").and_then(|x| x.get_mut("parts"))
             {
                 for p in parts.iter_mut() {
@@ -542,12 +535,7 @@ impl StreamGuard {
                     } else if p.get("functionCall").is_some() {
                         // whole calls: masked at once (args are a JSON value, not a text)
                         let sess = self.sess.clone();
-                        let mut w = Walk {
-                            guards: &sess.response,
-                            sess: &sess,
-                            phase: Phase::Response,
-                            changed: false,
-                        };
+                        let mut w = Walk::response(&sess);
                         w.part(p)?;
                         changed |= w.changed;
                     }
@@ -596,6 +584,13 @@ impl StreamGuard {
         }
         Ok(changed)
     }
+}
+
+/// A streamed choice's (Gemini: candidate's) index, else its position, and whether it ends
+/// there (a non-null `finish` field).
+fn index_and_end(c: &Value, pos: usize, finish: &str) -> (u64, bool) {
+    let idx = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+    (idx, c.get(finish).is_some_and(|f| !f.is_null()))
 }
 
 /// The text a Responses delta / done event belongs to.

@@ -356,33 +356,10 @@ fn millis(out: &mut Vec<u8>, d: Option<Duration>) {
 
 /// A JSON string (quotes, backslashes and control characters escaped), or `null`.
 fn string(out: &mut Vec<u8>, s: Option<&str>) {
-    let Some(s) = s else {
-        out.extend_from_slice(b"null");
-        return;
-    };
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    if !bytes
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
-    {
-        out.extend_from_slice(bytes);
-    } else {
-        for &b in bytes {
-            match b {
-                b'"' => out.extend_from_slice(b"\\\""),
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\t' => out.extend_from_slice(b"\\t"),
-                0..=0x1f | 0x7f => {
-                    let _ = write!(out, "\\u{b:04x}");
-                }
-                _ => out.push(b),
-            }
-        }
+    match s {
+        Some(s) => crate::error::push_json_str(out, s),
+        None => out.extend_from_slice(b"null"),
     }
-    out.push(b'"');
 }
 
 /// The RFC 3339 date and time of one second (`2026-12-01T04:24:06`), kept while lines of that

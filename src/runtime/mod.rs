@@ -1,6 +1,7 @@
 //! The runtime under every server in the process (the gateway's shards, the admin listener,
 //! the mock): one pinned thread per core, each running its own monoio runtime on its own
-//! SO_REUSEPORT listener, the accept loop with its drain (`accept_until`), the shutdown
+//! SO_REUSEPORT listener, the accept loop (`accept_loop`, also the TLS listener's) with its
+//! drain (`accept_until`), the shutdown
 //! signals (`shutdown`) and the optional idle spin (`spin`). Picks the I/O driver (io_uring with COOP_TASKRUN|SINGLE_ISSUER →
 //! plain io_uring → epoll) and says which one each shard got.
 //!
@@ -15,6 +16,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::thread::JoinHandle;
 
+use monoio::time::TimeDriver;
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -122,6 +124,29 @@ where
     Ok(handles)
 }
 
+/// The io_uring runtimes tried in order: (with the task-run flags COOP_TASKRUN|SINGLE_ISSUER,
+/// the driver's name, what failed when it cannot be built, what is tried next).
+const URING: [(bool, &str, &str, &str); 2] = [
+    (
+        true,
+        "io_uring (coop_taskrun, single_issuer)",
+        "io_uring with task-run flags",
+        "trying a plain ring",
+    ),
+    (false, "io_uring", "io_uring", "falling back to epoll"),
+];
+
+/// An io_uring runtime of [`RING_ENTRIES`] entries, with the task-run flags or plain.
+fn uring(flagged: bool) -> io::Result<monoio::Runtime<TimeDriver<IoUringDriver>>> {
+    let mut builder = RuntimeBuilder::<IoUringDriver>::new().with_entries(RING_ENTRIES);
+    if flagged {
+        let mut flags = io_uring::IoUring::builder();
+        flags.setup_coop_taskrun().setup_single_issuer();
+        builder = builder.uring_builder(flags);
+    }
+    builder.enable_timer().build()
+}
+
 /// Build the best runtime `choice` allows and run `make(driver_name)` to completion on it.
 pub fn run_on_best_driver<F, Fut>(choice: DriverChoice, id: usize, make: F)
 where
@@ -129,38 +154,17 @@ where
     Fut: Future<Output = ()>,
 {
     if choice != DriverChoice::Epoll {
-        let mut flagged = io_uring::IoUring::builder();
-        flagged.setup_coop_taskrun().setup_single_issuer();
-        match RuntimeBuilder::<IoUringDriver>::new()
-            .with_entries(RING_ENTRIES)
-            .uring_builder(flagged)
-            .enable_timer()
-            .build()
-        {
-            Ok(mut rt) => {
-                let name = "io_uring (coop_taskrun, single_issuer)";
-                crate::observe::log::info(format_args!("shard {id}: driver {name}"));
-                rt.block_on(make(name));
-                return;
+        for (flagged, name, what, next) in URING {
+            match uring(flagged) {
+                Ok(mut rt) => {
+                    crate::observe::log::info(format_args!("shard {id}: driver {name}"));
+                    rt.block_on(make(name));
+                    return;
+                }
+                Err(e) => crate::observe::log::info(format_args!(
+                    "shard {id}: {what} unavailable ({e}); {next}"
+                )),
             }
-            Err(e) => crate::observe::log::info(format_args!(
-                "shard {id}: io_uring with task-run flags unavailable ({e}); trying a plain ring"
-            )),
-        }
-        match RuntimeBuilder::<IoUringDriver>::new()
-            .with_entries(RING_ENTRIES)
-            .enable_timer()
-            .build()
-        {
-            Ok(mut rt) => {
-                let name = "io_uring";
-                crate::observe::log::info(format_args!("shard {id}: driver {name}"));
-                rt.block_on(make(name));
-                return;
-            }
-            Err(e) => crate::observe::log::info(format_args!(
-                "shard {id}: io_uring unavailable ({e}); falling back to epoll"
-            )),
         }
     }
     match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
@@ -178,24 +182,11 @@ where
 pub fn probe_driver(choice: DriverChoice) -> (&'static str, Vec<String>) {
     let mut why = Vec::new();
     if choice != DriverChoice::Epoll {
-        let mut flagged = io_uring::IoUring::builder();
-        flagged.setup_coop_taskrun().setup_single_issuer();
-        match RuntimeBuilder::<IoUringDriver>::new()
-            .with_entries(RING_ENTRIES)
-            .uring_builder(flagged)
-            .enable_timer()
-            .build()
-        {
-            Ok(_) => return ("io_uring (coop_taskrun, single_issuer)", why),
-            Err(e) => why.push(format!("io_uring with task-run flags: {e}")),
-        }
-        match RuntimeBuilder::<IoUringDriver>::new()
-            .with_entries(RING_ENTRIES)
-            .enable_timer()
-            .build()
-        {
-            Ok(_) => return ("io_uring", why),
-            Err(e) => why.push(format!("io_uring: {e}")),
+        for (flagged, name, what, _) in URING {
+            match uring(flagged) {
+                Ok(_) => return (name, why),
+                Err(e) => why.push(format!("{what}: {e}")),
+            }
         }
     }
     match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
@@ -219,25 +210,23 @@ pub struct Drain<'a> {
 /// Longest wait, after the drain time is up, for cut streams to write their last bytes.
 const CUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A shard's accept loop: adopt `std_listener`, hand every accepted connection (and its
-/// peer's address) to `on_conn` until `shutdown` fires; then close the listener (new connections are refused) and drain
-/// (see [`Drain`]) while `open()` is above zero.
-pub async fn accept_until<F, O>(
+/// Adopt `std_listener` and hand every accepted connection (and its peer's address) to
+/// `on_conn` until `shutdown` fires, then close the listener. `false`: it could not be adopted
+/// (said in the log; nothing was accepted).
+pub async fn accept_loop<F>(
     name: &str,
     std_listener: StdListener,
     shutdown: &crate::runtime::shutdown::Shutdown,
-    drain: Drain<'_>,
-    open: O,
     mut on_conn: F,
-) where
+) -> bool
+where
     F: FnMut(monoio::net::TcpStream, std::net::SocketAddr),
-    O: Fn() -> u64,
 {
     let listener = match monoio::net::TcpListener::from_std(std_listener) {
         Ok(l) => l,
         Err(e) => {
             crate::observe::log::info(format_args!("{name}: cannot adopt listener: {e}"));
-            return;
+            return false;
         }
     };
     let mut stop = std::pin::pin!(shutdown.wait());
@@ -254,7 +243,26 @@ pub async fn accept_until<F, O>(
             }
         }
     }
-    drop(listener);
+    true
+}
+
+/// A shard's accept loop ([`accept_loop`]): adopt `std_listener`, hand every accepted connection (and its
+/// peer's address) to `on_conn` until `shutdown` fires; then close the listener (new connections are refused) and drain
+/// (see [`Drain`]) while `open()` is above zero.
+pub async fn accept_until<F, O>(
+    name: &str,
+    std_listener: StdListener,
+    shutdown: &crate::runtime::shutdown::Shutdown,
+    drain: Drain<'_>,
+    open: O,
+    on_conn: F,
+) where
+    F: FnMut(monoio::net::TcpStream, std::net::SocketAddr),
+    O: Fn() -> u64,
+{
+    if !accept_loop(name, std_listener, shutdown, on_conn).await {
+        return;
+    }
     drain.started.fire();
     let open = &open;
     let wait_open = |until: std::time::Instant| async move {

@@ -35,13 +35,8 @@ pub struct Url<'a> {
 
 /// Split `url` (`http://` or `https://`).
 pub fn parse_url(url: &str) -> Result<Url<'_>, String> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (false, r)
-    } else {
-        return Err("the URL must start with http:// or https://".into());
-    };
+    let (tls, rest) = crate::config::endpoint::split_scheme(url)
+        .ok_or("the URL must start with http:// or https://")?;
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, target) = rest.split_at(end);
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {

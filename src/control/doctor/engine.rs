@@ -13,9 +13,9 @@
 //! Owns: those probes. Must not: send anything but GETs, or print a response body beyond the
 //! model ids the engine lists. Plain HTTP only (an `https` signal URL is said and skipped).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Report;
 use crate::config::endpoint::Endpoint;
@@ -23,7 +23,6 @@ use crate::config::{Config, ProviderConfig};
 use crate::engine::signal::{normalise, EngineKind};
 
 const STEP: Duration = Duration::from_secs(3);
-const MAX_BODY: usize = 4 << 20;
 
 pub fn check(r: &mut Report, cfg: &Config) {
     let engines: Vec<&ProviderConfig> = cfg
@@ -236,38 +235,7 @@ fn get(ep: &Endpoint, path: &str) -> Result<(u16, Vec<u8>), String> {
         ep.host_header
     )
     .map_err(|e| format!("write: {e}"))?;
-    let deadline = Instant::now() + STEP;
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 16 << 10];
-    loop {
-        match s.read(&mut tmp) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) if !buf.is_empty() => break,
-            Err(e) => return Err(format!("read: {e}")),
-        }
-        if buf.len() > MAX_BODY || Instant::now() > deadline {
-            break;
-        }
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut resp = httparse::Response::new(&mut headers);
-    let head = match resp.parse(&buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ => return Err("no valid HTTP response".into()),
-    };
-    let status = resp.code.unwrap_or(0);
-    let chunked = resp.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding") && h.value.eq_ignore_ascii_case(b"chunked")
-    });
-    let raw = &buf[head..];
-    let body = if chunked {
-        super::provider::dechunk(raw)
-    } else {
-        raw.to_vec()
-    };
-    Ok((status, body))
+    super::provider::read_response(&mut s)
 }
 
 #[cfg(test)]

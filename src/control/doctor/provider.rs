@@ -345,6 +345,21 @@ fn get<S: Read + Write>(
     s.write_all(&req)
         .and_then(|_| s.flush())
         .map_err(|e| format!("write: {e}"))?;
+    let (status, body) = read_response(s)?;
+    let models = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.get("data")
+                .or_else(|| v.get("models"))
+                .and_then(|d| d.as_array())
+                .map(Vec::len)
+        });
+    Ok((status, models))
+}
+
+/// Read an answer to a `Connection: close` request until the peer closes (at most
+/// `MAX_BODY` bytes, within `STEP`): its status and its body (de-chunked).
+pub(super) fn read_response<S: Read>(s: &mut S) -> Result<(u16, Vec<u8>), String> {
     let deadline = Instant::now() + STEP;
     let mut buf = Vec::new();
     let mut tmp = [0u8; 16 << 10];
@@ -353,8 +368,9 @@ fn get<S: Read + Write>(
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&tmp[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // rustls reports a close without close_notify as UnexpectedEof
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => break,
+            // what came is the answer (rustls reports a close without close_notify as
+            // UnexpectedEof; a plain socket's read timeout)
+            Err(_) if !buf.is_empty() => break,
             Err(e) => return Err(format!("read: {e}")),
         }
         if buf.len() > MAX_BODY || Instant::now() > deadline {
@@ -376,15 +392,7 @@ fn get<S: Read + Write>(
     });
     let raw = &buf[head_len..];
     let body = if chunked { dechunk(raw) } else { raw.to_vec() };
-    let models = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| {
-            v.get("data")
-                .or_else(|| v.get("models"))
-                .and_then(|d| d.as_array())
-                .map(Vec::len)
-        });
-    Ok((status, models))
+    Ok((status, body))
 }
 
 /// A chunked body's data (best effort: stops at the first malformed size line).

@@ -172,6 +172,20 @@ impl Reloader {
         self.published.clone()
     }
 
+    /// A reload stopped by `problems` (of the file `shown`): each logged, the reload counted
+    /// as failed, the running config (`report.hash`) kept.
+    fn refused(&self, shown: &str, mut report: Report, problems: Vec<ConfigError>) -> Report {
+        for p in &problems {
+            crate::observe::log::info(format_args!(
+                "reload ({}): {shown}: {p}; keeping the running config {}",
+                report.trigger, report.hash
+            ));
+        }
+        self.process.reloaded(None);
+        report.problems = problems;
+        report
+    }
+
     /// Read, validate and (when valid) apply the config file. Logs the outcome and counts it.
     pub fn reload(&self, trigger: &'static str) -> Report {
         let mut files = match self.files.lock() {
@@ -219,17 +233,7 @@ impl Reloader {
         });
         let (cfg, tree, certs, ends_with_nl) = match staged {
             Ok(s) => s,
-            Err(problems) => {
-                for p in &problems {
-                    crate::observe::log::info(format_args!(
-                        "reload ({trigger}): {shown}: {p}; keeping the running config {}",
-                        files.hash
-                    ));
-                }
-                self.process.reloaded(None);
-                report.problems = problems;
-                return report;
-            }
+            Err(problems) => return self.refused(&shown, report, problems),
         };
         // keys last among the checks: replacing them is also what applies them
         if let Some(reg) = &self.registry {
@@ -238,15 +242,7 @@ impl Reloader {
                 Err(p) => p.into_inner(),
             };
             if let Err(problems) = reg.reload_config_keys(&cfg) {
-                for p in &problems {
-                    crate::observe::log::info(format_args!(
-                        "reload ({trigger}): {shown}: {p}; keeping the running config {}",
-                        files.hash
-                    ));
-                }
-                self.process.reloaded(None);
-                report.problems = problems;
-                return report;
+                return self.refused(&shown, report, problems);
             }
         }
         if let (Some(tls), Some(server)) = (&self.tls, certs) {

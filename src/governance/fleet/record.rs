@@ -53,25 +53,18 @@ impl Shared {
             .ok_or("a key name that breaks the [[key]] name rule")?;
         let text = std::str::from_utf8(value).map_err(|_| "a record that is not UTF-8")?;
         let mut f = text.splitn(6, ' ');
-        let mut num = |what: &str| -> Result<i64, String> {
-            f.next()
-                .and_then(|v| v.parse::<i64>().ok())
+        let num = |v: Option<&str>, what: &str| -> Result<i64, String> {
+            v.and_then(|v| v.parse::<i64>().ok())
                 .filter(|v| *v >= 0)
                 .ok_or_else(|| format!("key {name:?}: bad {what}"))
         };
-        let ver = num("version")?;
+        let ver = num(f.next(), "version")?;
         let hex = f.next().unwrap_or_default();
         let sha256 = crate::config::keys::parse_sha256(hex)
             .ok_or_else(|| format!("key {name:?}: bad sha256"))?;
-        let mut num = |what: &str| -> Result<i64, String> {
-            f.next()
-                .and_then(|v| v.parse::<i64>().ok())
-                .filter(|v| *v >= 0)
-                .ok_or_else(|| format!("key {name:?}: bad {what}"))
-        };
-        let created = num("created")?;
-        let updated = num("updated")?;
-        let revoked = num("revoked")?;
+        let created = num(f.next(), "created")?;
+        let updated = num(f.next(), "updated")?;
+        let revoked = num(f.next(), "revoked")?;
         let spec = f.next().unwrap_or_default();
         if spec.len() > MAX_SPEC || !spec.starts_with('{') {
             return Err(format!("key {name:?}: bad settings"));

@@ -323,16 +323,8 @@ pub(super) fn pending_revocations(
         };
         by_name.insert(r.name.clone(), records.len());
         records.push(Record {
-            name: r.name.clone(),
-            source: Source::Api,
-            digest: Some(Digest(r.sha256)),
-            spec,
-            created: Some(r.created),
-            updated: Some(r.updated),
-            revoked: r.revoked,
-            row: Some(r.id),
-            fleet: r.fleet_ver.map(|v| v as u64),
             pending: true,
+            ..Record::stored(r, spec)
         });
     }
 }

@@ -84,6 +84,22 @@ pub struct Record {
 }
 
 impl Record {
+    /// An API key's record from its state row `r` (its `spec` already parsed).
+    fn stored(r: &KeyRow, spec: KeySpec) -> Record {
+        Record {
+            name: r.name.clone(),
+            source: Source::Api,
+            digest: Some(Digest(r.sha256)),
+            spec,
+            created: Some(r.created),
+            updated: Some(r.updated),
+            revoked: r.revoked,
+            row: Some(r.id),
+            fleet: r.fleet_ver.map(|v| v as u64),
+            pending: r.pending,
+        }
+    }
+
     /// The digest a request can present (none once revoked).
     fn presentable(&self) -> Option<Digest> {
         self.digest.filter(|_| self.revoked.is_none())
@@ -187,17 +203,9 @@ impl Registry {
                     .map_err(|e| format!("state: key {:?}: {e}", r.name))?;
                 by_name.insert(r.name.clone(), records.len());
                 records.push(Record {
-                    name: r.name.clone(),
-                    source: Source::Api,
-                    digest: Some(Digest(r.sha256)),
-                    spec,
-                    created: Some(r.created),
-                    updated: Some(r.updated),
-                    revoked: None,
-                    row: Some(r.id),
-                    fleet: r.fleet_ver.map(|v| v as u64),
                     // shared keys: a key the store never held is pushed at the first connect
                     pending: r.pending || (cfg.fleet.keys() && r.fleet_ver.is_none()),
+                    ..Record::stored(r, spec)
                 });
             }
             if cfg.fleet.keys() {

@@ -3,11 +3,7 @@
 use super::*;
 
 fn body(text: &str) -> Map<String, Value> {
-    serde_json::from_str::<Value>(text)
-        .unwrap()
-        .as_object()
-        .unwrap()
-        .clone()
+    serde_json::from_str(text).unwrap()
 }
 
 #[test]

@@ -306,17 +306,41 @@ pub fn put_spend(conn: &Connection, row: &UsageRow) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// A test's database file in a folder of its own (named by `tag` and the process), removed
+/// with the folder when dropped.
+#[cfg(test)]
+pub(super) struct TempDb {
+    dir: std::path::PathBuf,
+    pub path: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl TempDb {
+    pub fn new(tag: &str) -> TempDb {
+        let dir = std::env::temp_dir().join(format!("rg-{tag}-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("t.db");
+        let _ = std::fs::remove_file(&path);
+        TempDb { dir, path }
+    }
+}
+
+#[cfg(test)]
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn keys_round_trip_and_live_names_are_unique() {
-        let dir = std::env::temp_dir().join(format!("rg-db-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("t.db");
-        let _ = std::fs::remove_file(&path);
-        let c = open(&path).unwrap();
+        let tmp = TempDb::new("db");
+        let path = tmp.path.as_path();
+        let c = open(path).unwrap();
         let ins = |name: &str| KeyWrite::Insert {
             name: name.into(),
             source: "api",
@@ -339,7 +363,7 @@ mod tests {
         )
         .unwrap();
         drop(c);
-        let c = open(&path).unwrap();
+        let c = open(path).unwrap();
         let rows = keys(&c).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].revoked, Some(9));
@@ -349,20 +373,17 @@ mod tests {
         );
         assert_eq!(rows[1].sha256, [7; 32]);
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        let mode = std::fs::metadata(path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn an_old_file_gets_the_fleet_columns_and_marked_writes_set_them() {
-        let dir = std::env::temp_dir().join(format!("rg-db-fleet-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("t.db");
-        let _ = std::fs::remove_file(&path);
+        let tmp = TempDb::new("db-fleet");
+        let path = tmp.path.as_path();
         {
             // a file of the schema before shared keys: no fleet columns
-            let c = Connection::open(&path).unwrap();
+            let c = Connection::open(path).unwrap();
             c.execute_batch(&SCHEMA.replace("CREATE UNIQUE INDEX", "CREATE INDEX"))
                 .unwrap();
             c.execute("INSERT INTO meta (k, v) VALUES ('schema', '1')", [])
@@ -373,7 +394,7 @@ mod tests {
             )
             .unwrap();
         }
-        let c = open(&path).unwrap();
+        let c = open(path).unwrap();
         let rows = keys(&c).unwrap();
         assert_eq!((rows[0].fleet_ver, rows[0].pending), (None, false));
         let id = write_key(
@@ -397,16 +418,13 @@ mod tests {
             (row.name.as_str(), row.fleet_ver, row.pending),
             ("new", Some(41), true)
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn each_key_change_writes_one_row_whatever_the_table_size() {
-        let dir = std::env::temp_dir().join(format!("rg-db-rows-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("t.db");
-        let _ = std::fs::remove_file(&path);
-        let c = open(&path).unwrap();
+        let tmp = TempDb::new("db-rows");
+        let path = tmp.path.as_path();
+        let c = open(path).unwrap();
         c.pragma_update(None, "synchronous", "OFF").unwrap(); // speed only: rows are counted
         let ins = |i: usize| KeyWrite::Insert {
             name: format!("k{i}"),
@@ -436,6 +454,5 @@ mod tests {
             assert_eq!(c.total_changes() - before, 1, "{w:?}");
         }
         assert_eq!(keys(&c).unwrap().len(), 3_001);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

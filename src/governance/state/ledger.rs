@@ -72,11 +72,8 @@ mod tests {
 
     #[test]
     fn rows_round_trip_without_double_counting() {
-        let dir = std::env::temp_dir().join(format!("rg-ledger-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("l.db");
-        let _ = std::fs::remove_file(&path);
-        let conn = db::open(&path).unwrap();
+        let tmp = db::TempDb::new("ledger");
+        let conn = db::open(&tmp.path).unwrap();
         let book = Arc::new(SpendBook::new());
         let l = book.ensure_key("team-a");
         let t = l.tally("gpt-4o-mini", 0);
@@ -104,6 +101,5 @@ mod tests {
             (2, 101, 21, 3_007)
         );
         assert_eq!(again.spent("team-a", unix_now()), 3_007);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -332,6 +332,17 @@ impl Store {
             .send(|out| op.encode(out, By::Sha(&self.sha), &id))
     }
 
+    /// Queue adding `amount` (capped at `i64::MAX`) to the counter `key`, whose time to live
+    /// becomes `ttl_ms` (false: not connected, nothing sent).
+    pub fn add(&self, key: &[u8], amount: u64, ttl_ms: u64) -> bool {
+        let amount = amount.min(i64::MAX as u64) as i64;
+        self.send(Op::Add {
+            key,
+            amount,
+            ttl_ms,
+        })
+    }
+
     /// Connect, serve, reconnect — forever (the shard's runtime drops it at shutdown).
     /// `on_up` runs in the step that marks the store up (resync and catch-up: it queues
     /// commands and returns what it caught up, for the log).

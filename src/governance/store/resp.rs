@@ -75,10 +75,15 @@ pub enum Arg<'a> {
 
 /// Append `args` as one RESP command (an array of bulk strings).
 pub fn command(out: &mut Vec<u8>, args: &[Arg<'_>]) {
+    command_of(out, &[args]);
+}
+
+/// Append one RESP command whose arguments are `parts`, one after the other.
+pub fn command_of(out: &mut Vec<u8>, parts: &[&[Arg<'_>]]) {
     out.push(b'*');
-    push_int(out, args.len() as i64);
+    push_int(out, parts.iter().map(|p| p.len()).sum::<usize>() as i64);
     out.extend_from_slice(b"\r\n");
-    for a in args {
+    for a in parts.iter().copied().flatten() {
         let digits;
         let bytes: &[u8] = match *a {
             Arg::B(b) => b,

@@ -164,8 +164,14 @@ impl Op<'_> {
             By::Sha(sha) => [Arg::S("EVALSHA"), Arg::B(sha)],
             By::Source => [Arg::S("EVAL"), Arg::S(SOURCE)],
         };
+        // the script's call: its keys (counted), the operation, the operation's arguments
+        let call = |out: &mut Vec<u8>, keys: &[Arg<'_>], op: &str, args: &[Arg<'_>]| {
+            let n = [Arg::U(keys.len() as u64)];
+            resp::command_of(out, &[&head, &n, keys, &[Arg::S(op)], args]);
+        };
         let ttl = Arg::U(WINDOW_TTL_MS);
         let hash_ttl = Arg::U(IN_FLIGHT_TTL_MS);
+        let (instance, lease_ms) = (Arg::S(id.instance), Arg::U(id.lease_ms));
         match *self {
             Op::Admit {
                 rpm_key,
@@ -176,98 +182,49 @@ impl Op<'_> {
                 max_in_flight,
                 tpm,
                 budget,
-            } => resp::command(
-                out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(4),
-                    Arg::B(rpm_key),
-                    Arg::B(tpm_key),
-                    Arg::B(hash),
-                    Arg::B(spend_key),
-                    Arg::S("admit"),
+            } => {
+                let keys = [rpm_key, tpm_key, hash, spend_key].map(Arg::B);
+                let [rpm, max_in_flight, tpm, budget] =
+                    [rpm, max_in_flight, tpm, budget].map(Arg::U);
+                let live = Arg::S(id.live_prefix);
+                let args = [
                     ttl,
-                    Arg::U(rpm),
-                    Arg::U(max_in_flight),
-                    Arg::U(tpm),
-                    Arg::S(id.instance),
-                    Arg::S(id.live_prefix),
+                    rpm,
+                    max_in_flight,
+                    tpm,
+                    instance,
+                    live,
                     hash_ttl,
-                    Arg::U(budget),
-                    Arg::U(id.lease_ms),
-                ],
-            ),
-            Op::Tokens { key, limit, want } => resp::command(
-                out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(1),
-                    Arg::B(key),
-                    Arg::S("tokens"),
-                    ttl,
-                    Arg::U(limit),
-                    Arg::U(want),
-                ],
-            ),
-            Op::Lease { key, limit, want } => resp::command(
-                out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(1),
-                    Arg::B(key),
-                    Arg::S("lease"),
-                    ttl,
-                    Arg::U(limit),
-                    Arg::U(want),
-                ],
-            ),
+                    budget,
+                    lease_ms,
+                ];
+                call(out, &keys, "admit", &args);
+            }
+            Op::Tokens { key, limit, want } | Op::Lease { key, limit, want } => {
+                let op = if matches!(self, Op::Tokens { .. }) {
+                    "tokens"
+                } else {
+                    "lease"
+                };
+                call(out, &[Arg::B(key)], op, &[ttl, Arg::U(limit), Arg::U(want)]);
+            }
             Op::Add {
                 key,
                 amount,
                 ttl_ms,
-            } => resp::command(
+            } => call(
                 out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(1),
-                    Arg::B(key),
-                    Arg::S("add"),
-                    Arg::U(ttl_ms),
-                    Arg::I(amount),
-                ],
+                &[Arg::B(key)],
+                "add",
+                &[Arg::U(ttl_ms), Arg::I(amount)],
             ),
-            Op::Release { hash } => resp::command(
-                out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(1),
-                    Arg::B(hash),
-                    Arg::S("release"),
-                    ttl,
-                    Arg::S(id.instance),
-                    hash_ttl,
-                ],
-            ),
-            Op::Sync { hash, n } => resp::command(
-                out,
-                &[
-                    head[0],
-                    head[1],
-                    Arg::U(1),
-                    Arg::B(hash),
-                    Arg::S("sync"),
-                    ttl,
-                    Arg::S(id.instance),
-                    Arg::U(n),
-                    hash_ttl,
-                    Arg::U(id.lease_ms),
-                ],
-            ),
+            Op::Release { hash } => {
+                call(out, &[Arg::B(hash)], "release", &[ttl, instance, hash_ttl])
+            }
+            Op::Sync { hash, n } => {
+                let args = [ttl, instance, Arg::U(n), hash_ttl, lease_ms];
+                call(out, &[Arg::B(hash)], "sync", &args);
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //! connection like a plain one, complete the handshake within a deadline, then hand the
 //! connection to the same per-connection loop as plain ones (`pipeline::serve_connection`).
 //!
-//! Owns: the TLS accept loop, the handshake deadline, refusing plain HTTP sent to the TLS port
+//! Owns: what the TLS port does with an accepted connection (the loop itself is
+//! `runtime::accept_loop`), the handshake deadline, refusing plain HTTP sent to the TLS port
 //! (a 400 that says to use https, then close), and the TLS counters. Must not: parse requests
 //! (beyond recognising a plain-HTTP first byte) or hold anything shared across shards except
 //! the certificate (`certs::TlsCerts`).
@@ -18,7 +19,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
-use monoio::net::{TcpListener, TcpStream};
+use monoio::net::TcpStream;
 
 use crate::admit::connection::TLS_CONNECTION_EXTRA;
 use crate::error::{Error, ErrorShape, Kind};
@@ -46,27 +47,11 @@ pub async fn accept_loop(
     shutdown: Shutdown,
 ) {
     let name = format!("shard {} (tls)", shard.id);
-    let listener = match TcpListener::from_std(std_listener) {
-        Ok(l) => l,
-        Err(e) => {
-            crate::observe::log::info(format_args!("{name}: cannot adopt listener: {e}"));
-            return;
-        }
-    };
     let acceptors = Rc::new(acceptors);
-    let mut stop = std::pin::pin!(shutdown.wait());
-    loop {
-        monoio::select! {
-            _ = &mut stop => break,
-            r = listener.accept() => match r {
-                Ok((stream, peer)) => on_accept(stream, peer, &shard, &acceptors, handshake_timeout),
-                Err(e) => {
-                    crate::observe::log::info(format_args!("{name}: accept: {e}"));
-                    monoio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-    }
+    crate::runtime::accept_loop(&name, std_listener, &shutdown, |stream, peer| {
+        on_accept(stream, peer, &shard, &acceptors, handshake_timeout)
+    })
+    .await;
 }
 
 fn on_accept(
