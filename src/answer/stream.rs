@@ -11,7 +11,7 @@
 //! non-stream answers of `relay`), the stream's last write and how a broken or refused stream
 //! ends (in-band error event, chunked end, its recorded status). Must not: vet or translate
 //! events (the strategies do), or answer a failure before the head went out (that is
-//! `Outcome::error`: only after the head is an error in-band).
+//! `Sink::error`, reached by returning it: only after the head is an error in-band).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -26,6 +26,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::answer::outcome::{gone, Outcome};
+use crate::answer::Whole;
 use crate::config::provider::Op;
 use crate::dialect::extract::RoutingFields;
 use crate::dialect::Dialect;
@@ -42,7 +43,7 @@ use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
-use crate::{answer::respond, dialect::extract, dialect::gemini_call, forward};
+use crate::{answer, dialect::extract, dialect::gemini_call, forward};
 use classify::{classify, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).
@@ -98,7 +99,9 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             Err(e) => {
                 let start = Instant::now();
                 conn.start_request(shard.request_ids.next());
-                conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+                shard
+                    .sink(false)
+                    .error(&mut conn, &e, ErrorShape::OpenAi)
                     .await;
                 count(&shard, &conn, start, Endpoint::Other, e.status());
                 break;
@@ -131,7 +134,6 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
 /// anything else gets 503 + Retry-After, then close.
 pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
     shard.over_cap.set(shard.over_cap.get() + 1);
-    let wt = shard.limits.write_timeout;
     let wait = shard.limits.header_timeout.min(OVER_CAP_WAIT);
     let limits = crate::http::conn::Limits {
         idle_timeout: wait,
@@ -176,8 +178,13 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
                 (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
                     let (status, body) = local::health(shard.as_ref(), t);
                     let start = Instant::now();
-                    conn.respond(status, b"application/json", b"", body, false, wt)
-                        .await;
+                    let w = Whole {
+                        status,
+                        content_type: b"application/json",
+                        extra: b"",
+                        body,
+                    };
+                    shard.sink(false).whole(&mut conn, w).await;
                     count(&shard, &conn, start, endpoint_of(Some(t)), status);
                 }
                 _ => refuse_connection(conn, shard.clone()).await,
@@ -194,7 +201,10 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
         Err(e) => {
             let start = Instant::now();
             conn.start_request(shard.request_ids.next());
-            conn.respond_error(&e, ErrorShape::OpenAi, false, wt).await;
+            shard
+                .sink(false)
+                .error(&mut conn, &e, ErrorShape::OpenAi)
+                .await;
             count(&shard, &conn, start, Endpoint::Other, e.status());
         }
     }
@@ -211,7 +221,9 @@ pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         conn.start_request(shard.request_ids.next());
     }
     let e = Error::new(Kind::Overloaded, "too many open connections; retry later");
-    conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+    shard
+        .sink(false)
+        .error(&mut conn, &e, ErrorShape::OpenAi)
         .await;
 }
 
@@ -286,8 +298,7 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
             if let Some(o) = req.otel.as_deref_mut() {
                 o.error = Some(e.code());
             }
-            let wt = shard.limits.write_timeout;
-            Outcome::error(conn, &e, req.shape, req.keep, wt).await
+            shard.sink(req.keep).error(conn, &e, req.shape).await
         }
         Err(Fail::ClientGone) => gone(&shard.metrics, 499),
     };
@@ -333,7 +344,7 @@ async fn serve(
     let target = classify(head.method, head.path(&conn.buf));
     begin(conn, head, shard, &target, req);
     if let Some(out) = edge(conn, head, shard, req.keep)? {
-        return Ok(preflight(conn, out, shard, req.keep).await);
+        return Ok(shard.sink(req.keep).written(conn, out, 204).await);
     }
     let target = target?;
     req.trace.endpoint = endpoint_of(Some(target));
@@ -508,7 +519,7 @@ async fn serve(
     let mut opened = opened?;
 
     // answer: relay the answer, or translate it back, in the client's dialect
-    let outcome = respond::respond(conn, &env, &mut call, &mut opened).await;
+    let outcome = answer::write(conn, &env, &mut call, &mut opened).await;
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
@@ -522,11 +533,12 @@ async fn serve(
     }
     drop(opened);
     if let Some(m) = miss {
-        crate::cache::serve::store(conn, &shard.cache_env(), m, outcome.status);
+        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
+        crate::cache::serve::store(conn, &shard.cache_env(), m, status);
     }
     drop(call);
     drop(permit);
-    Ok(outcome)
+    Ok(outcome?)
 }
 
 /// Trace context and sampling (nothing when `[telemetry]` is off), and the dialect errors
@@ -563,7 +575,7 @@ fn begin(
 }
 
 /// Browser-facing checks (Origin allow-list, loopback Host), on the head: a CORS preflight's
-/// answer is returned (`Some`, written by `preflight`), an allowed cross-origin request gets
+/// answer is returned (`Some`, written by the sink), an allowed cross-origin request gets
 /// its CORS lines, a refused one fails.
 fn edge(
     conn: &mut ClientConn,
@@ -585,20 +597,6 @@ fn edge(
     let req_headers = head.header(&conn.buf, &head.ac_request_headers);
     edge::preflight_response(&mut out, origin, req_headers, keep);
     Ok(Some(out))
-}
-
-/// Write a CORS preflight's answer `out`.
-async fn preflight(conn: &mut ClientConn, out: Vec<u8>, shard: &Shard, keep: bool) -> Outcome {
-    match conn.write_raw(out, shard.limits.write_timeout).await {
-        Some(back) => {
-            conn.out = back;
-            Outcome {
-                status: 204,
-                keep_alive: keep,
-            }
-        }
-        None => gone(&shard.metrics, 204),
-    }
 }
 
 /// An address that keeps sending unknown keys waits before its key is acted on
