@@ -65,7 +65,6 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
     }
 }
 
-/// Count a request answered outside `handle` (a head that did not parse, a probe over the cap).
 /// Count (and log) a request answered outside `handle`, which started at `start`: a head that
 /// did not parse, a probe over the connection cap.
 fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, status: u16) {
@@ -80,6 +79,15 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
         trace_id: None,
     };
     record::request_ended(shard, &routing.routes, &t, &end);
+}
+
+/// A request head that did not parse (or did not come in time): answered with `e` (then the
+/// connection closes), counted.
+async fn bad_head(conn: &mut ClientConn, shard: &Shard, e: &Error) {
+    let start = Instant::now();
+    conn.start_request(shard.request_ids.next());
+    shard.sink(false).error(conn, e, ErrorShape::OpenAi).await;
+    count(shard, conn, start, Endpoint::Other, e.status());
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -97,13 +105,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             Ok(Some(h)) => h,
             Ok(None) => break,
             Err(e) => {
-                let start = Instant::now();
-                conn.start_request(shard.request_ids.next());
-                shard
-                    .sink(false)
-                    .error(&mut conn, &e, ErrorShape::OpenAi)
-                    .await;
-                count(&shard, &conn, start, Endpoint::Other, e.status());
+                bad_head(&mut conn, &shard, &e).await;
                 break;
             }
         };
@@ -198,15 +200,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
         }) => {
             refuse_connection(conn, shard.clone()).await;
         }
-        Err(e) => {
-            let start = Instant::now();
-            conn.start_request(shard.request_ids.next());
-            shard
-                .sink(false)
-                .error(&mut conn, &e, ErrorShape::OpenAi)
-                .await;
-            count(&shard, &conn, start, Endpoint::Other, e.status());
-        }
+        Err(e) => bad_head(&mut conn, &shard, &e).await,
     }
     shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
 }

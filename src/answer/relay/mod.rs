@@ -328,30 +328,28 @@ mod tests {
 
     #[test]
     fn terminal_events_per_dialect() {
-        let t = |d, evs: &[u8]| is_terminal_event(d, last_event(evs));
-        assert!(t(Dialect::Chat, b"data: {}\n\ndata: [DONE]\n\n"));
-        assert!(!t(Dialect::Chat, b"data: [DONE]\n\ndata: {}\n\n"));
-        assert!(!t(Dialect::Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n"));
-        assert!(t(
-            Dialect::Messages,
-            b"event: ping\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
-        ));
-        assert!(t(
-            Dialect::Messages,
-            b"data: {\"type\":\"message_stop\"}\n\n"
-        ));
-        assert!(!t(
-            Dialect::Messages,
-            b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n"
-        ));
-        assert!(t(
-            Dialect::Responses,
-            b"event: response.completed\ndata: {}\n\n"
-        ));
-        assert!(!t(
-            Dialect::Responses,
-            b"event: response.created\ndata: {}\n\n"
-        ));
+        let cases: [(Dialect, &[u8], bool); 8] = [
+            (Dialect::Chat, b"data: {}\n\ndata: [DONE]\n\n", true),
+            (Dialect::Chat, b"data: [DONE]\n\ndata: {}\n\n", false),
+            (Dialect::Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n", false),
+            (
+                Dialect::Messages,
+                b"event: ping\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                true,
+            ),
+            (Dialect::Messages, b"data: {\"type\":\"message_stop\"}\n\n", true),
+            (
+                Dialect::Messages,
+                b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n",
+                false,
+            ),
+            (Dialect::Responses, b"event: response.completed\ndata: {}\n\n", true),
+            (Dialect::Responses, b"event: response.created\ndata: {}\n\n", false),
+        ];
+        for (d, evs, terminal) in cases {
+            let got = is_terminal_event(d, last_event(evs));
+            assert_eq!(got, terminal, "{d:?} {}", String::from_utf8_lossy(evs));
+        }
         assert_eq!(last_event(b"data: a\n\ndata: b\n\n"), b"data: b\n\n");
         assert_eq!(last_event(b"data: b\n\n"), b"data: b\n\n");
         assert_eq!(
