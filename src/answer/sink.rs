@@ -1,9 +1,10 @@
-//! The one sink of answers that are not streams: a whole answer (head and body in one write,
-//! `whole`), an answer its writer already framed (`written`: a JSON answer's head with its
-//! body, a body's pieces, a CORS preflight), and the error response of every failure before
+//! The one sink of answers: a whole answer (head and body in one write, `whole`), an answer its
+//! writer already framed (`written`: a JSON answer's head with its body, a body's last piece,
+//! a CORS preflight; `part`: a body's or a stream's earlier parts), and the error response of every failure before
 //! any byte of an answer went out (`error`: the pipeline's `handle` answers each such failure
 //! here, in the client's dialect — the answer stage returns them to it instead of writing
-//! them). The stream loop (`answer::stream::run`) is the only other writer of answers.
+//! them). Its two users that write as bytes arrive are the one non-stream piece path
+//! (`relay::body`) and the one stream loop (`answer::stream::run`).
 //!
 //! Owns: turning an answer's bytes into a write on the client connection and its `Outcome`.
 //! Must not: decide what to answer (the stages do), count (beyond a client gone) or log.
@@ -68,6 +69,20 @@ impl<'a> Sink<'a> {
             }
             None => gone(self.metrics, status),
         }
+    }
+
+    /// Write `out`, a part of an answer whose end follows (a body's head and first pieces, a
+    /// stream's head and events): its buffer comes back for the next part, or the client is
+    /// gone (the answer's `Outcome`, recorded with `status`).
+    pub async fn part(
+        &self,
+        conn: &mut ClientConn,
+        out: Vec<u8>,
+        status: u16,
+    ) -> Result<Vec<u8>, Outcome> {
+        conn.write_raw(out, self.wt)
+            .await
+            .ok_or_else(|| gone(self.metrics, status))
     }
 
     /// Answer a failure that happened before any byte of the answer went out: `e` in the error

@@ -1,11 +1,12 @@
 //! The request path, top to bottom, in one place (`serve`):
 //! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
 //! (model, tokens) → guardrails (request text: mask or 400) → cache → forward (plan → attempts
-//! → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
-//! file only sequences them and turns their errors into responses in the client's dialect, in
-//! one sink (`handle`). A request is one `http::Request` (the head's bytes stay in the read
-//! buffer until `handle` drops them, so a stage reads a header when it needs it); once routed it
-//! travels down as one `forward::Call`.
+//! → upstream) → answer (`answer::write`: relay, or translate back). Each stage calls into its
+//! own module; this file only sequences them and turns every failure before an answer's first
+//! byte (its own stages' and the answer stage's) into a response in the client's dialect, in
+//! one place (`handle`, through `answer::Sink::error`). A request is one `http::Request` (the
+//! head's bytes stay in the read buffer until `handle` drops them, so a stage reads a header
+//! when it needs it); once routed it travels down as one `forward::Call`.
 //!
 //! Connections: the first head must come within `first_request_timeout_ms`; an address that
 //! keeps sending unknown keys waits before its key is acted on (`peer::slowdown`; nothing when
@@ -14,7 +15,7 @@
 //!
 //! Owns: the per-connection loop and the order of stages. Must not: parse bytes, build
 //! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
-//! `forward`, `respond`).
+//! `forward`, `answer`), or write to the client other than through `answer::Sink`.
 
 pub mod classify;
 mod local;

@@ -7,7 +7,6 @@
 //! answer from the sink).
 
 use super::*;
-use crate::answer::outcome::gone;
 use crate::answer::vet;
 use crate::http::response::{write_chunk, LAST_CHUNK};
 
@@ -76,9 +75,9 @@ pub(super) async fn pieces(
             };
         }
         if !out.is_empty() {
-            match conn.write_raw(std::mem::take(&mut out), sink.wt).await {
-                Some(back) => out = back,
-                None => return gone(env.metrics, status),
+            match sink.part(conn, std::mem::take(&mut out), status).await {
+                Ok(back) => out = back,
+                Err(o) => return o,
             }
             stream::idle(&mut out);
         }
