@@ -11,8 +11,8 @@
 //! requests (`forward`) or pool connections.
 
 use crate::answer::outcome::Outcome;
-use crate::answer::relay;
 use crate::answer::stream::{self as skeleton, StreamBuf, MAX_PENDING_EVENT};
+use crate::answer::{Sink, Whole};
 use crate::dialect::{self, Dialect, SseDecoder, StreamTranslator};
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
@@ -41,12 +41,9 @@ pub async fn translated(
     env: &Env<'_>,
     call: &mut Call<'_>,
     opened: &mut Opened<'_>,
-) -> Outcome {
-    if opened.ex.head.status >= 400 {
-        return relay::error_answer(conn, env, call, opened).await;
-    }
-    // (`respond` sends only translated answers here; a passthrough one would go through the
-    // hub from and to the client's own dialect)
+) -> Result<Outcome, Error> {
+    // (`answer::write` sends only translated answers here; a passthrough one would go through
+    // the hub from and to the client's own dialect)
     let (up, include_usage, converse) = match opened.mode {
         Mode::Translate {
             up,
@@ -59,34 +56,23 @@ pub async fn translated(
     let (client, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
     let (client_model, stream_requested) = (call.fields.model.as_str(), call.fields.stream);
     let mut grant = call.grant.as_mut();
-    let wt = env.limits.write_timeout;
-    let shape = crate::answer::outcome::shape(client);
+    let rid = conn.request_id;
+    let failed = |e: &Error| report(env, &rid, pname, e);
 
-    // translate back: whole answers, or streams (errors above)
+    // translate back: whole answers, or streams (errors are `relay::error_answer`'s)
     if !stream_requested {
         // The whole answer is needed for translation: read it, charging its buffer to the
         // permit as it grows (bounded by MAX_TRANSLATED_BODY); the permit returns the bytes
         // when the request ends, on every path.
         let mut raw = Vec::new();
         let mut charged = 0u64;
-        loop {
-            match ex.next(&mut raw).await {
-                Ok(true) if raw.len() > MAX_TRANSLATED_BODY => {
-                    let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
-                    let e = report(env, &conn.request_id, pname, &e);
-                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-                }
-                Ok(true) => {
-                    if let Err(r) = permit.charge_capacity(&raw, &mut charged) {
-                        let e = Error::overloaded(r.as_str());
-                        return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-                    }
-                }
-                Ok(false) => break,
-                Err(e) => {
-                    let e = report(env, &conn.request_id, pname, &e);
-                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-                }
+        while ex.next(&mut raw).await.map_err(|e| failed(&e))? {
+            if raw.len() > MAX_TRANSLATED_BODY {
+                let e = Error::new(Kind::UpstreamProtocol, "upstream response too large");
+                return Err(failed(&e));
+            }
+            if let Err(r) = permit.charge_capacity(&raw, &mut charged) {
+                return Err(Error::overloaded(r.as_str()));
             }
         }
         let chat = if converse {
@@ -115,47 +101,24 @@ pub async fn translated(
         });
         drop(raw);
         env.responses.written().await;
+        let out = out.map_err(|e| {
+            let msg = format!("could not translate the upstream answer: {}", e.message);
+            failed(&Error::new(Kind::UpstreamProtocol, msg))
+        })?;
         // the answer's guardrails, on the client-dialect answer (`guardrail::answer`)
-        let out = match (out, &env.guard) {
-            (Ok(out), Some(sess)) => {
-                match crate::guardrail::answer::guard_answer(sess, client, &out) {
-                    Ok(masked) => Ok(masked.unwrap_or(out)),
-                    Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
-                }
-            }
-            (out, _) => out,
+        let masked = match &env.guard {
+            Some(sess) => crate::guardrail::answer::guard_answer(sess, client, &out)?,
+            None => None,
         };
-        return match out {
-            Ok(out) => {
-                let ok = conn
-                    .respond(
-                        200,
-                        b"application/json",
-                        &ex.head.forward,
-                        &out,
-                        keep_alive,
-                        wt,
-                    )
-                    .await;
-                Outcome {
-                    status: 200,
-                    keep_alive: ok && keep_alive,
-                }
-            }
-            Err(e) => {
-                let e = Error::new(
-                    Kind::UpstreamProtocol,
-                    format!("could not translate the upstream answer: {}", e.message),
-                );
-                let e = report(env, &conn.request_id, pname, &e);
-                Outcome::error(conn, &e, shape, keep_alive, wt).await
-            }
+        let w = Whole {
+            status: 200,
+            content_type: b"application/json",
+            extra: &ex.head.forward,
+            body: masked.as_deref().unwrap_or(&out),
         };
+        return Ok(Sink::of(env, keep_alive).whole(conn, w).await);
     }
-    let mut rb = match StreamBuf::new(env, permit) {
-        Ok(b) => b,
-        Err(e) => return Outcome::error(conn, &e, shape, keep_alive, wt).await,
-    };
+    let mut rb = StreamBuf::new(env, permit)?;
     let mut tr = StreamTranslator::new(up, client, client_model).with_chat_usage(include_usage);
     let frames = if converse {
         let id = format!("chatcmpl-{}", conn.request_id.as_str());
@@ -201,7 +164,7 @@ pub async fn translated(
     if let Some(g) = grant {
         give(g.usage(), tr.usage());
     }
-    outcome
+    Ok(outcome)
 }
 
 /// Translation, the per-event strategy of a translated stream: the upstream's frames decoded

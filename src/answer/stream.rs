@@ -11,14 +11,15 @@
 //! non-stream answers of `relay`), the stream's last write and how a broken or refused stream
 //! ends (in-band error event, chunked end, its recorded status). Must not: vet or translate
 //! events (the strategies do), or answer a failure before the head went out (that is
-//! `Outcome::error`: only after the head is an error in-band).
+//! `Sink::error`, reached by returning it: only after the head is an error in-band).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use crate::admit::{Permit, Reserved};
-use crate::answer::outcome::{gone, Outcome};
+use crate::answer::outcome::Outcome;
+use crate::answer::Sink;
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind, Side};
 use crate::forward::report::{report, shutting_down};
@@ -202,7 +203,6 @@ pub(crate) async fn run<E: Events>(
     ev: &mut E,
     rb: &mut StreamBuf,
 ) -> Outcome {
-    let wt = env.limits.write_timeout;
     let Client {
         head,
         status,
@@ -211,9 +211,10 @@ pub(crate) async fn run<E: Events>(
         permit,
     } = client;
     let close_delimited = ex.head.framing == RespFraming::Close;
-    let mut out = match conn.write_raw(head, wt).await {
-        Some(back) => back,
-        None => return gone(env.metrics, status),
+    let sink = Sink::of(env, keep_alive);
+    let mut out = match sink.part(conn, head, status).await {
+        Ok(back) => back,
+        Err(o) => return o,
     };
     let mut guard = env
         .guard
@@ -290,9 +291,9 @@ pub(crate) async fn run<E: Events>(
         if done {
             out.extend_from_slice(LAST_CHUNK);
         }
-        match conn.write_raw(out, wt).await {
-            Some(back) => out = back,
-            None => return gone(env.metrics, status),
+        match sink.part(conn, out, status).await {
+            Ok(back) => out = back,
+            Err(o) => return o,
         }
         // written: what the stream holds while it waits is small (`idle`)
         idle(&mut out);

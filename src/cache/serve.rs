@@ -1,13 +1,14 @@
 //! The response cache on the request path: `ask` (on the head: directives and tenant),
-//! `lookup` (after routing and governance: a hit is answered here, a miss arranges for its
-//! answer to be recorded), `store` (after the answer went out: the recording becomes an entry).
+//! `lookup` (after routing and governance: a hit is replayed through the answer stage's sink,
+//! `answer::Sink`; a miss arranges for its answer to be recorded), `store` (after the answer
+//! went out: the recording becomes an entry).
 //!
 //! Response header `x-ringgate-cache`: `hit`, `semantic-hit (0.973)`, `miss`, or `skip` (a
 //! cached model's request the cache did not take part in).
 //!
 //! Owns: the order of those steps. Must not: forward upstream requests itself (the semantic
-//! layer's embedding call goes through `semantic`, which uses `forward`), or touch other
-//! shards' budgets.
+//! layer's embedding call goes through `semantic`, which uses `forward`), write to the client
+//! other than through `answer::Sink`, or touch other shards' budgets.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +19,7 @@ use super::metrics::Skip;
 use super::store::Entry;
 use super::{semantic, Cache, Mode};
 use crate::answer::outcome::Outcome;
+use crate::answer::{Sink, Whole};
 use crate::config::provider::Op;
 use crate::dialect::extract::UsageOption;
 use crate::dialect::Dialect;
@@ -254,8 +256,9 @@ fn several_choices(body: &[u8]) -> bool {
         .is_some_and(|n| n > 1)
 }
 
-/// Write entry `e` to the client (`label` in `x-ringgate-cache`); `None` when it cannot be
-/// replayed in this mode (then the request goes upstream).
+/// Write entry `e` to the client through the answer stage's sink (`label` in
+/// `x-ringgate-cache`); `None` when it cannot be replayed in this mode (then the request goes
+/// upstream).
 async fn answer_with(
     conn: &mut ClientConn,
     env: &Env<'_>,
@@ -280,12 +283,13 @@ async fn answer_with(
     if let Some(c) = env.cache {
         c.stats.saved(i, o, pico);
     }
-    let wt = env.fwd.limits.write_timeout;
-    let ok = conn.respond(200, ct, b"", &body, keep_alive, wt).await;
-    Some(Outcome {
+    let w = Whole {
         status: 200,
-        keep_alive: ok && keep_alive,
-    })
+        content_type: ct,
+        extra: b"",
+        body: &body,
+    };
+    Some(Sink::of(&env.fwd, keep_alive).whole(conn, w).await)
 }
 
 /// The answer to `miss` went out with `status`: keep it when complete, within the entry size,

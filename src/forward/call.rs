@@ -2,7 +2,7 @@
 //! asked (dialect, operation, the body's routing fields), where it goes (the routing it runs
 //! on, its model's route), what it holds (the permit, a key's grant) and what its attempts did
 //! (`Tried`). The pipeline builds it after governance and the guardrails; `forward::open`, the
-//! answer (`answer::respond`) and the cache (`cache::serve::lookup`) take it instead of its
+//! answer (`answer::write`) and the cache (`cache::serve::lookup`) take it instead of its
 //! parts.
 //!
 //! Owns: `Call`, `Tried`. Must not: do IO or decide anything (a carrier; its parts decide).

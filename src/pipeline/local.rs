@@ -6,6 +6,7 @@
 use super::classify::{model_id_in, Target};
 use super::shard::Shard;
 use crate::answer::outcome::Outcome;
+use crate::answer::Whole;
 use crate::error::Error;
 use crate::forward::live::Routing;
 use crate::http::conn::ClientConn;
@@ -21,7 +22,6 @@ pub(super) async fn local(
     target: Target,
     head: &RequestHead,
 ) -> Result<Outcome, Error> {
-    let wt = shard.limits.write_timeout;
     let keep = head.keep_alive && head.body == BodyFraming::None;
     let path = head.path(&conn.buf);
     let ask = match target {
@@ -53,11 +53,13 @@ pub(super) async fn local(
     } else {
         b"application/json"
     };
-    let ok = conn.respond(status, ct, b"", &body, keep, wt).await;
-    Ok(Outcome {
+    let w = Whole {
         status,
-        keep_alive: ok && keep,
-    })
+        content_type: ct,
+        extra: b"",
+        body: &body,
+    };
+    Ok(shard.sink(keep).whole(conn, w).await)
 }
 
 /// `/healthz` and `/readyz`: readiness turns 503 the moment a drain starts (SIGTERM or

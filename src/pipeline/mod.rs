@@ -1,11 +1,12 @@
 //! The request path, top to bottom, in one place (`serve`):
 //! accept → parse head → edge checks → govern (key, rate) → admit → read body → route → govern
 //! (model, tokens) → guardrails (request text: mask or 400) → cache → forward (plan → attempts
-//! → upstream) → respond (relay, or translate back). Each stage calls into its own module; this
-//! file only sequences them and turns their errors into responses in the client's dialect, in
-//! one sink (`handle`). A request is one `http::Request` (the head's bytes stay in the read
-//! buffer until `handle` drops them, so a stage reads a header when it needs it); once routed it
-//! travels down as one `forward::Call`.
+//! → upstream) → answer (`answer::write`: relay, or translate back). Each stage calls into its
+//! own module; this file only sequences them and turns every failure before an answer's first
+//! byte (its own stages' and the answer stage's) into a response in the client's dialect, in
+//! one place (`handle`, through `answer::Sink::error`). A request is one `http::Request` (the
+//! head's bytes stay in the read buffer until `handle` drops them, so a stage reads a header
+//! when it needs it); once routed it travels down as one `forward::Call`.
 //!
 //! Connections: the first head must come within `first_request_timeout_ms`; an address that
 //! keeps sending unknown keys waits before its key is acted on (`peer::slowdown`; nothing when
@@ -14,7 +15,7 @@
 //!
 //! Owns: the per-connection loop and the order of stages. Must not: parse bytes, build
 //! upstream requests, retry, or relay bodies itself (see `http`, `extract`, `route`, `plan`,
-//! `forward`, `respond`).
+//! `forward`, `answer`), or write to the client other than through `answer::Sink`.
 
 pub mod classify;
 mod local;
@@ -26,6 +27,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::answer::outcome::{gone, Outcome};
+use crate::answer::Whole;
 use crate::config::provider::Op;
 use crate::dialect::extract::RoutingFields;
 use crate::dialect::Dialect;
@@ -42,7 +44,7 @@ use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
-use crate::{answer::respond, dialect::extract, dialect::gemini_call, forward};
+use crate::{answer, dialect::extract, dialect::gemini_call, forward};
 use classify::{classify, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).
@@ -64,7 +66,6 @@ fn endpoint_of(t: Option<Target>) -> Endpoint {
     }
 }
 
-/// Count a request answered outside `handle` (a head that did not parse, a probe over the cap).
 /// Count (and log) a request answered outside `handle`, which started at `start`: a head that
 /// did not parse, a probe over the connection cap.
 fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, status: u16) {
@@ -79,6 +80,15 @@ fn count(shard: &Shard, conn: &ClientConn, start: Instant, endpoint: Endpoint, s
         trace_id: None,
     };
     record::request_ended(shard, &routing.routes, &t, &end);
+}
+
+/// A request head that did not parse (or did not come in time): answered with `e` (then the
+/// connection closes), counted.
+async fn bad_head(conn: &mut ClientConn, shard: &Shard, e: &Error) {
+    let start = Instant::now();
+    conn.start_request(shard.request_ids.next());
+    shard.sink(false).error(conn, e, ErrorShape::OpenAi).await;
+    count(shard, conn, start, Endpoint::Other, e.status());
 }
 
 pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
@@ -96,11 +106,7 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
             Ok(Some(h)) => h,
             Ok(None) => break,
             Err(e) => {
-                let start = Instant::now();
-                conn.start_request(shard.request_ids.next());
-                conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
-                    .await;
-                count(&shard, &conn, start, Endpoint::Other, e.status());
+                bad_head(&mut conn, &shard, &e).await;
                 break;
             }
         };
@@ -131,7 +137,6 @@ pub async fn serve_connection(mut conn: ClientConn, shard: Rc<Shard>) {
 /// anything else gets 503 + Retry-After, then close.
 pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
     shard.over_cap.set(shard.over_cap.get() + 1);
-    let wt = shard.limits.write_timeout;
     let wait = shard.limits.header_timeout.min(OVER_CAP_WAIT);
     let limits = crate::http::conn::Limits {
         idle_timeout: wait,
@@ -176,8 +181,13 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
                 (Ok(t @ (Target::Healthz | Target::Readyz)), Ok(Verdict::Plain)) => {
                     let (status, body) = local::health(shard.as_ref(), t);
                     let start = Instant::now();
-                    conn.respond(status, b"application/json", b"", body, false, wt)
-                        .await;
+                    let w = Whole {
+                        status,
+                        content_type: b"application/json",
+                        extra: b"",
+                        body,
+                    };
+                    shard.sink(false).whole(&mut conn, w).await;
                     count(&shard, &conn, start, endpoint_of(Some(t)), status);
                 }
                 _ => refuse_connection(conn, shard.clone()).await,
@@ -191,12 +201,7 @@ pub async fn serve_over_cap(mut conn: ClientConn, shard: Rc<Shard>) {
         }) => {
             refuse_connection(conn, shard.clone()).await;
         }
-        Err(e) => {
-            let start = Instant::now();
-            conn.start_request(shard.request_ids.next());
-            conn.respond_error(&e, ErrorShape::OpenAi, false, wt).await;
-            count(&shard, &conn, start, Endpoint::Other, e.status());
-        }
+        Err(e) => bad_head(&mut conn, &shard, &e).await,
     }
     shard.over_cap.set(shard.over_cap.get().saturating_sub(1));
 }
@@ -211,7 +216,9 @@ pub async fn refuse_connection(mut conn: ClientConn, shard: Rc<Shard>) {
         conn.start_request(shard.request_ids.next());
     }
     let e = Error::new(Kind::Overloaded, "too many open connections; retry later");
-    conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+    shard
+        .sink(false)
+        .error(&mut conn, &e, ErrorShape::OpenAi)
         .await;
 }
 
@@ -286,8 +293,7 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
             if let Some(o) = req.otel.as_deref_mut() {
                 o.error = Some(e.code());
             }
-            let wt = shard.limits.write_timeout;
-            Outcome::error(conn, &e, req.shape, req.keep, wt).await
+            shard.sink(req.keep).error(conn, &e, req.shape).await
         }
         Err(Fail::ClientGone) => gone(&shard.metrics, 499),
     };
@@ -333,7 +339,7 @@ async fn serve(
     let target = classify(head.method, head.path(&conn.buf));
     begin(conn, head, shard, &target, req);
     if let Some(out) = edge(conn, head, shard, req.keep)? {
-        return Ok(preflight(conn, out, shard, req.keep).await);
+        return Ok(shard.sink(req.keep).written(conn, out, 204).await);
     }
     let target = target?;
     req.trace.endpoint = endpoint_of(Some(target));
@@ -508,7 +514,7 @@ async fn serve(
     let mut opened = opened?;
 
     // answer: relay the answer, or translate it back, in the client's dialect
-    let outcome = respond::respond(conn, &env, &mut call, &mut opened).await;
+    let outcome = answer::write(conn, &env, &mut call, &mut opened).await;
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     // the usage a keyed request's answer reported (unkeyed requests are not scanned)
@@ -522,11 +528,12 @@ async fn serve(
     }
     drop(opened);
     if let Some(m) = miss {
-        crate::cache::serve::store(conn, &shard.cache_env(), m, outcome.status);
+        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
+        crate::cache::serve::store(conn, &shard.cache_env(), m, status);
     }
     drop(call);
     drop(permit);
-    Ok(outcome)
+    Ok(outcome?)
 }
 
 /// Trace context and sampling (nothing when `[telemetry]` is off), and the dialect errors
@@ -563,7 +570,7 @@ fn begin(
 }
 
 /// Browser-facing checks (Origin allow-list, loopback Host), on the head: a CORS preflight's
-/// answer is returned (`Some`, written by `preflight`), an allowed cross-origin request gets
+/// answer is returned (`Some`, written by the sink), an allowed cross-origin request gets
 /// its CORS lines, a refused one fails.
 fn edge(
     conn: &mut ClientConn,
@@ -585,20 +592,6 @@ fn edge(
     let req_headers = head.header(&conn.buf, &head.ac_request_headers);
     edge::preflight_response(&mut out, origin, req_headers, keep);
     Ok(Some(out))
-}
-
-/// Write a CORS preflight's answer `out`.
-async fn preflight(conn: &mut ClientConn, out: Vec<u8>, shard: &Shard, keep: bool) -> Outcome {
-    match conn.write_raw(out, shard.limits.write_timeout).await {
-        Some(back) => {
-            conn.out = back;
-            Outcome {
-                status: 204,
-                keep_alive: keep,
-            }
-        }
-        None => gone(&shard.metrics, 204),
-    }
 }
 
 /// An address that keeps sending unknown keys waits before its key is acted on

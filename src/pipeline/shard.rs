@@ -109,6 +109,16 @@ impl Shard {
         }
     }
 
+    /// Where this shard's own answers go (`answer::Sink`): early errors, local endpoints,
+    /// preflights; `keep_alive`: whether the connection may stay after the answer.
+    pub fn sink(&self, keep_alive: bool) -> crate::answer::Sink<'_> {
+        crate::answer::Sink {
+            metrics: &self.metrics,
+            keep_alive,
+            wt: self.limits.write_timeout,
+        }
+    }
+
     /// The routing a request starting now uses (see the module doc); keep it to the request's
     /// end.
     #[inline]

@@ -13,7 +13,9 @@
 
 use super::*;
 use crate::answer::vet::{self, ErrorBody};
+use crate::answer::Whole;
 use crate::error::Side;
+use crate::forward::plan::Mode;
 use crate::forward::report::report_error_body;
 
 /// Largest upstream error body read; a larger one is replaced like an unusable one.
@@ -26,14 +28,13 @@ pub(crate) async fn error_answer(
     env: &Env<'_>,
     call: &Call<'_>,
     opened: &mut Opened<'_>,
-) -> Outcome {
-    let (dialect, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
+) -> Result<Outcome, Error> {
+    let (dialect, permit, sink) = (call.dialect, call.permit, Sink::of(env, call.keep_alive));
     let up = match opened.mode {
         Mode::Translate { up, .. } => up,
         Mode::Passthrough { .. } => dialect,
     };
     let (provider, ex) = (opened.provider, &mut opened.ex);
-    let wt = env.limits.write_timeout;
     let status = crate::dialect::error::client_status(up, dialect, ex.head.status);
     let same = up == dialect;
     let same_shape = same
@@ -63,10 +64,14 @@ pub(crate) async fn error_answer(
         Ok(()) => match vet::error_body(dialect, &raw) {
             // In the client's own shape (same dialect, or OpenAI Chat ⇄ Responses).
             ErrorBody::Relay if same_shape && status == ex.head.status => {
-                let ct = &ex.head.content_type;
                 let extra = rebuilt_headers(&raw, &ex.head.forward);
-                let ok = conn.respond(status, ct, &extra, &raw, keep_alive, wt).await;
-                return answered(status, ok && keep_alive);
+                let w = Whole {
+                    status,
+                    content_type: &ex.head.content_type,
+                    extra: &extra,
+                    body: &raw,
+                };
+                return Ok(sink.whole(conn, w).await);
             }
             ErrorBody::Relay | ErrorBody::Message(_) => {
                 let m = match vet::error_body(dialect, &raw) {
@@ -75,10 +80,7 @@ pub(crate) async fn error_answer(
                 };
                 let body = crate::dialect::error_body(dialect, status, &m);
                 let extra = rebuilt_headers(&raw, &ex.head.forward);
-                let ok = conn
-                    .respond(status, JSON, &extra, &body, keep_alive, wt)
-                    .await;
-                return answered(status, ok && keep_alive);
+                return Ok(sink.whole(conn, json(status, &extra, &body)).await);
             }
             ErrorBody::Generic => {
                 let why = "an error body not in the client's dialect";
@@ -92,10 +94,7 @@ pub(crate) async fn error_answer(
             e.request_id.as_deref().unwrap_or_default().to_string()
         }
         // The drain's end, or no memory for the body.
-        Err(e) => {
-            let shape = crate::answer::outcome::shape(dialect);
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
+        Err(e) => return Err(e),
     };
     let mut extra = crate::upstream::headers::retry_after(&ex.head.forward);
     if extra.is_empty() && up == Dialect::Gemini {
@@ -109,16 +108,17 @@ pub(crate) async fn error_answer(
          (request id {generic_id})"
     );
     let body = crate::dialect::error_body(dialect, status, &msg);
-    let ok = conn
-        .respond(status, JSON, &extra, &body, keep_alive, wt)
-        .await;
-    answered(status, ok && keep_alive)
+    Ok(sink.whole(conn, json(status, &extra, &body)).await)
 }
 
-const JSON: &[u8] = b"application/json";
-
-fn answered(status: u16, keep_alive: bool) -> Outcome {
-    Outcome { status, keep_alive }
+/// A rebuilt error answer: JSON `body` with header lines `extra`.
+fn json<'b>(status: u16, extra: &'b [u8], body: &'b [u8]) -> Whole<'b> {
+    Whole {
+        status,
+        content_type: b"application/json",
+        extra,
+        body,
+    }
 }
 
 /// Read the error body whole into `raw`: at most `MAX_ERROR_BODY`, its buffer charged to the

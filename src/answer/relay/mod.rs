@@ -25,68 +25,43 @@
 //! to the client finished, so at most one read buffer per stream is held (error bodies, read
 //! whole up to 1 MiB, are charged to the permit).
 
+mod body;
 mod errors;
 pub(crate) use errors::error_answer;
 mod json;
 mod usage_chunk;
 
 use crate::admit::Permit;
-use crate::answer::outcome::{gone, Outcome};
+use crate::answer::outcome::Outcome;
 use crate::answer::stream::{self, StreamBuf, MAX_PENDING_EVENT};
+use crate::answer::Sink;
 use crate::dialect::Dialect;
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
-use crate::forward::plan::Mode;
 use crate::forward::report::report;
 use crate::forward::Env;
 use crate::governance::Grant;
 use crate::http::conn::ClientConn;
-use crate::http::response::{write_chunk, Framing, LAST_CHUNK};
+use crate::http::response::Framing;
 use crate::upstream::{Exchange, RespFraming};
 
-/// Same dialect in and out: relay the answer of `opened` (in `call`'s dialect) to the client
-/// as it arrives (SSE in whole events), through one pool chunk of read buffer charged to the
-/// request's permit. A keyed request's grant, when there is one, sees every body byte (its
-/// usage scan) and is finished just before the answer's last bytes go out.
+/// Same dialect in and out: relay the success answer of `up` to the client as it arrives (SSE
+/// in whole events), through one pool chunk of read buffer charged to the request's permit. A
+/// keyed request's grant, when there is one, sees every body byte (its usage scan) and is
+/// finished just before the answer's last bytes go out. `Err`: nothing went out yet.
 pub async fn passthrough(
     conn: &mut ClientConn,
     env: &Env<'_>,
-    call: &mut Call<'_>,
-    opened: &mut Opened<'_>,
-) -> Outcome {
-    if opened.ex.head.status >= 400 {
-        return errors::error_answer(conn, env, call, opened).await;
-    }
-    let strip_usage = matches!(opened.mode, Mode::Passthrough { strip_usage: true });
-    let (provider, ex) = (opened.provider, &mut opened.ex);
-    let (dialect, keep_alive, permit) = (call.dialect, call.keep_alive, call.permit);
-    let grant = call.grant.as_mut();
-    let mut piece = match StreamBuf::new(env, permit) {
-        Ok(b) => b,
-        Err(e) => {
-            let (shape, wt) = (
-                crate::answer::outcome::shape(dialect),
-                env.limits.write_timeout,
-            );
-            return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-        }
-    };
-    let up = Upstream {
-        ex,
-        provider,
-        dialect,
-        grant,
-        strip_usage,
-        keep_alive,
-        permit,
-    };
+    up: Upstream<'_, '_, '_>,
+) -> Result<Outcome, Error> {
+    let mut piece = StreamBuf::new(env, up.permit)?;
     if vets_json(&up.ex.head) {
         return json::relay_json(conn, env, up, &mut piece).await;
     }
     if up.ex.head.is_event_stream() {
-        return sse(conn, env, up, &mut piece).await;
+        return Ok(sse(conn, env, up, &mut piece).await);
     }
-    bytes(conn, env, up, &mut piece).await
+    body::bytes(conn, env, up, &mut piece).await
 }
 
 /// A non-stream success answer with a JSON body: validated before it is relayed.
@@ -99,8 +74,8 @@ fn vets_json(head: &crate::upstream::ResponseHead) -> bool {
 
 /// The upstream side of a relay: the exchange, who answers, in which dialect, whose grant
 /// reads the usage it reports; and the request's side: whether its connection stays, its
-/// permit.
-struct Upstream<'a, 'c, 'g> {
+/// permit. Each relay path reads the fields it needs.
+pub struct Upstream<'a, 'c, 'g> {
     ex: &'a mut Exchange<'c>,
     provider: &'a str,
     dialect: Dialect,
@@ -111,6 +86,31 @@ struct Upstream<'a, 'c, 'g> {
     permit: &'a Permit,
 }
 
+impl<'a, 'c, 'g> Upstream<'a, 'c, 'g> {
+    /// The relay of `opened`, answering `call`.
+    pub fn of(call: &'a mut Call<'g>, opened: &'a mut Opened<'c>, strip_usage: bool) -> Self {
+        Upstream {
+            ex: &mut opened.ex,
+            provider: opened.provider,
+            dialect: call.dialect,
+            grant: call.grant.as_mut(),
+            strip_usage,
+            keep_alive: call.keep_alive,
+            permit: call.permit,
+        }
+    }
+
+    /// The sink of this answer's writes.
+    fn sink<'e>(&self, env: &Env<'e>) -> Sink<'e> {
+        Sink::of(env, self.keep_alive)
+    }
+
+    /// An upstream failure of this answer, reported (`forward::report`) for request `rid`.
+    fn failed(&self, env: &Env<'_>, rid: &crate::http::request_id::RequestId, e: &Error) -> Error {
+        report(env, rid, self.provider, e)
+    }
+}
+
 /// An SSE answer through the one stream loop (`stream::run`), vetted event by event
 /// (`Vetted`).
 async fn sse(
@@ -119,22 +119,21 @@ async fn sse(
     up: Upstream<'_, '_, '_>,
     rb: &mut StreamBuf,
 ) -> Outcome {
-    let Upstream {
-        ex,
-        provider,
-        dialect,
-        grant,
-        strip_usage,
-        keep_alive,
-        permit,
-    } = up;
-    let close_delimited = ex.head.framing == RespFraming::Close;
+    let status = up.ex.head.status;
+    let (ct, fwd) = (&up.ex.head.content_type, &up.ex.head.forward);
+    let client = stream::Client {
+        head: conn.head(status, ct, Framing::Chunked, up.keep_alive, fwd),
+        status,
+        dialect: up.dialect,
+        keep_alive: up.keep_alive,
+        permit: up.permit,
+    };
     let mut vetted = Vetted {
-        dialect,
-        grant,
-        strip_usage,
-        close_delimited,
-        permit,
+        close_delimited: up.ex.head.framing == RespFraming::Close,
+        dialect: up.dialect,
+        grant: up.grant,
+        strip_usage: up.strip_usage,
+        permit: up.permit,
         pending: Vec::new(),
         charged: 0,
         cut: 0,
@@ -143,16 +142,7 @@ async fn sse(
         stripped: false,
         terminal: false,
     };
-    let status = ex.head.status;
-    let (ct, fwd) = (&ex.head.content_type, &ex.head.forward);
-    let client = stream::Client {
-        head: conn.head(status, ct, Framing::Chunked, keep_alive, fwd),
-        status,
-        dialect,
-        keep_alive,
-        permit,
-    };
-    stream::run(conn, env, (ex, provider), client, &mut vetted, rb).await
+    stream::run(conn, env, (up.ex, up.provider), client, &mut vetted, rb).await
 }
 
 /// Passthrough vetting, the per-event strategy of a same-dialect SSE answer: whole events
@@ -261,87 +251,6 @@ impl stream::Events for Vetted<'_, '_> {
     }
 }
 
-/// Forward a non-SSE body of `up.ex` to the client as it arrives (its head with the first
-/// bytes, so they usually leave in one write). A body that breaks is cut by closing (a chunked
-/// end or the full length would claim completeness); before any byte went out it is a clean
-/// error answer.
-async fn bytes(
-    conn: &mut ClientConn,
-    env: &Env<'_>,
-    up: Upstream<'_, '_, '_>,
-    rb: &mut StreamBuf,
-) -> Outcome {
-    let Upstream {
-        ex,
-        provider,
-        dialect,
-        mut grant,
-        keep_alive,
-        ..
-    } = up;
-    let wt = env.limits.write_timeout;
-    let status = ex.head.status;
-    let framing = match ex.head.framing {
-        RespFraming::Length(n) => Framing::Length(n as usize),
-        _ => Framing::Chunked,
-    };
-    let mut out = conn.head(
-        status,
-        &ex.head.content_type,
-        framing,
-        keep_alive,
-        &ex.head.forward,
-    );
-    let mut head_sent = false;
-    let mut drain_over = std::pin::pin!(env.drain_expired.wait());
-    loop {
-        let more = match stream::read(ex, rb, &mut drain_over).await {
-            Ok(m) => m,
-            Err(e) => {
-                let e = report(env, &conn.request_id, provider, &e);
-                if !head_sent {
-                    // Nothing reached the client yet: a clean error response.
-                    conn.out = out;
-                    let shape = crate::answer::outcome::shape(dialect);
-                    return Outcome::error(conn, &e, shape, keep_alive, wt).await;
-                }
-                return Outcome {
-                    status: 502,
-                    keep_alive: false,
-                };
-            }
-        };
-        let piece = &rb.buf[..];
-        if let Some(g) = grant.as_deref_mut() {
-            g.usage().feed(piece);
-            if !more {
-                g.finish();
-            }
-        }
-        match framing {
-            Framing::Length(_) => out.extend_from_slice(piece),
-            Framing::Chunked => {
-                write_chunk(&mut out, piece);
-                if !more {
-                    out.extend_from_slice(LAST_CHUNK);
-                }
-            }
-        }
-        if !out.is_empty() {
-            match conn.write_raw(std::mem::take(&mut out), wt).await {
-                Some(back) => out = back,
-                None => return gone(env.metrics, status),
-            }
-            head_sent = true;
-            stream::idle(&mut out);
-        }
-        if !more {
-            conn.out = out;
-            return Outcome { status, keep_alive };
-        }
-    }
-}
-
 /// At the framed end of a body, a last event whose lines are complete but lacks its blank line
 /// is completed (several upstreams omit it). A last line cut mid-way is left as it is.
 fn complete_last_line(pending: &mut Vec<u8>) {
@@ -419,30 +328,28 @@ mod tests {
 
     #[test]
     fn terminal_events_per_dialect() {
-        let t = |d, evs: &[u8]| is_terminal_event(d, last_event(evs));
-        assert!(t(Dialect::Chat, b"data: {}\n\ndata: [DONE]\n\n"));
-        assert!(!t(Dialect::Chat, b"data: [DONE]\n\ndata: {}\n\n"));
-        assert!(!t(Dialect::Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n"));
-        assert!(t(
-            Dialect::Messages,
-            b"event: ping\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
-        ));
-        assert!(t(
-            Dialect::Messages,
-            b"data: {\"type\":\"message_stop\"}\n\n"
-        ));
-        assert!(!t(
-            Dialect::Messages,
-            b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n"
-        ));
-        assert!(t(
-            Dialect::Responses,
-            b"event: response.completed\ndata: {}\n\n"
-        ));
-        assert!(!t(
-            Dialect::Responses,
-            b"event: response.created\ndata: {}\n\n"
-        ));
+        let cases: [(Dialect, &[u8], bool); 8] = [
+            (Dialect::Chat, b"data: {}\n\ndata: [DONE]\n\n", true),
+            (Dialect::Chat, b"data: [DONE]\n\ndata: {}\n\n", false),
+            (Dialect::Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n", false),
+            (
+                Dialect::Messages,
+                b"event: ping\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                true,
+            ),
+            (Dialect::Messages, b"data: {\"type\":\"message_stop\"}\n\n", true),
+            (
+                Dialect::Messages,
+                b"event: content_block_delta\ndata: {\"t\":\"\\\"type\\\":\\\"message_stop\\\"\"}\n\n",
+                false,
+            ),
+            (Dialect::Responses, b"event: response.completed\ndata: {}\n\n", true),
+            (Dialect::Responses, b"event: response.created\ndata: {}\n\n", false),
+        ];
+        for (d, evs, terminal) in cases {
+            let got = is_terminal_event(d, last_event(evs));
+            assert_eq!(got, terminal, "{d:?} {}", String::from_utf8_lossy(evs));
+        }
         assert_eq!(last_event(b"data: a\n\ndata: b\n\n"), b"data: b\n\n");
         assert_eq!(last_event(b"data: b\n\n"), b"data: b\n\n");
         assert_eq!(
