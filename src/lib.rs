@@ -14,7 +14,9 @@
 //!   live routing a reload swaps, upstream failure reports
 //! - `upstream`: pooled upstream connections, TLS, response framing (`upstream::pipe`: the one
 //!   `unsafe` module)
-//! - `answer`: every byte back to the client (relay, translate back, vetting, outcomes, reports)
+//! - `answer`: every byte back to the client, through one `answer::Sink`: whole answers, early
+//!   errors, cache hits, local endpoints; the relay (vetted), the bridge (translated back) and the
+//!   one stream loop
 //! - `dialect`: the four wire dialects and the hub translation between them
 //! - `cache`, `responses_state`, `engine`, `mock`, `guardrail`, `telemetry`: the features (answer
 //!   cache, stored Responses, local engines, the upstream simulator, PII/secret guardrails,
