@@ -166,7 +166,7 @@ fn model_allow_list_and_tokens_after_the_body() {
         status: 200,
         framing: crate::upstream::RespFraming::Length(0),
         keep_alive: true,
-        content_type: Vec::new(),
+        content_type: Vec::new().into(),
         forward: b"x-ratelimit-remaining-tokens: 7\r\n".to_vec(),
     };
     grant.on_answer(&mut head, None, crate::dialect::Dialect::Chat);
@@ -329,7 +329,7 @@ fn a_budget_is_reserved_while_requests_are_in_flight() {
             status: 200,
             framing: crate::upstream::RespFraming::Length(0),
             keep_alive: true,
-            content_type: Vec::new(),
+            content_type: Vec::new().into(),
             forward: Vec::new(),
         };
         grant.on_answer(&mut head, None, crate::dialect::Dialect::Chat);

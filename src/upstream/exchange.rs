@@ -5,6 +5,7 @@
 //! on a fresh one), and returning the connection to the pool only when the body ended cleanly.
 //! Must not: touch the client connection or interpret response bodies.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
@@ -79,7 +80,9 @@ pub struct ResponseHead {
     pub status: u16,
     pub framing: RespFraming,
     pub keep_alive: bool,
-    pub content_type: Vec<u8>,
+    /// The answer's Content-Type, byte for byte; the common values borrowed, not copied
+    /// (`content_type`).
+    pub content_type: Cow<'static, [u8]>,
     /// Raw header lines worth passing to the client (the upstream's request id as
     /// `x-upstream-request-id`, rate-limit info, retry-after).
     pub forward: Vec<u8>,
@@ -597,6 +600,25 @@ impl Exchange<'_> {
     }
 }
 
+/// Content-Type values an upstream sends nearly always, kept without a copy (compared exactly:
+/// what the client gets is what the upstream sent).
+const COMMON_TYPES: [&[u8]; 6] = [
+    b"application/json",
+    b"application/json; charset=utf-8",
+    b"text/event-stream",
+    b"text/event-stream; charset=utf-8",
+    b"text/event-stream;charset=utf-8",
+    b"application/json;charset=utf-8",
+];
+
+/// An upstream Content-Type value: borrowed when it is one of `COMMON_TYPES`, copied if not.
+fn content_type(v: &[u8]) -> Cow<'static, [u8]> {
+    match COMMON_TYPES.iter().find(|t| **t == v) {
+        Some(t) => Cow::Borrowed(t),
+        None => Cow::Owned(v.to_vec()),
+    }
+}
+
 /// Most interim (1xx) responses skipped before the final head; more is an upstream error.
 const MAX_INTERIM: usize = 16;
 
@@ -644,7 +666,7 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
     }
     let mut framing = RespFraming::Close;
     let mut keep_alive = resp.version == Some(1);
-    let mut content_type = Vec::new();
+    let mut content_type: Cow<'static, [u8]> = Cow::Borrowed(b"");
     let mut forward = Vec::new();
     let mut cl_seen = false;
     for h in resp.headers.iter() {
@@ -681,7 +703,7 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
                 }
             }
         } else if name.eq_ignore_ascii_case(b"content-type") {
-            content_type = h.value.to_vec();
+            content_type = self::content_type(h.value);
         } else if super::headers::response_header(name) {
             // The upstream's own request id goes to the client under another name: the
             // client's `x-request-id` is the gateway's (see `http::request_id`).
@@ -707,7 +729,7 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
         keep_alive = false;
     }
     if content_type.is_empty() {
-        content_type = b"application/json".to_vec();
+        content_type = Cow::Borrowed(b"application/json");
     }
     Ok(Parsed::Final(
         ResponseHead {
@@ -724,6 +746,23 @@ fn parse_one(buf: &[u8]) -> Result<Parsed, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_content_types_are_borrowed_others_copied_byte_for_byte() {
+        let head = |ct: &str| {
+            let raw = format!("HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: 0\r\n\r\n");
+            parse_response_head(raw.as_bytes()).unwrap().unwrap().0
+        };
+        for ct in COMMON_TYPES {
+            let h = head(std::str::from_utf8(ct).unwrap());
+            assert!(matches!(h.content_type, Cow::Borrowed(_)));
+            assert_eq!(&*h.content_type, ct);
+        }
+        let h = head("Application/JSON; charset=UTF-8");
+        assert!(matches!(h.content_type, Cow::Owned(_)));
+        assert_eq!(&*h.content_type, b"Application/JSON; charset=UTF-8");
+        assert!(head("TEXT/Event-Stream").is_event_stream());
+    }
 
     #[test]
     fn response_head_table() {

@@ -137,9 +137,12 @@ fn member_key(b: &[u8], i: usize) -> Result<usize, Invalid> {
 
 /// The rest of a string whose opening quote is just before `i`; returns the offset after its
 /// closing quote. Plain ASCII bytes are skipped eight at a time (`special`, plus the high bit:
-/// a non-ASCII byte stops the skip and its character is checked, `utf8_char`).
+/// a non-ASCII byte stops the skip and its character is checked, `utf8_char`); once a run of
+/// plain bytes is `LONG_RUN` long (a prompt, not a key or a token), `BLOCK` bytes a step
+/// (`plain`), the same one pass — short strings pay one comparison per word for it.
 fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
     loop {
+        let start = i;
         while let Some(chunk) = b.get(i..i + 8) {
             let mut word = [0u8; 8];
             word.copy_from_slice(chunk);
@@ -149,6 +152,14 @@ fn string(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
                 break;
             }
             i += 8;
+            if i - start >= LONG_RUN {
+                while let Some(block) = b.get(i..i + BLOCK).and_then(|s| s.try_into().ok()) {
+                    if !plain(block) {
+                        break;
+                    }
+                    i += BLOCK;
+                }
+            }
         }
         match b.get(i) {
             None => return Err(Invalid::Eof),
@@ -201,6 +212,26 @@ fn utf8_char(b: &[u8], i: usize, lead: u8) -> Result<usize, Invalid> {
         Err(e) if e.error_len().is_none() => Err(Invalid::Eof),
         Err(_) => Err(Invalid::At(i)),
     }
+}
+
+/// Plain bytes a string has run before `string` switches to `BLOCK`-byte steps.
+const LONG_RUN: usize = 24;
+
+/// Bytes `plain` checks at once.
+const BLOCK: usize = 32;
+
+/// Whether `block` holds no quote, backslash, control or non-ASCII byte. Written without an
+/// early exit so the compiler checks the block in vector registers (SSE2: about one
+/// instruction a byte, against two to three for the word step); which byte stopped it is found
+/// by the word step after.
+#[inline]
+fn plain(block: &[u8; BLOCK]) -> bool {
+    let mut hit = 0u8;
+    for &c in block {
+        hit |=
+            u8::from(c == b'"') | u8::from(c == b'\\') | u8::from(c < 0x20) | u8::from(c >= 0x80);
+    }
+    hit == 0
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -397,8 +428,9 @@ mod tests {
         );
     }
 
-    /// Long strings (past the eight-byte skip): one odd byte or escape at every
-    /// offset of a 40-byte string agrees with serde_json, and a bad byte is found where it is.
+    /// Long strings (past the eight-byte skip, into and past the `BLOCK` steps): one odd byte
+    /// or escape at every offset of a 100-byte string agrees with serde_json, and a bad byte
+    /// is found where it is.
     #[test]
     fn long_strings_agree_with_serde_json() {
         let odd: &[&[u8]] = &[
@@ -417,12 +449,13 @@ mod tests {
             b"\"",
             b"\\",
         ];
+        const LEN: usize = 100;
         for piece in odd {
-            for at in 0..=40 {
+            for at in 0..=LEN {
                 let mut doc = b"[\"".to_vec();
                 doc.extend(std::iter::repeat_n(b'a', at));
                 doc.extend_from_slice(piece);
-                doc.extend(std::iter::repeat_n(b'b', 40 - at));
+                doc.extend(std::iter::repeat_n(b'b', LEN - at));
                 doc.extend_from_slice(b"\"]");
                 let ok = check(&doc).is_ok();
                 assert_eq!(ok, serde_ok(&doc), "{:?}", String::from_utf8_lossy(&doc));
