@@ -214,7 +214,8 @@ fn translation(c: &mut Criterion) {
         b.iter(|| {
             let f = ringgate::dialect::extract::routing_fields(black_box(&chat)).ok();
             f.map(|f| {
-                ringgate::dialect::extract::splice_model(&chat, &f.model_span, "gpt-4o-mini-2024")
+                let rename = Some("gpt-4o-mini-2024");
+                ringgate::dialect::extract::splice(&chat, &f, rename, false)
             })
         })
     });

@@ -4,7 +4,7 @@
 //! Must not: perform IO or hold state; it only reads its inputs and builds
 //! the values it returns.
 
-use super::error::TranslateError;
+use super::TranslateError;
 use serde_json::{Map, Value};
 
 pub(crate) type Obj = Map<String, Value>;

@@ -25,8 +25,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::util::{self, arr, s, Obj};
-use super::TranslateError;
+use crate::dialect::util::{self, arr, s, Obj};
+use crate::dialect::TranslateError;
+
+pub mod stream;
 
 /// Hub Chat request → Converse request body (the model id goes in the URL, not the body).
 pub fn chat_to_request(chat: &Value) -> Result<Vec<u8>, TranslateError> {

@@ -12,11 +12,11 @@
 //! it appends to `out` and the per-stream state (the output items, kept to
 //! build the final `response` object).
 
-use super::error::responses_error_code;
-use super::responses;
-use super::stream_out::{put, Hub};
-use super::util::Obj;
-use super::Usage;
+use crate::dialect::hub::Hub;
+use crate::dialect::responses;
+use crate::dialect::sse::encode_json;
+use crate::dialect::util::Obj;
+use crate::dialect::Usage;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -122,7 +122,7 @@ impl ResponsesOut {
                 ordered.entry(k).or_insert(val);
             }
         }
-        put(out, Some(kind), &Value::Object(ordered));
+        encode_json(Some(kind), &Value::Object(ordered), out);
     }
 
     fn response(&self, status: &str, output: Vec<Value>) -> Value {
@@ -348,7 +348,7 @@ impl ResponsesOut {
                 if let Some(o) = r.as_object_mut() {
                     o.insert(
                         "error".into(),
-                        json!({"code": responses_error_code(st), "message": m}),
+                        json!({"code": responses::error_code(st), "message": m}),
                     );
                 }
                 self.emit(out, "response.failed", json!({"response": r}));
