@@ -2,9 +2,18 @@
 //! Completions as the hub: every dialect converts to and from Chat, so N
 //! converters each way suffice instead of N².
 //!
-//! Owns: the [`Dialect`] enum, the top-level dispatch functions, and the
-//! shared [`Usage`] record. Must not: perform IO, read clocks or randomness,
-//! log, or allocate beyond the values it returns.
+//! Layout: one folder per dialect — `chat/`, `responses/`, `messages/` (Anthropic), `gemini/`,
+//! `converse/` (Bedrock, upstream only) — each holding that dialect's [`Wire`] facts (error
+//! shape and type names, terminal events, usage keys, header family) and its request /
+//! response translators (and, for Responses and Converse, stream halves); beside them the
+//! hub's shared parts: the one SSE codec (`sse`), the stream translator (`stream`: upstream
+//! decoders; `stream_out`: client encoders, over `hub` events), error bodies and events
+//! (`error`), passthrough routing fields and the body splice (`extract`), and the features
+//! every dialect maps (`thinking`, `structured`, `cache` markers, `extensions`, `references`).
+//!
+//! Owns: the [`Dialect`] enum, its [`Wire`] table type, [`TranslateError`], the top-level
+//! dispatch functions, and the shared [`Usage`] record. Must not: perform IO, read clocks or
+//! randomness, log, or allocate beyond the values it returns.
 //!
 //! Conventions of the hub request (a `serde_json::Value` holding a Chat
 //! Completions request):
@@ -55,7 +64,7 @@ use std::fmt;
 
 use crate::error::ErrorShape;
 use hub::Hub;
-use stream::Decoder;
+use stream::{Decoded, Decoder};
 
 /// An API dialect spoken by a client or an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,7 +206,7 @@ pub struct Wire {
     /// Hub Chat completion → a client body of this dialect, for the client's model.
     pub chat_to_response: fn(&Value, &str) -> Result<Value, TranslateError>,
     /// One upstream stream event of this dialect → hub events.
-    pub(crate) decode: fn(&mut Decoder, &SseEvent, &mut Vec<Hub>) -> Result<(), TranslateError>,
+    pub(crate) decode: fn(&mut Decoder, &SseEvent, &mut Vec<Hub>) -> Decoded,
 }
 
 impl Wire {

@@ -44,6 +44,9 @@ use super::{
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
+/// What decoding one upstream event gives: its hub events went to the caller's list.
+pub(crate) type Decoded = Result<(), TranslateError>;
+
 /// Upstream decoder state (one per stream).
 #[derive(Default)]
 pub(crate) struct Decoder {
@@ -102,7 +105,7 @@ impl Decoder {
         }
     }
 
-    pub(crate) fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+    pub(crate) fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let data = ev.data.trim();
         if data == "[DONE]" {
             hub.push(Hub::Done);
@@ -176,11 +179,7 @@ impl Decoder {
         Ok(())
     }
 
-    pub(crate) fn messages(
-        &mut self,
-        ev: &SseEvent,
-        hub: &mut Vec<Hub>,
-    ) -> Result<(), TranslateError> {
+    pub(crate) fn messages(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
         match kind {
@@ -287,11 +286,7 @@ impl Decoder {
         Ok(())
     }
 
-    pub(crate) fn responses(
-        &mut self,
-        ev: &SseEvent,
-        hub: &mut Vec<Hub>,
-    ) -> Result<(), TranslateError> {
+    pub(crate) fn responses(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
         let item_key = |v: &Value| {
@@ -380,11 +375,7 @@ impl Decoder {
         Ok(())
     }
 
-    pub(crate) fn gemini(
-        &mut self,
-        ev: &SseEvent,
-        hub: &mut Vec<Hub>,
-    ) -> Result<(), TranslateError> {
+    pub(crate) fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         if v.get("error").is_some_and(|e| !e.is_null()) {
             hub.push(upstream_error(&ev.data));

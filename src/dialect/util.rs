@@ -149,6 +149,25 @@ pub(crate) fn read_chat_usage(v: &Value) -> super::Usage {
     }
 }
 
+/// A hub Chat completion of one choice: what every non-stream `response_to_chat` returns.
+pub(crate) fn completion(
+    id: &str,
+    created: u64,
+    model: &str,
+    message: Value,
+    finish: &str,
+    usage: &super::Usage,
+) -> Value {
+    serde_json::json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": chat_usage(usage),
+    })
+}
+
 /// The first choice of a hub completion (or chunk).
 pub(crate) fn first_choice(chat: &Value) -> Option<&Value> {
     arr(chat, "choices").first()

@@ -606,14 +606,16 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         message.insert("tool_calls".into(), Value::Array(tc));
     }
     let usage = usage_to_hub(resp.get("usageMetadata").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "responseId").unwrap_or("gemini"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": s(&resp, "modelVersion").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let id = s(&resp, "responseId").unwrap_or("gemini");
+    let model = s(&resp, "modelVersion").unwrap_or_default();
+    Ok(util::completion(
+        id,
+        0,
+        model,
+        message.into(),
+        finish,
+        &usage,
+    ))
 }
 
 /// Hub Chat completion → Gemini response body.

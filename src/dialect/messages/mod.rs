@@ -694,14 +694,15 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         finish = "stop"; // the structured-output tool was the answer
     }
     let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "id").unwrap_or("msg"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": s(&resp, "model").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let (id, model) = (s(&resp, "id").unwrap_or("msg"), s(&resp, "model"));
+    Ok(util::completion(
+        id,
+        0,
+        model.unwrap_or_default(),
+        message,
+        finish,
+        &usage,
+    ))
 }
 
 /// Hub Chat completion → Messages response body.

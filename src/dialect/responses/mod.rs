@@ -573,14 +573,17 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     }
     thinking::set_on_message(&mut message, reasoning, Vec::new());
     let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "id").unwrap_or("resp"),
-        "object": "chat.completion",
-        "created": util::u(&resp, "created_at").unwrap_or(0),
-        "model": s(&resp, "model").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let (id, model) = (s(&resp, "id").unwrap_or("resp"), s(&resp, "model"));
+    let created = util::u(&resp, "created_at").unwrap_or(0);
+    let model = model.unwrap_or_default();
+    Ok(util::completion(
+        id,
+        created,
+        model,
+        message.into(),
+        finish,
+        &usage,
+    ))
 }
 
 /// Response id derived from a hub id (`resp_` prefix).
