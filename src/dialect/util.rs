@@ -149,6 +149,37 @@ pub(crate) fn read_chat_usage(v: &Value) -> super::Usage {
     }
 }
 
+/// A hub assistant message holding `text` (`content: null` when it is empty and the turn
+/// makes tool calls, as Chat sends it).
+pub(crate) fn assistant(text: String, has_calls: bool) -> Obj {
+    let mut m = Obj::new();
+    m.insert("role".into(), "assistant".into());
+    let content = if text.is_empty() && has_calls {
+        Value::Null
+    } else {
+        Value::from(text)
+    };
+    m.insert("content".into(), content);
+    m
+}
+
+/// Append `items` as a turn of `role` (the items under `key`), merging with the previous turn
+/// when it has the same role (Messages and Gemini expect alternating turns).
+pub(crate) fn push_turn(turns: &mut Vec<Value>, role: &str, key: &str, mut items: Vec<Value>) {
+    if items.is_empty() {
+        return;
+    }
+    if let Some(last) = turns.last_mut() {
+        if s(last, "role") == Some(role) {
+            if let Some(p) = last.get_mut(key).and_then(Value::as_array_mut) {
+                p.append(&mut items);
+                return;
+            }
+        }
+    }
+    turns.push(serde_json::json!({"role": role, key: items}));
+}
+
 /// A hub Chat completion of one choice: what every non-stream `response_to_chat` returns.
 pub(crate) fn completion(
     id: &str,

@@ -23,7 +23,7 @@
 //! Owns: the Converse request and response shapes. Must not: do IO, read clocks (the caller
 //! passes the answer's id and creation time), or log.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::dialect::util::{self, arr, s, Obj};
 use crate::dialect::TranslateError;
@@ -278,16 +278,7 @@ pub fn response_to_chat(body: &[u8], id: &str, created: u64) -> Result<Value, Tr
             }
         }
     }
-    let mut message = Map::new();
-    message.insert("role".into(), "assistant".into());
-    message.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            Value::String(text)
-        },
-    );
+    let mut message = util::assistant(text, !calls.is_empty());
     if !reasoning.is_empty() {
         message.insert("reasoning_content".into(), reasoning.into());
     }

@@ -203,14 +203,7 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
             }
         }
         if model {
-            let mut m = Obj::new();
-            m.insert("role".into(), "assistant".into());
-            let content = if text.is_empty() && !calls.is_empty() {
-                Value::Null
-            } else {
-                Value::from(text)
-            };
-            m.insert("content".into(), content);
+            let mut m = util::assistant(text, !calls.is_empty());
             if !calls.is_empty() {
                 m.insert("tool_calls".into(), Value::Array(calls));
             }
@@ -350,19 +343,8 @@ fn part_from_chat(p: &Value) -> Option<Value> {
 }
 
 /// Append parts as a turn of `role`, merging with a previous same-role turn.
-fn push_turn(contents: &mut Vec<Value>, role: &str, mut parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    if let Some(last) = contents.last_mut() {
-        if s(last, "role") == Some(role) {
-            if let Some(p) = last.get_mut("parts").and_then(Value::as_array_mut) {
-                p.append(&mut parts);
-                return;
-            }
-        }
-    }
-    contents.push(json!({"role": role, "parts": parts}));
+fn push_turn(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
+    util::push_turn(contents, role, "parts", parts);
 }
 
 /// Hub Chat request → Gemini request body (model and stream go in the URL).
@@ -579,14 +561,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     } else {
         finish_to_chat(s(cand, "finishReason").unwrap_or("STOP"))
     };
-    let mut message = Obj::new();
-    message.insert("role".into(), "assistant".into());
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::from(text)
-    };
-    message.insert("content".into(), content);
+    let mut message = util::assistant(text, !calls.is_empty());
     let thoughts: String = cand
         .get("content")
         .map(|c| arr(c, "parts"))

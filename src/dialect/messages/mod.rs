@@ -420,19 +420,8 @@ fn image_block(url: &str) -> Value {
 
 /// Append `blocks` as a turn of `role`, merging with the previous turn when
 /// it has the same role (Messages expects alternating turns).
-fn push_turn(messages: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some(last) = messages.last_mut() {
-        if s(last, "role") == Some(role) {
-            if let Some(c) = last.get_mut("content").and_then(Value::as_array_mut) {
-                c.append(&mut blocks);
-                return;
-            }
-        }
-    }
-    messages.push(json!({"role": role, "content": blocks}));
+fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+    util::push_turn(messages, role, "content", blocks);
 }
 
 /// Hub Chat request → Messages request, model set to `model`.

@@ -557,14 +557,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     }
     let reason = resp.get("incomplete_details").and_then(|d| s(d, "reason"));
     let finish = finish_of(s(&resp, "status"), reason, !calls.is_empty());
-    let mut message = Obj::new();
-    message.insert("role".into(), "assistant".into());
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::from(text)
-    };
-    message.insert("content".into(), content);
+    let mut message = util::assistant(text, !calls.is_empty());
     if !refusal.is_empty() {
         message.insert("refusal".into(), refusal.into());
     }
