@@ -226,12 +226,19 @@ impl Wire {
                     })
             })
         };
+        // `"type":"<name>"` and `"<key>"`, matched in place (no pattern is built: this runs per
+        // relayed piece)
         let typed = |name: &str| {
-            let mut pat = Vec::with_capacity(name.len() + 10);
-            pat.extend_from_slice(b"\"type\":\"");
-            pat.extend_from_slice(name.as_bytes());
-            pat.push(b'"');
-            memchr::memmem::find(head, &pat).is_some()
+            memchr::memmem::find_iter(head, b"\"type\":\"").any(|i| {
+                head.get(i + 8..)
+                    .and_then(|rest| rest.strip_prefix(name.as_bytes()))
+                    .is_some_and(|end| end.first() == Some(&b'"'))
+            })
+        };
+        let keyed = |key: &str| {
+            memchr::memmem::find_iter(ev, key.as_bytes()).any(|i| {
+                i > 0 && ev.get(i - 1) == Some(&b'"') && ev.get(i + key.len()) == Some(&b'"')
+            })
         };
         self.terminal_data
             .is_some_and(|d| at_line_start(b"data:", d.as_bytes()))
@@ -239,10 +246,7 @@ impl Wire {
                 .terminal_events
                 .iter()
                 .any(|n| at_line_start(b"event:", n.as_bytes()) || typed(n))
-            || self.terminal_key.is_some_and(|k| {
-                let quoted = [b"\"", k.as_bytes(), b"\""].concat();
-                memchr::memmem::find(ev, &quoted).is_some()
-            })
+            || self.terminal_key.is_some_and(keyed)
     }
 
     /// The usage a parsed event or response of this dialect reports, if any.
