@@ -18,8 +18,6 @@ ALLOWED = {
         "the budget's parts: a Permit is the budget's grant, the WaitQueue its waiters",
     frozenset({"admit/chain.rs", "admit/pool.rs"}):
         "the chunk pool's parts: a ChunkChain is a chain of the pool's chunks",
-    frozenset({"dialect/stream_out.rs", "dialect/stream_responses.rs"}):
-        "the hub stream writer and its Responses half",
 }
 
 

@@ -214,7 +214,8 @@ fn translation(c: &mut Criterion) {
         b.iter(|| {
             let f = ringgate::dialect::extract::routing_fields(black_box(&chat)).ok();
             f.map(|f| {
-                ringgate::dialect::extract::splice_model(&chat, &f.model_span, "gpt-4o-mini-2024")
+                let rename = Some("gpt-4o-mini-2024");
+                ringgate::dialect::extract::splice(&chat, &f, rename, false)
             })
         })
     });
@@ -689,7 +690,7 @@ data: [DONE]
                         status: 200,
                         framing: ringgate::upstream::RespFraming::Chunked,
                         keep_alive: true,
-                        content_type: b"text/event-stream".to_vec(),
+                        content_type: b"text/event-stream".to_vec().into(),
                         forward: Vec::new(),
                     };
                     grant.on_answer(&mut ans, Some((route, dep)), Dialect::Chat);

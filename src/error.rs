@@ -327,39 +327,62 @@ impl Error {
 
     /// Render the JSON error body in the client's dialect.
     pub fn body(&self, shape: ErrorShape) -> Vec<u8> {
-        let mut out = Vec::with_capacity(96 + self.message.len());
-        match shape {
+        let (code, param) = (Some(self.code()), self.param.as_deref());
+        shape.render(
+            self.status(),
+            self.type_str(shape),
+            code,
+            param,
+            &self.message,
+        )
+    }
+}
+
+impl ErrorShape {
+    /// The one error-body renderer: OpenAI `{"error":{"message","type","param","code"}}`,
+    /// Anthropic `{"type":"error","error":{"type","message"}}`, Google
+    /// `{"error":{"code":status,"message","status":type_name}}`. `code` and `param` are OpenAI's
+    /// (`null` when `None`).
+    pub fn render(
+        self,
+        status: u16,
+        type_name: &str,
+        code: Option<&str>,
+        param: Option<&str>,
+        message: &str,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(96 + message.len());
+        let opt = |out: &mut Vec<u8>, v: Option<&str>| match v {
+            Some(v) => push_json_str(out, v),
+            None => out.extend_from_slice(b"null"),
+        };
+        match self {
             ErrorShape::OpenAi => {
                 out.extend_from_slice(b"{\"error\":{\"message\":");
-                push_json_str(&mut out, &self.message);
-                out.extend_from_slice(b",\"type\":\"");
-                out.extend_from_slice(self.type_str(shape).as_bytes());
-                match &self.param {
-                    Some(p) => {
-                        out.extend_from_slice(b"\",\"param\":");
-                        push_json_str(&mut out, p);
-                        out.extend_from_slice(b",\"code\":\"");
-                    }
-                    None => out.extend_from_slice(b"\",\"param\":null,\"code\":\""),
-                }
-                out.extend_from_slice(self.code().as_bytes());
-                out.extend_from_slice(b"\"}}");
+                push_json_str(&mut out, message);
+                out.extend_from_slice(b",\"type\":");
+                push_json_str(&mut out, type_name);
+                out.extend_from_slice(b",\"param\":");
+                opt(&mut out, param);
+                out.extend_from_slice(b",\"code\":");
+                opt(&mut out, code);
+                out.extend_from_slice(b"}}");
             }
             ErrorShape::Anthropic => {
-                out.extend_from_slice(b"{\"type\":\"error\",\"error\":{\"type\":\"");
-                out.extend_from_slice(self.type_str(shape).as_bytes());
-                out.extend_from_slice(b"\",\"message\":");
-                push_json_str(&mut out, &self.message);
+                out.extend_from_slice(b"{\"type\":\"error\",\"error\":{\"type\":");
+                push_json_str(&mut out, type_name);
+                out.extend_from_slice(b",\"message\":");
+                push_json_str(&mut out, message);
                 out.extend_from_slice(b"}}");
             }
             ErrorShape::Gemini => {
                 out.extend_from_slice(b"{\"error\":{\"code\":");
-                out.extend_from_slice(self.status().to_string().as_bytes());
+                out.extend_from_slice(status.to_string().as_bytes());
                 out.extend_from_slice(b",\"message\":");
-                push_json_str(&mut out, &self.message);
-                out.extend_from_slice(b",\"status\":\"");
-                out.extend_from_slice(self.grpc_status().as_bytes());
-                out.extend_from_slice(b"\"}}");
+                push_json_str(&mut out, message);
+                out.extend_from_slice(b",\"status\":");
+                push_json_str(&mut out, type_name);
+                out.extend_from_slice(b"}}");
             }
         }
         out

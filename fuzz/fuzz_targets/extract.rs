@@ -1,4 +1,5 @@
-//! `model`/`stream` extraction (`extract::routing_fields`) and the model splice.
+//! `model`/`stream` extraction (`extract::routing_fields`) and the passthrough splice
+//! (`extract::splice`, as `forward::plan` runs it).
 //!
 //! Input: either a raw body, or (first byte `0xFF`) a nesting amplifier
 //! `[0xFF, n_lo, n_hi, open, prefix_len, prefix..., suffix...]` that builds
@@ -6,12 +7,13 @@
 //! shard's stack (issue 8: ~11,000 `[`) are reached without huge inputs. Runs on the fuzzer's
 //! default (main-thread) stack: a missing depth bound shows up as a stack-overflow crash.
 //! Invariants: never panics or overflows; on success the model span lies in the body and holds
-//! the JSON string of the model; splicing another (valid) model in yields a body whose routing
-//! fields are the new model and the same `stream`.
+//! the JSON string of the model; splicing another (valid) model in, with or without the Chat
+//! usage ask, yields a body whose routing fields are the new model and the same `stream`, and
+//! with the ask (where the body's `stream_options` is absent or not asking) one that asks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringgate::dialect::extract::{routing_fields, splice_model};
+use ringgate::dialect::extract::{routing_fields, splice, UsageOption};
 
 const SPLICED: &str = "org/fz-model_1.5:latest@v+2";
 /// Deepest nest the amplifier builds: past the 12,000 levels that overflowed a 2 MiB shard
@@ -55,12 +57,20 @@ fuzz_target!(|data: &[u8]| {
         .expect("model span inside the body");
     let parsed: String = serde_json::from_slice(raw).expect("model span is a JSON string");
     assert_eq!(parsed, f.model);
-    // The pipeline splices in the route's upstream model, which is a valid model identifier.
-    let spliced = splice_model(body, &f.model_span, SPLICED);
+    // The pipeline splices in the route's upstream model, which is a valid model identifier,
+    // and asks a metered Chat stream's upstream for usage when the client did not.
+    let ask = matches!(
+        f.usage_option,
+        UsageOption::Absent | UsageOption::NotAsked(_)
+    ) && data.len() % 2 == 0;
+    let spliced = splice(body, &f, Some(SPLICED), ask);
     match routing_fields(&spliced) {
         Ok(g) => {
             assert_eq!(g.model, SPLICED);
             assert_eq!(g.stream, f.stream);
+            if ask {
+                assert_eq!(g.usage_option, UsageOption::Asked);
+            }
         }
         Err(e) => panic!("spliced body rejected: {}", e.message),
     }

@@ -22,9 +22,5 @@ pub fn gone(metrics: &ShardMetrics, status: u16) -> Outcome {
 
 /// The error body shape of a client dialect.
 pub fn shape(client: Dialect) -> ErrorShape {
-    match client {
-        Dialect::Messages => ErrorShape::Anthropic,
-        Dialect::Gemini => ErrorShape::Gemini,
-        Dialect::Chat | Dialect::Responses => ErrorShape::OpenAi,
-    }
+    client.wire().error_shape
 }

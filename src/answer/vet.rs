@@ -16,7 +16,7 @@
 use serde_json::Value;
 
 use crate::answer::json_check::Invalid;
-use crate::dialect::Dialect;
+use crate::dialect::{sse, Dialect};
 use crate::util::nesting::{self, MAX_DEPTH};
 
 /// Whether `ct` (a Content-Type value) names JSON: `application/json`, `…/…+json`, any
@@ -162,7 +162,7 @@ pub fn sse_events(events: &[u8]) -> Result<(), (usize, String)> {
     let mut joined = Vec::new();
     while start < events.len() {
         let rest = events.get(start..).unwrap_or_default();
-        let len = event_len(rest);
+        let len = sse::event_len(rest).unwrap_or(rest.len());
         let ev = rest.get(..len).unwrap_or(rest);
         check_event(ev, &mut joined).map_err(|why| (start, why))?;
         start += len.max(1);
@@ -170,58 +170,10 @@ pub fn sse_events(events: &[u8]) -> Result<(), (usize, String)> {
     Ok(())
 }
 
-/// Length of the first event in `buf`, its blank line included (all of `buf` if none ends).
-/// A blank line is a `\n` followed by `\n` or `\r\n`.
-fn event_len(buf: &[u8]) -> usize {
-    for i in memchr::memchr_iter(b'\n', buf) {
-        match buf.get(i + 1..i + 3) {
-            Some([b'\n', _]) => return i + 2,
-            Some([b'\r', b'\n']) => return i + 3,
-            None if buf.get(i + 1) == Some(&b'\n') => return i + 2,
-            _ => {}
-        }
-    }
-    buf.len()
-}
-
 /// One event: its `data` lines (joined by `\n`, as SSE says, when there are several).
 fn check_event(ev: &[u8], joined: &mut Vec<u8>) -> Result<(), String> {
-    let mut first: Option<&[u8]> = None;
-    let mut several = false;
-    let mut start = 0;
-    while start < ev.len() {
-        let rest = ev.get(start..).unwrap_or_default();
-        let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-        let line = rest.get(..end).unwrap_or_default();
-        start += end + 1;
-        if !line.starts_with(b"data") {
-            continue;
-        }
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let value = if let Some(v) = line.strip_prefix(b"data:") {
-            v.strip_prefix(b" ").unwrap_or(v)
-        } else if line == b"data" {
-            &[][..]
-        } else {
-            continue;
-        };
-        match first {
-            None => first = Some(value),
-            Some(f) => {
-                if !several {
-                    joined.clear();
-                    joined.extend_from_slice(f);
-                    several = true;
-                }
-                joined.push(b'\n');
-                joined.extend_from_slice(value);
-            }
-        }
-    }
-    let data = match first {
-        None => return Ok(()), // comments, `event:`-only events, keep-alives
-        Some(_) if several => &joined[..],
-        Some(f) => f,
+    let Some(data) = sse::data(ev, joined) else {
+        return Ok(()); // comments, `event:`-only events, keep-alives
     };
     if crate::http::head::trim(data) == b"[DONE]" {
         return Ok(());

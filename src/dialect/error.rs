@@ -1,7 +1,8 @@
-//! Errors: the translation error type, and error bodies / mid-stream error
-//! events in each client dialect's own shape.
+//! Errors: error bodies / mid-stream error events in each client dialect's own shape, and
+//! what upstream error bodies and events say (message, status class, retry delay).
 //!
-//! Shapes (from the providers' documentation):
+//! Shapes (from the providers' documentation; rendered by `crate::error::ErrorShape::render`,
+//! the one renderer, with each dialect's type names from its folder):
 //! * OpenAI (Chat, Responses): `{"error":{"message","type","param","code"}}`
 //! * Anthropic: `{"type":"error","error":{"type","message"}}`
 //! * Gemini: `{"error":{"code","message","status"}}`
@@ -9,109 +10,15 @@
 //! Must not: perform IO, or allocate beyond the returned bytes.
 
 use super::Dialect;
+use crate::error::ErrorShape;
 use serde_json::{json, Value};
-use std::fmt;
 
-/// The client sent something that cannot be translated; answer 400.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TranslateError {
-    /// Human-readable reason, safe to show to the client.
-    pub message: String,
-}
-
-impl TranslateError {
-    /// Build an error from any message.
-    pub fn new(message: impl Into<String>) -> Self {
-        TranslateError {
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for TranslateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for TranslateError {}
-
-fn openai_type(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        429 => "rate_limit_error",
-        _ if status >= 500 => "server_error",
-        _ => "invalid_request_error",
-    }
-}
-
-fn openai_code(status: u16) -> Value {
-    match status {
-        401 => Value::from("invalid_api_key"),
-        429 => Value::from("rate_limit_exceeded"),
-        _ => Value::Null,
-    }
-}
-
-fn anthropic_type(status: u16) -> &'static str {
-    match status {
-        400 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        504 => "timeout_error",
-        503 | 529 => "overloaded_error",
-        _ if status >= 500 => "api_error",
-        _ => "invalid_request_error",
-    }
-}
-
-fn gemini_status(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        409 => "ABORTED",
-        429 => "RESOURCE_EXHAUSTED",
-        499 => "CANCELLED",
-        501 => "UNIMPLEMENTED",
-        503 => "UNAVAILABLE",
-        504 => "DEADLINE_EXCEEDED",
-        _ if status >= 500 => "INTERNAL",
-        _ => "FAILED_PRECONDITION",
-    }
-}
-
-fn error_value(client: Dialect, status: u16, message: &str) -> Value {
-    match client {
-        Dialect::Chat | Dialect::Responses => json!({"error": {
-            "message": message,
-            "type": openai_type(status),
-            "param": null,
-            "code": openai_code(status),
-        }}),
-        Dialect::Messages => json!({"type": "error", "error": {
-            "type": anthropic_type(status),
-            "message": message,
-        }}),
-        Dialect::Gemini => json!({"error": {
-            "code": status,
-            "message": message,
-            "status": gemini_status(status),
-        }}),
-    }
-}
-
-/// An error response body for HTTP `status` in the client's dialect.
+/// An error response body for HTTP `status` in the client's dialect: its shape, with its type
+/// names for that status (`crate::error::ErrorShape::render`, the one renderer).
 pub fn error_body(client: Dialect, status: u16, message: &str) -> Vec<u8> {
-    serde_json::to_vec(&error_value(client, status, message)).unwrap_or_default()
+    let w = client.wire();
+    let (type_name, code) = ((w.error_type)(status), (w.error_code)(status));
+    w.error_shape.render(status, type_name, code, None, message)
 }
 
 /// Longest upstream text quoted back to the client when the upstream error
@@ -163,16 +70,14 @@ pub fn is_error_shape(client: Dialect, v: &Value) -> bool {
         return false;
     };
     let message = e.get("message").is_some_and(Value::is_string);
-    match client {
-        Dialect::Chat | Dialect::Responses => {
-            message && e.get("type").is_some_and(Value::is_string)
-        }
-        Dialect::Messages => {
+    match client.wire().error_shape {
+        ErrorShape::OpenAi => message && e.get("type").is_some_and(Value::is_string),
+        ErrorShape::Anthropic => {
             message
                 && e.get("type").is_some_and(Value::is_string)
                 && v.get("type").and_then(Value::as_str) == Some("error")
         }
-        Dialect::Gemini => message && e.get("code").is_some_and(Value::is_number),
+        ErrorShape::Gemini => message && e.get("code").is_some_and(Value::is_number),
     }
 }
 
@@ -185,11 +90,7 @@ pub fn upstream_error_to_client(
     status: u16,
     body: &[u8],
 ) -> Vec<u8> {
-    let same = upstream == client
-        || matches!(
-            (upstream, client),
-            (Dialect::Chat, Dialect::Responses) | (Dialect::Responses, Dialect::Chat)
-        );
+    let same = upstream.wire().error_shape == client.wire().error_shape;
     if same {
         if let Ok(v) = serde_json::from_slice::<Value>(body) {
             if is_error_shape(client, &v) {
@@ -198,14 +99,6 @@ pub fn upstream_error_to_client(
         }
     }
     error_body(client, status, &extract_message(status, body))
-}
-
-/// The Responses `error.code` for an error of HTTP-status class `status`.
-pub(crate) fn responses_error_code(status: u16) -> &'static str {
-    match status {
-        429 => "rate_limit_exceeded",
-        _ => "server_error",
-    }
 }
 
 /// The HTTP-status class of an in-stream error event of any dialect (its data as sent):
@@ -305,24 +198,17 @@ pub(crate) fn stream_error_event_seq(
     seq: Option<u64>,
     out: &mut Vec<u8>,
 ) {
-    match client {
-        Dialect::Chat | Dialect::Gemini => {
-            let v = error_value(client, status, message);
-            super::sse::encode_event(None, &v.to_string(), out);
+    if client == Dialect::Responses {
+        let code = super::responses::error_code(status);
+        let mut v = json!({"type": "error", "code": code, "message": message, "param": null});
+        if let (Some(n), Some(o)) = (seq, v.as_object_mut()) {
+            o.insert("sequence_number".into(), n.into());
         }
-        Dialect::Messages => {
-            let v = error_value(client, status, message);
-            super::sse::encode_event(Some("error"), &v.to_string(), out);
-        }
-        Dialect::Responses => {
-            let code = responses_error_code(status);
-            let mut v = json!({"type": "error", "code": code, "message": message, "param": null});
-            if let (Some(n), Some(o)) = (seq, v.as_object_mut()) {
-                o.insert("sequence_number".into(), n.into());
-            }
-            super::sse::encode_event(Some("error"), &v.to_string(), out);
-        }
+        return super::sse::encode_json(Some("error"), &v, out);
     }
+    let body = error_body(client, status, message);
+    let data = std::str::from_utf8(&body).unwrap_or_default();
+    super::sse::encode_event(client.wire().error_event, data, out);
 }
 
 #[cfg(test)]

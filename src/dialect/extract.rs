@@ -1,5 +1,5 @@
 //! Same-dialect passthrough support: find `model` and `stream` in a JSON body without building
-//! the document, and splice a different model name in.
+//! the document, and splice a different model name (and a Chat stream's `include_usage`) in.
 //!
 //! Before anything is forwarded the body must be one JSON object, nested at most
 //! `nesting::MAX_DEPTH` deep, followed by nothing but whitespace, with at most one `model` and
@@ -121,12 +121,12 @@ pub fn routing_fields(body: &[u8]) -> Result<RoutingFields, Error> {
 }
 
 /// The routing fields of a Gemini-dialect request: the model and the stream choice come from
-/// its path (`gemini_call`), so the body is only checked like any other (one JSON object,
+/// its path (`gemini::call`), so the body is only checked like any other (one JSON object,
 /// bounded nesting, nothing after it) and read for `generationConfig.maxOutputTokens`. The
 /// model span is empty: a Gemini model is never spliced into the body (it goes in the URL).
 pub fn gemini_fields(
     body: &[u8],
-    call: &crate::dialect::gemini_call::Call,
+    call: &crate::dialect::gemini::call::Call,
 ) -> Result<RoutingFields, Error> {
     let scan = scan(body, true)?;
     Ok(RoutingFields {
@@ -536,14 +536,60 @@ fn hex4(raw: &[u8], i: usize) -> Option<u32> {
     u32::from_str_radix(text, 16).ok()
 }
 
-/// A copy of `body` with the model value replaced by `model`.
-pub fn splice_model(body: &[u8], span: &Range<usize>, model: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + model.len());
-    out.extend_from_slice(&body[..span.start]);
-    push_json_str(&mut out, model);
-    out.extend_from_slice(&body[span.end..]);
+/// A copy of `body` with the model value replaced by `rename` (when given) and, when
+/// `ask_usage`, `stream_options.include_usage` set to true: inserted first in the object when
+/// the body has no `stream_options`, else that value rewritten with its other fields kept.
+/// Everything else stays byte for byte.
+pub fn splice(
+    body: &[u8],
+    fields: &RoutingFields,
+    rename: Option<&str>,
+    ask_usage: bool,
+) -> Vec<u8> {
+    let mut edits: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::with_capacity(2);
+    if let Some(m) = rename {
+        let mut v = Vec::with_capacity(m.len() + 2);
+        push_json_str(&mut v, m);
+        edits.push((fields.model_span.clone(), v));
+    }
+    if ask_usage {
+        match &fields.usage_option {
+            UsageOption::NotAsked(span) => {
+                let opts = body
+                    .get(span.clone())
+                    .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok());
+                let mut map = match opts {
+                    Some(serde_json::Value::Object(m)) => m,
+                    _ => serde_json::Map::new(),
+                };
+                map.insert("include_usage".into(), serde_json::Value::Bool(true));
+                let v = serde_json::to_vec(&map).unwrap_or_else(|_| INCLUDE_USAGE.to_vec());
+                edits.push((span.clone(), v));
+            }
+            _ => {
+                // after the object's opening brace (the body has at least `model`)
+                let at = body.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
+                let mut v = b"\"stream_options\":".to_vec();
+                v.extend_from_slice(INCLUDE_USAGE);
+                v.push(b',');
+                edits.push((at..at, v));
+            }
+        }
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (r, v) in edits {
+        out.extend_from_slice(body.get(at..r.start).unwrap_or_default());
+        out.extend_from_slice(&v);
+        at = r.end;
+    }
+    out.extend_from_slice(body.get(at..).unwrap_or_default());
     out
 }
+
+const INCLUDE_USAGE: &[u8] = b"{\"include_usage\":true}";
 
 #[cfg(test)]
 mod tests {
@@ -642,7 +688,7 @@ mod tests {
 
     #[test]
     fn gemini_bodies() {
-        let call = crate::dialect::gemini_call::Call {
+        let call = crate::dialect::gemini::call::Call {
             model: "g".into(),
             stream: true,
         };
@@ -720,7 +766,7 @@ mod tests {
                 .status(),
             400
         );
-        let call = crate::dialect::gemini_call::Call {
+        let call = crate::dialect::gemini::call::Call {
             model: "g".into(),
             stream: false,
         };
@@ -757,10 +803,23 @@ mod tests {
     fn splice_keeps_the_rest_byte_for_byte() {
         let body = br#"{ "model" : "alias", "messages":[{"role":"user","content":"hi"}] }"#;
         let f = routing_fields(body).unwrap();
-        let out = splice_model(body, &f.model_span, "real-\"model");
+        let out = splice(body, &f, Some("real-\"model"), false);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{ "model" : "real-\"model", "messages":[{"role":"user","content":"hi"}] }"#
+        );
+        // with the usage ask: inserted first without `stream_options`, else that value rewritten
+        let out = splice(body, &f, Some("m"), true);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"stream_options":{"include_usage":true}, "model" : "m", "messages":[{"role":"user","content":"hi"}] }"#
+        );
+        let body = br#"{"model":"a","stream_options":{"x":1,"include_usage":false}}"#;
+        let f = routing_fields(body).unwrap();
+        let out = splice(body, &f, None, true);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"model":"a","stream_options":{"x":1,"include_usage":true}}"#
         );
     }
 }

@@ -2,9 +2,18 @@
 //! Completions as the hub: every dialect converts to and from Chat, so N
 //! converters each way suffice instead of N².
 //!
-//! Owns: the [`Dialect`] enum, the top-level dispatch functions, and the
-//! shared [`Usage`] record. Must not: perform IO, read clocks or randomness,
-//! log, or allocate beyond the values it returns.
+//! Layout: one folder per dialect — `chat/`, `responses/`, `messages/` (Anthropic), `gemini/`,
+//! `converse/` (Bedrock, upstream only) — each holding that dialect's [`Wire`] facts (error
+//! shape and type names, terminal events, usage keys, header family) and its request /
+//! response translators (and, for Responses and Converse, stream halves); beside them the
+//! hub's shared parts: the one SSE codec (`sse`), the stream translator (`stream`: upstream
+//! decoders; `stream_out`: client encoders, over `hub` events), error bodies and events
+//! (`error`), passthrough routing fields and the body splice (`extract`), and the features
+//! every dialect maps (`thinking`, `structured`, `cache` markers, `extensions`, `references`).
+//!
+//! Owns: the [`Dialect`] enum, its [`Wire`] table type, [`TranslateError`], the top-level
+//! dispatch functions, and the shared [`Usage`] record. Must not: perform IO, read clocks or
+//! randomness, log, or allocate beyond the values it returns.
 //!
 //! Conventions of the hub request (a `serde_json::Value` holding a Chat
 //! Completions request):
@@ -22,36 +31,40 @@
 //! byte for byte).
 
 pub mod extract;
-pub mod gemini_call;
 pub mod op;
 
-pub mod anthropic;
-mod cache;
-mod chat_chunk;
+// One folder per dialect: its wire facts (`WIRE`) and its translators.
+pub mod chat;
 pub mod converse;
-pub mod converse_stream;
+pub mod gemini;
+pub mod messages;
+pub mod responses;
+
+mod cache;
+mod hub;
 pub mod error;
 pub mod extensions;
-pub mod gemini;
 pub mod references;
-pub mod responses;
 mod schema;
 pub mod sse;
 pub mod stream;
 mod stream_out;
-mod stream_responses;
 pub mod structured;
 pub mod thinking;
 mod util;
 
 pub use error::{
     error_body, error_message, is_error_shape, stream_error_event, upstream_error_to_client,
-    TranslateError,
 };
 pub use sse::{encode_event, SseDecoder, SseEvent};
 pub use stream::StreamTranslator;
 
 use serde_json::Value;
+use std::fmt;
+
+use crate::error::ErrorShape;
+use hub::Hub;
+use stream::{Decoded, Decoder};
 
 /// An API dialect spoken by a client or an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,14 +88,19 @@ impl Dialect {
         Dialect::Gemini,
     ];
 
+    /// This dialect's wire facts and translators (kept in its folder).
+    pub fn wire(self) -> &'static Wire {
+        match self {
+            Dialect::Chat => &chat::WIRE,
+            Dialect::Responses => &responses::WIRE,
+            Dialect::Messages => &messages::WIRE,
+            Dialect::Gemini => &gemini::WIRE,
+        }
+    }
+
     /// A short stable name (`chat`, `responses`, `messages`, `gemini`).
     pub fn name(self) -> &'static str {
-        match self {
-            Dialect::Chat => "chat",
-            Dialect::Responses => "responses",
-            Dialect::Messages => "messages",
-            Dialect::Gemini => "gemini",
-        }
+        self.wire().name
     }
 }
 
@@ -117,20 +135,132 @@ impl Usage {
     }
 }
 
+/// The client sent something that cannot be translated; answer 400.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranslateError {
+    /// Human-readable reason, safe to show to the client.
+    pub message: String,
+}
+
+impl TranslateError {
+    /// Build an error from any message.
+    pub fn new(message: impl Into<String>) -> Self {
+        TranslateError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TranslateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TranslateError {}
+
+/// The naming family a dialect's headers and error bodies belong to (OpenAI for Chat and
+/// Responses, Anthropic, Google).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+/// One dialect's wire facts and translators, one table per dialect (each in its own folder:
+/// `chat::WIRE`, `responses::WIRE`, `messages::WIRE`, `gemini::WIRE`), read through
+/// [`Dialect::wire`]: how its errors look, how its streams end, where its usage is, which header
+/// family it belongs to, and its request / response / stream translators to and from the hub.
+/// Code that differs by dialect reads these facts instead of matching on the dialect.
+pub struct Wire {
+    pub dialect: Dialect,
+    /// A short stable name (`chat`, `responses`, `messages`, `gemini`).
+    pub name: &'static str,
+    /// Header naming family.
+    pub family: Family,
+    /// The shape of its error bodies.
+    pub error_shape: ErrorShape,
+    /// Its error `type` name (Gemini: `status`) for an HTTP status.
+    pub error_type: fn(u16) -> &'static str,
+    /// Its error `code` for an HTTP status, where it has one (OpenAI).
+    pub error_code: fn(u16) -> Option<&'static str>,
+    /// The `event:` name of a mid-stream error event (`None`: a bare `data:` event).
+    pub error_event: Option<&'static str>,
+    /// Names of the events that end a stream (as the `event:` line or the JSON `type`).
+    pub terminal_events: &'static [&'static str],
+    /// The data of the event that ends a stream (Chat `[DONE]`).
+    pub terminal_data: Option<&'static str>,
+    /// A key whose presence ends a stream (Gemini `finishReason`).
+    pub terminal_key: Option<&'static str>,
+    /// Where a stream event or a response carries usage: the first path holding an object.
+    pub usage_at: &'static [&'static [&'static str]],
+    /// That usage object in hub terms.
+    pub usage_to_hub: fn(&Value) -> Usage,
+    /// A client body of this dialect → hub Chat request.
+    pub request_to_chat: fn(&[u8]) -> Result<Value, TranslateError>,
+    /// Hub Chat request → an upstream body of this dialect, for an upstream model.
+    pub chat_to_request: fn(&Value, &str) -> Result<Value, TranslateError>,
+    /// A non-stream upstream body of this dialect → hub Chat completion.
+    pub response_to_chat: fn(&[u8]) -> Result<Value, TranslateError>,
+    /// Hub Chat completion → a client body of this dialect, for the client's model.
+    pub chat_to_response: fn(&Value, &str) -> Result<Value, TranslateError>,
+    /// One upstream stream event of this dialect → hub events.
+    pub(crate) decode: fn(&mut Decoder, &SseEvent, &mut Vec<Hub>) -> Decoded,
+}
+
+impl Wire {
+    /// Whether one whole raw SSE event is this dialect's terminal event. Only the event's first
+    /// bytes are looked at (its `event:` line and the JSON `type`, which comes first) except
+    /// for a terminal key; a JSON string cannot hold a raw newline or an unescaped quote, so
+    /// these patterns never match inside content. A few short scans per relayed piece.
+    pub fn is_terminal_event(&self, ev: &[u8]) -> bool {
+        let head = ev.get(..ev.len().min(256)).unwrap_or(ev);
+        let at_line_start = |field: &[u8], value: &[u8]| {
+            memchr::memmem::find_iter(head, field).any(|i| {
+                (i == 0 || matches!(head.get(i - 1), Some(b'\n' | b'\r')))
+                    && head.get(i + field.len()..).is_some_and(|rest| {
+                        let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+                        rest.strip_prefix(value)
+                            .is_some_and(|end| matches!(end.first(), None | Some(b'\n' | b'\r')))
+                    })
+            })
+        };
+        // `"type":"<name>"` and `"<key>"`, matched in place (no pattern is built: this runs per
+        // relayed piece)
+        let typed = |name: &str| {
+            memchr::memmem::find_iter(head, b"\"type\":\"").any(|i| {
+                head.get(i + 8..)
+                    .and_then(|rest| rest.strip_prefix(name.as_bytes()))
+                    .is_some_and(|end| end.first() == Some(&b'"'))
+            })
+        };
+        let keyed = |key: &str| {
+            memchr::memmem::find_iter(ev, key.as_bytes()).any(|i| {
+                i > 0 && ev.get(i - 1) == Some(&b'"') && ev.get(i + key.len()) == Some(&b'"')
+            })
+        };
+        self.terminal_data
+            .is_some_and(|d| at_line_start(b"data:", d.as_bytes()))
+            || self
+                .terminal_events
+                .iter()
+                .any(|n| at_line_start(b"event:", n.as_bytes()) || typed(n))
+            || self.terminal_key.is_some_and(keyed)
+    }
+
+    /// The usage a parsed event or response of this dialect reports, if any.
+    pub fn usage_of(&self, v: &Value) -> Option<Usage> {
+        self.usage_at.iter().find_map(|path| {
+            let u = path.iter().try_fold(v, |v, k| v.get(k))?;
+            u.is_object().then(|| (self.usage_to_hub)(u))
+        })
+    }
+}
+
 /// Inbound: a client body in dialect `from` → hub Chat request.
 pub fn request_to_chat(from: Dialect, body: &[u8]) -> Result<Value, TranslateError> {
-    let mut hub = match from {
-        Dialect::Chat => {
-            let v = util::parse_object(body)?;
-            if !v.get("messages").is_some_and(Value::is_array) {
-                return Err(TranslateError::new("`messages` must be an array"));
-            }
-            v
-        }
-        Dialect::Responses => responses::request_to_chat(body)?,
-        Dialect::Messages => anthropic::request_to_chat(body)?,
-        Dialect::Gemini => gemini::request_to_chat(body)?,
-    };
+    let mut hub = (from.wire().request_to_chat)(body)?;
     // Chat APIs reject `tool_choice` / `parallel_tool_calls` without tools.
     if let Some(o) = hub.as_object_mut() {
         let has_tools = o
@@ -167,23 +297,12 @@ pub fn chat_to_request(
         _ => None,
     };
     let chat = narrowed.as_ref().unwrap_or(chat);
-    let v = match to {
-        Dialect::Chat => chat_to_chat_request(chat, upstream_model)?,
-        Dialect::Responses => responses::chat_to_request(chat, upstream_model)?,
-        Dialect::Messages => anthropic::chat_to_request(chat, upstream_model)?,
-        Dialect::Gemini => gemini::chat_to_request(chat)?,
-    };
-    util::to_bytes(&v)
+    util::to_bytes(&(to.wire().chat_to_request)(chat, upstream_model)?)
 }
 
 /// Non-stream upstream response body in dialect `from` → hub Chat completion.
 pub fn response_to_chat(from: Dialect, body: &[u8]) -> Result<Value, TranslateError> {
-    match from {
-        Dialect::Chat => util::parse_object(body),
-        Dialect::Responses => responses::response_to_chat(body),
-        Dialect::Messages => anthropic::response_to_chat(body),
-        Dialect::Gemini => gemini::response_to_chat(body),
-    }
+    (from.wire().response_to_chat)(body)
 }
 
 /// Hub Chat completion → client response body in dialect `to`, reporting
@@ -193,17 +312,7 @@ pub fn chat_to_response(
     chat: &Value,
     client_model: &str,
 ) -> Result<Vec<u8>, TranslateError> {
-    let v = match to {
-        Dialect::Chat => {
-            let mut c = util::as_object(chat)?.clone();
-            c.insert("model".into(), Value::from(client_model));
-            Value::Object(c)
-        }
-        Dialect::Responses => responses::chat_to_response(chat, client_model)?,
-        Dialect::Messages => anthropic::chat_to_response(chat, client_model)?,
-        Dialect::Gemini => gemini::chat_to_response(chat, client_model)?,
-    };
-    util::to_bytes(&v)
+    util::to_bytes(&(to.wire().chat_to_response)(chat, client_model)?)
 }
 
 /// Hub Chat completion → Responses response body, with the `response` value it was written
@@ -232,24 +341,6 @@ pub fn estimate_tokens(body: &[u8]) -> u64 {
     (body.len() as u64).div_ceil(4)
 }
 
-fn chat_to_chat_request(chat: &Value, model: &str) -> Result<Value, TranslateError> {
-    let mut c = util::as_object(chat)?.clone();
-    c.insert("model".into(), Value::from(model));
-    if c.get("stream").and_then(Value::as_bool) == Some(true) {
-        let opts = c
-            .entry("stream_options")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(o) = opts.as_object_mut() {
-            o.insert("include_usage".into(), Value::Bool(true));
-        } else {
-            *opts = serde_json::json!({"include_usage": true});
-        }
-    } else {
-        c.remove("stream_options");
-    }
-    Ok(Value::Object(c))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +366,59 @@ mod tests {
     fn estimate() {
         assert_eq!(estimate_tokens(b""), 0);
         assert_eq!(estimate_tokens(b"abcde"), 2);
+    }
+
+    fn t(d: Dialect, ev: &[u8]) -> bool {
+        d.wire().is_terminal_event(ev)
+    }
+
+    #[test]
+    fn terminal_events_by_the_facts() {
+        use Dialect::*;
+        assert!(t(Chat, b"data: [DONE]\n\n"));
+        assert!(t(Chat, b"data:[DONE]\n\n"));
+        assert!(!t(Chat, b"data: {\"c\":\"x data: [DONE]\"}\n\n"));
+        assert!(!t(Chat, b"data: [DONE]x\n\n"));
+        assert!(t(Messages, b"event: message_stop\ndata: {}\n\n"));
+        assert!(t(Messages, b"data: {\"type\":\"message_stop\"}\n\n"));
+        assert!(!t(Messages, b"event: message_stop_x\ndata: {}\n\n"));
+        assert!(!t(Messages, b"event: message_delta\ndata: {}\n\n"));
+        for n in [
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+        ] {
+            assert!(t(
+                Responses,
+                format!("event: {n}\ndata: {{}}\n\n").as_bytes()
+            ));
+            assert!(t(
+                Responses,
+                format!("data: {{\"type\":\"{n}\"}}\n\n").as_bytes()
+            ));
+        }
+        assert!(!t(Responses, b"data: {\"type\":\"response.created\"}\n\n"));
+        assert!(t(
+            Gemini,
+            b"data: {\"candidates\":[{\"finishReason\":\"STOP\"}]}\n\n"
+        ));
+        assert!(!t(Gemini, b"data: {\"candidates\":[]}\n\n"));
+    }
+
+    #[test]
+    fn usage_where_each_dialect_puts_it() {
+        use serde_json::json;
+        let u = |d: Dialect, v: Value| d.wire().usage_of(&v).and_then(|u| u.prompt_tokens);
+        assert_eq!(
+            u(Dialect::Chat, json!({"usage": {"prompt_tokens": 3}})),
+            Some(3)
+        );
+        assert_eq!(u(Dialect::Chat, json!({"usage": null})), None);
+        let start = json!({"message": {"usage": {"input_tokens": 4}}});
+        assert_eq!(u(Dialect::Messages, start), Some(4));
+        let done = json!({"response": {"usage": {"input_tokens": 5}}});
+        assert_eq!(u(Dialect::Responses, done), Some(5));
+        let g = json!({"usageMetadata": {"promptTokenCount": 6}});
+        assert_eq!(u(Dialect::Gemini, g), Some(6));
     }
 }

@@ -15,8 +15,8 @@
 //!
 //! Must not: perform IO, read clocks, hold state, or allocate beyond the values it returns.
 
-use super::error::TranslateError;
 use super::util::{self, s};
+use super::TranslateError;
 use serde_json::{json, Value};
 
 /// One stored turn of a conversation: the response it answered with, by id.

@@ -1,5 +1,10 @@
-//! Server-Sent Events framing: an incremental decoder (per the WHATWG
-//! `text/event-stream` rules) and an encoder.
+//! Server-Sent Events framing, the one codec every stage uses: an incremental decoder (per
+//! the WHATWG `text/event-stream` rules), an encoder, and the raw-event framing of relayed
+//! bytes (where an event ends, its `event:` name and joined `data:` lines, read in place).
+//!
+//! Raw framing (`event_len`, `last_event_end`, `events`, `data`, `name`) works on events
+//! kept byte for byte: an event ends with a blank line, a `\n` followed by `\n` or `\r\n`
+//! (so `\n\n` and `\r\n\r\n`). CR-only line ends are for the decoder alone.
 //!
 //! The decoder buffers only incomplete lines, so splitting the input at any
 //! byte offset yields identical events. Lines end with `\n`, `\r\n` or `\r`
@@ -186,9 +191,189 @@ pub fn encode_event(event: Option<&str>, data: &str, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
+/// Append one SSE event holding `v` as compact JSON (one `data:` line: JSON text has no raw
+/// newline), written straight into `out`.
+pub fn encode_json(event: Option<&str>, v: &serde_json::Value, out: &mut Vec<u8>) {
+    if let Some(e) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(e.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Length of the first whole event of `buf`, its blank line included; `None` while no blank
+/// line has arrived.
+pub fn event_len(buf: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', buf).find_map(|i| match buf.get(i + 1..) {
+        Some([b'\n', ..]) => Some(i + 2),
+        Some([b'\r', b'\n', ..]) => Some(i + 3),
+        _ => None,
+    })
+}
+
+/// End offset of the last whole event in `buf` (0 if none): just past its blank line. One
+/// backward scan for `\n` that stops at the first blank line from the end.
+pub fn last_event_end(buf: &[u8]) -> usize {
+    for i in memchr::memrchr_iter(b'\n', buf) {
+        let before = buf.get(..i).unwrap_or_default();
+        if before.ends_with(b"\n") || before.ends_with(b"\n\r") {
+            return i + 1;
+        }
+    }
+    0
+}
+
+/// The events of `buf`, each with its blank line (a last piece without one comes last, as
+/// it is).
+pub fn events(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        if buf.is_empty() {
+            return None;
+        }
+        let (ev, rest) = buf.split_at(event_len(buf).unwrap_or(buf.len()));
+        buf = rest;
+        Some(ev)
+    })
+}
+
+/// The lines of one raw event, `\r` line ends stripped.
+fn lines(ev: &[u8]) -> impl Iterator<Item = &[u8]> {
+    ev.split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+}
+
+/// The value of field `name` on one line (`name: value`, one leading space dropped; a bare
+/// `name` line has an empty value).
+fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let rest = line.strip_prefix(name)?;
+    match rest {
+        [] => Some(rest),
+        [b':', v @ ..] => Some(v.strip_prefix(b" ").unwrap_or(v)),
+        _ => None,
+    }
+}
+
+/// One raw event's `event:` name (the last one, as the decoder keeps it).
+pub fn name(ev: &[u8]) -> Option<&[u8]> {
+    lines(ev).filter_map(|l| field(l, b"event")).last()
+}
+
+/// One raw event's data: its `data:` lines joined by `\n` (in `joined` when there are several,
+/// else borrowed from `ev`); `None` for an event without a data line (a comment, a
+/// keep-alive, an `event:`-only event).
+pub fn data<'a>(ev: &'a [u8], joined: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    let mut values = lines(ev).filter_map(|l| field(l, b"data"));
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(first);
+    };
+    joined.clear();
+    joined.extend_from_slice(first);
+    for v in std::iter::once(second).chain(values) {
+        joined.push(b'\n');
+        joined.extend_from_slice(v);
+    }
+    Some(joined)
+}
+
+/// One raw event as the decoder dispatches it: `None` without a data line, or when its name or
+/// data is not UTF-8 (such an event is relayed as it is, never rewritten).
+pub fn parse(ev: &[u8]) -> Option<SseEvent> {
+    let mut joined = Vec::new();
+    let data = std::str::from_utf8(data(ev, &mut joined)?)
+        .ok()?
+        .to_string();
+    let event = match name(ev) {
+        Some(n) => Some(std::str::from_utf8(n).ok()?.to_string()),
+        None => None,
+    };
+    Some(SseEvent { event, data })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_framing() {
+        let buf = b"event: a\ndata: 1\ndata: 2\n\n: keep\r\n\r\ndata:3\n\r\ndata: cut";
+        let evs: Vec<&[u8]> = events(buf).collect();
+        assert_eq!(
+            evs,
+            [
+                &b"event: a\ndata: 1\ndata: 2\n\n"[..],
+                b": keep\r\n\r\n",
+                b"data:3\n\r\n",
+                b"data: cut"
+            ]
+        );
+        assert_eq!(event_len(b"data: cut\n"), None);
+        assert_eq!(last_event_end(buf), buf.len() - b"data: cut".len());
+        assert_eq!(last_event_end(b"data: a\n"), 0);
+        let mut j = Vec::new();
+        assert_eq!(name(evs[0]), Some(&b"a"[..]));
+        assert_eq!(data(evs[0], &mut j), Some(&b"1\n2"[..]));
+        assert_eq!(data(evs[1], &mut j), None);
+        assert_eq!(data(evs[2], &mut j), Some(&b"3"[..]));
+        assert_eq!(data(b"data\n\n", &mut j), Some(&b""[..]));
+        assert_eq!(data(b"datax: 1\n\n", &mut j), None);
+        assert_eq!(name(evs[2]), None);
+        // The raw framing and the decoder agree on every event of a mixed-line-end stream.
+        let mut d = SseDecoder::new();
+        d.feed(buf);
+        d.finish();
+        for ev in events(buf) {
+            let Some(v) = data(ev, &mut j) else { continue };
+            let want = d.next_event().unwrap();
+            assert_eq!(v, want.data.as_bytes());
+            assert_eq!(
+                name(ev).map(|n| n.to_vec()),
+                want.clone().event.map(String::into_bytes)
+            );
+            assert_eq!(parse(ev), Some(want));
+        }
+        assert_eq!(parse(b": keep\n\n"), None);
+        assert_eq!(parse(b"data: \xff\n\n"), None);
+    }
+
+    #[test]
+    fn last_event_end_finds_the_last_blank_line() {
+        assert_eq!(last_event_end(b"data: a\n\ndata: b"), 9);
+        assert_eq!(last_event_end(b"data: a\r\n\r\n"), 11);
+        assert_eq!(last_event_end(b"data: a\n"), 0);
+        assert_eq!(last_event_end(b"data: a\n\ndata: b\n\n"), 18);
+        // the same answer as a search for each blank-line pattern, on every mix of line ends
+        let patterns = |buf: &[u8]| {
+            let lf = memchr::memmem::rfind(buf, b"\n\n").map_or(0, |i| i + 2);
+            let mixed = memchr::memmem::rfind(buf, b"\n\r\n").map_or(0, |i| i + 3);
+            lf.max(mixed)
+        };
+        let alphabet = [b'\n', b'\r', b'a'];
+        for len in 0..=7u32 {
+            for code in 0..3usize.pow(len) {
+                let (mut c, mut buf) = (code, Vec::new());
+                for _ in 0..len {
+                    buf.push(alphabet[c % 3]);
+                    c /= 3;
+                }
+                assert_eq!(last_event_end(&buf), patterns(&buf), "{buf:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn encode_json_is_encode_event_of_the_compact_text() {
+        let v = serde_json::json!({"a": "x\ny", "b": [1, 2]});
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode_json(Some("e"), &v, &mut a);
+        encode_event(Some("e"), &v.to_string(), &mut b);
+        assert_eq!(a, b);
+    }
 
     const INPUT: &[u8] = b"\xEF\xBB\xBF: comment\r\nevent: message_start\r\ndata: {\"a\":1}\r\n\r\nid: 7\ndata: line1\ndata: line2\n\n:keepalive\n\nevent: x\rdata:nospace\r\rdata: \xC3\xA9t\xC3\xA9\n\ndata\n\nretry: 10\nevent: lone\n\ndata: [DONE]\n\n";
 

@@ -34,18 +34,22 @@
 //!
 //! Must not: perform IO, or allocate beyond per-stream state and `out`.
 
-use super::error::{
-    client_status, extract_message, stream_error_event_seq, stream_error_status, TranslateError,
-};
-use super::stream_out::{ClientOut, Hub};
+use super::error::{client_status, extract_message, stream_error_event_seq, stream_error_status};
+use super::hub::Hub;
+use super::stream_out::ClientOut;
 use super::util::{self, arr, s};
-use super::{anthropic, chat_chunk, gemini, responses, structured, Dialect, SseEvent, Usage};
+use super::{
+    chat, gemini, messages, responses, structured, Dialect, SseEvent, TranslateError, Usage,
+};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
+/// What decoding one upstream event gives: its hub events went to the caller's list.
+pub(crate) type Decoded = Result<(), TranslateError>;
+
 /// Upstream decoder state (one per stream).
 #[derive(Default)]
-struct Decoder {
+pub(crate) struct Decoder {
     started: bool,
     next_tool: usize,
     chat_tools: HashSet<u64>,
@@ -101,14 +105,14 @@ impl Decoder {
         }
     }
 
-    fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+    pub(crate) fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let data = ev.data.trim();
         if data == "[DONE]" {
             hub.push(Hub::Done);
             return Ok(());
         }
         // Typed, borrowing parse: this runs once per streamed token.
-        let v: chat_chunk::Chunk = serde_json::from_str(data)
+        let v: chat::chunk::Chunk = serde_json::from_str(data)
             .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))?;
         if v.error.as_ref().is_some_and(|e| !e.is_null()) {
             hub.push(upstream_error(data));
@@ -175,13 +179,13 @@ impl Decoder {
         Ok(())
     }
 
-    fn messages(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+    pub(crate) fn messages(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
         match kind {
             "message_start" => {
                 let m = v.get("message").unwrap_or(&Value::Null);
-                let u = anthropic::usage_to_hub(m.get("usage").unwrap_or(&Value::Null));
+                let u = messages::usage_to_hub(m.get("usage").unwrap_or(&Value::Null));
                 hub.push(Hub::Usage(Usage {
                     completion_tokens: None,
                     ..u
@@ -265,14 +269,14 @@ impl Decoder {
             }
             "message_delta" => {
                 if let Some(r) = v.get("delta").and_then(|d| s(d, "stop_reason")) {
-                    let mut f = anthropic::stop_to_finish(r);
+                    let mut f = messages::stop_to_finish(r);
                     if f == "tool_calls" && self.next_tool == 0 {
                         f = "stop"; // the structured-output tool was the answer
                     }
                     hub.push(Hub::Finish(f.to_string()));
                 }
                 if let Some(u) = v.get("usage") {
-                    hub.push(Hub::Usage(anthropic::usage_to_hub(u)));
+                    hub.push(Hub::Usage(messages::usage_to_hub(u)));
                 }
             }
             "message_stop" => hub.push(Hub::Done),
@@ -282,7 +286,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn responses(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+    pub(crate) fn responses(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
         let item_key = |v: &Value| {
@@ -371,7 +375,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Result<(), TranslateError> {
+    pub(crate) fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
         let v = parse(&ev.data)?;
         if v.get("error").is_some_and(|e| !e.is_null()) {
             hub.push(upstream_error(&ev.data));
@@ -508,12 +512,7 @@ impl StreamTranslator {
         }
         let mut hub = std::mem::take(&mut self.scratch);
         hub.clear();
-        let r = match self.upstream {
-            Dialect::Chat => self.decoder.chat(ev, &mut hub),
-            Dialect::Messages => self.decoder.messages(ev, &mut hub),
-            Dialect::Responses => self.decoder.responses(ev, &mut hub),
-            Dialect::Gemini => self.decoder.gemini(ev, &mut hub),
-        };
+        let r = (self.upstream.wire().decode)(&mut self.decoder, ev, &mut hub);
         for h in hub.drain(..) {
             self.deliver(h, out);
         }
@@ -529,8 +528,8 @@ impl StreamTranslator {
         }
         if self.is_passthrough() {
             self.done = true;
-            if self.client == Dialect::Chat {
-                super::sse::encode_event(None, "[DONE]", out);
+            if let Some(end) = self.client.wire().terminal_data {
+                super::sse::encode_event(None, end, out);
             }
             return;
         }
@@ -571,7 +570,7 @@ impl StreamTranslator {
 
     fn observe_passthrough(&mut self, ev: &SseEvent) {
         let data = ev.data.trim();
-        if self.client == Dialect::Chat && data == "[DONE]" {
+        if self.client.wire().terminal_data == Some(data) {
             self.done = true;
             return;
         }
@@ -581,22 +580,7 @@ impl StreamTranslator {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return;
         };
-        let u = match self.client {
-            Dialect::Chat => v
-                .get("usage")
-                .filter(|u| u.is_object())
-                .map(util::read_chat_usage),
-            Dialect::Messages => v
-                .get("usage")
-                .or_else(|| v.get("message").and_then(|m| m.get("usage")))
-                .map(anthropic::usage_to_hub),
-            Dialect::Responses => v
-                .get("response")
-                .and_then(|r| r.get("usage"))
-                .filter(|u| u.is_object())
-                .map(responses::usage_to_hub),
-            Dialect::Gemini => v.get("usageMetadata").map(gemini::usage_to_hub),
-        };
+        let u = self.client.wire().usage_of(&v);
         if let Some(u) = u {
             self.usage.merge(u);
         }

@@ -15,55 +15,16 @@
 //! Must not: perform IO, parse upstream bytes, or allocate beyond the bytes
 //! it appends to `out` and the per-stream state.
 
-use super::anthropic;
 use super::error::stream_error_event_seq;
 use super::gemini;
-use super::sse::encode_event;
-use super::stream_responses::ResponsesOut;
+use super::hub::Hub;
+use super::messages;
+use super::responses::stream_out::ResponsesOut;
+use super::sse::{encode_event, encode_json};
 use super::util::{self, Obj};
 use super::{Dialect, Usage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-
-/// One hub event: what a Chat chunk can say, one thing at a time.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Hub {
-    /// Stream opened (upstream id and creation time when known).
-    Start {
-        id: Option<String>,
-        created: Option<u64>,
-    },
-    /// Assistant text.
-    Text(String),
-    /// Reasoning text (Chat `reasoning_content`, Anthropic `thinking_delta`, Responses
-    /// reasoning text / summary deltas, Gemini `thought` parts).
-    Reasoning(String),
-    /// The signature of the reasoning so far (Anthropic `signature_delta`).
-    Signature(String),
-    /// A redacted reasoning block's data (Anthropic `redacted_thinking`).
-    Redacted(String),
-    /// A tool call begins (Chat `tool_calls[index]` with id and name).
-    ToolStart {
-        index: usize,
-        id: String,
-        name: String,
-    },
-    /// A fragment of a tool call's arguments.
-    ToolArgs { index: usize, args: String },
-    /// Chat `finish_reason`.
-    Finish(String),
-    /// Usage report (fields present override).
-    Usage(Usage),
-    /// Upstream error mid-stream: its HTTP-status class (`error::stream_error_status`, mapped
-    /// to the client's dialect) and message. Ends the stream.
-    Error(u16, String),
-    /// End of stream.
-    Done,
-}
-
-pub(crate) fn put(out: &mut Vec<u8>, event: Option<&str>, v: &Value) {
-    encode_event(event, &v.to_string(), out);
-}
 
 // -------------------------------------------------------------------- Chat
 
@@ -89,7 +50,7 @@ impl ChatOut {
         if !self.started {
             self.started = true;
             let c = self.chunk(json!({"role": "assistant", "content": ""}), Value::Null);
-            put(out, None, &c);
+            encode_json(None, &c, out);
         }
     }
 
@@ -104,12 +65,12 @@ impl ChatOut {
             }
             Hub::Text(t) => {
                 self.start(out);
-                put(out, None, &self.chunk(json!({"content": t}), Value::Null));
+                encode_json(None, &self.chunk(json!({"content": t}), Value::Null), out);
             }
             Hub::Reasoning(t) => {
                 self.start(out);
                 let d = json!({"reasoning_content": t});
-                put(out, None, &self.chunk(d, Value::Null));
+                encode_json(None, &self.chunk(d, Value::Null), out);
             }
             // Chat deltas have no place for signatures or redacted reasoning.
             Hub::Signature(_) | Hub::Redacted(_) => {}
@@ -117,16 +78,16 @@ impl ChatOut {
                 self.start(out);
                 let d = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
                     "function": {"name": name, "arguments": ""}}]});
-                put(out, None, &self.chunk(d, Value::Null));
+                encode_json(None, &self.chunk(d, Value::Null), out);
             }
             Hub::ToolArgs { index, args } => {
                 self.start(out);
                 let d = json!({"tool_calls": [{"index": index, "function": {"arguments": args}}]});
-                put(out, None, &self.chunk(d, Value::Null));
+                encode_json(None, &self.chunk(d, Value::Null), out);
             }
             Hub::Finish(r) => {
                 self.start(out);
-                put(out, None, &self.chunk(json!({}), Value::from(r)));
+                encode_json(None, &self.chunk(json!({}), Value::from(r)), out);
             }
             Hub::Usage(u) => self.usage.merge(u),
             Hub::Error(st, m) => stream_error_event_seq(Dialect::Chat, st, &m, None, out),
@@ -136,7 +97,7 @@ impl ChatOut {
                         "id": self.id, "object": "chat.completion.chunk", "created": self.created,
                         "model": self.model, "choices": [], "usage": util::chat_usage(&self.usage),
                     });
-                    put(out, None, &v);
+                    encode_json(None, &v, out);
                 }
                 encode_event(None, "[DONE]", out);
             }
@@ -170,23 +131,20 @@ impl MessagesOut {
             return;
         }
         self.started = true;
-        let mut usage = anthropic::usage_from_hub(&self.usage);
+        let mut usage = messages::usage_from_hub(&self.usage);
         if let Some(u) = usage.as_object_mut() {
             u.insert("output_tokens".into(), 0.into());
         }
         let v = json!({"type": "message_start", "message": {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage}});
-        put(out, Some("message_start"), &v);
+        encode_json(Some("message_start"), &v, out);
     }
 
     fn close(&mut self, out: &mut Vec<u8>) {
         if let Some(Open::Text(i) | Open::Tool(i) | Open::Thinking(i)) = self.open.take() {
-            put(
-                out,
-                Some("content_block_stop"),
-                &json!({"type": "content_block_stop", "index": i}),
-            );
+            let v = json!({"type": "content_block_stop", "index": i});
+            encode_json(Some("content_block_stop"), &v, out);
         }
     }
 
@@ -195,7 +153,7 @@ impl MessagesOut {
         let i = self.next_block;
         self.next_block += 1;
         let v = json!({"type": "content_block_start", "index": i, "content_block": block});
-        put(out, Some("content_block_start"), &v);
+        encode_json(Some("content_block_start"), &v, out);
         i
     }
 
@@ -282,7 +240,7 @@ impl MessagesOut {
             Hub::Finish(r) => {
                 self.start(out);
                 self.close(out);
-                self.stop = Some(anthropic::finish_to_stop(&r));
+                self.stop = Some(messages::finish_to_stop(&r));
             }
             Hub::Usage(u) => self.usage.merge(u),
             Hub::Error(st, m) => stream_error_event_seq(Dialect::Messages, st, &m, None, out),
@@ -291,7 +249,7 @@ impl MessagesOut {
                 self.close(out);
                 let mut usage = Obj::new();
                 if self.usage.prompt_tokens.is_some() {
-                    if let Value::Object(full) = anthropic::usage_from_hub(&self.usage) {
+                    if let Value::Object(full) = messages::usage_from_hub(&self.usage) {
                         usage = full;
                     }
                 }
@@ -302,8 +260,8 @@ impl MessagesOut {
                 let v = json!({"type": "message_delta",
                     "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null},
                     "usage": usage});
-                put(out, Some("message_delta"), &v);
-                put(out, Some("message_stop"), &json!({"type": "message_stop"}));
+                encode_json(Some("message_delta"), &v, out);
+                encode_json(Some("message_stop"), &json!({"type": "message_stop"}), out);
             }
         }
     }
@@ -344,10 +302,10 @@ impl GeminiOut {
                     self.id = id;
                 }
             }
-            Hub::Text(t) => put(out, None, &self.chunk(vec![json!({"text": t})], None)),
+            Hub::Text(t) => encode_json(None, &self.chunk(vec![json!({"text": t})], None), out),
             Hub::Reasoning(t) => {
                 let part = json!({"text": t, "thought": true});
-                put(out, None, &self.chunk(vec![part], None));
+                encode_json(None, &self.chunk(vec![part], None), out);
             }
             Hub::Signature(_) | Hub::Redacted(_) => {}
             Hub::ToolStart { index, name, .. } => {
@@ -371,7 +329,7 @@ impl GeminiOut {
                     parts.push(json!({"text": ""}));
                 }
                 let finish = gemini::finish_from_chat(self.finish.as_deref().unwrap_or("stop"));
-                put(out, None, &self.chunk(parts, Some(finish)));
+                encode_json(None, &self.chunk(parts, Some(finish)), out);
             }
         }
     }

@@ -23,8 +23,8 @@
 //! Must not: perform IO, or allocate beyond the values it returns.
 
 use super::cache;
-use super::error::TranslateError;
 use super::util::{arr, s, Obj};
+use super::TranslateError;
 use serde_json::{json, Value};
 
 /// The name of the answer tool that carries structured output to Anthropic.

@@ -4,7 +4,7 @@
 //! Must not: perform IO or hold state; it only reads its inputs and builds
 //! the values it returns.
 
-use super::error::TranslateError;
+use super::TranslateError;
 use serde_json::{Map, Value};
 
 pub(crate) type Obj = Map<String, Value>;
@@ -147,6 +147,56 @@ pub(crate) fn read_chat_usage(v: &Value) -> super::Usage {
             .get("prompt_tokens_details")
             .and_then(|d| u(d, "cached_tokens")),
     }
+}
+
+/// A hub assistant message holding `text` (`content: null` when it is empty and the turn
+/// makes tool calls, as Chat sends it).
+pub(crate) fn assistant(text: String, has_calls: bool) -> Obj {
+    let mut m = Obj::new();
+    m.insert("role".into(), "assistant".into());
+    let content = if text.is_empty() && has_calls {
+        Value::Null
+    } else {
+        Value::from(text)
+    };
+    m.insert("content".into(), content);
+    m
+}
+
+/// Append `items` as a turn of `role` (the items under `key`), merging with the previous turn
+/// when it has the same role (Messages and Gemini expect alternating turns).
+pub(crate) fn push_turn(turns: &mut Vec<Value>, role: &str, key: &str, mut items: Vec<Value>) {
+    if items.is_empty() {
+        return;
+    }
+    if let Some(last) = turns.last_mut() {
+        if s(last, "role") == Some(role) {
+            if let Some(p) = last.get_mut(key).and_then(Value::as_array_mut) {
+                p.append(&mut items);
+                return;
+            }
+        }
+    }
+    turns.push(serde_json::json!({"role": role, key: items}));
+}
+
+/// A hub Chat completion of one choice: what every non-stream `response_to_chat` returns.
+pub(crate) fn completion(
+    id: &str,
+    created: u64,
+    model: &str,
+    message: Value,
+    finish: &str,
+    usage: &super::Usage,
+) -> Value {
+    serde_json::json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": chat_usage(usage),
+    })
 }
 
 /// The first choice of a hub completion (or chunk).

@@ -20,9 +20,8 @@ use std::borrow::Cow;
 
 use crate::config::provider::{Op, ProviderKind};
 use crate::dialect::extensions::ChatUpstream;
-use crate::dialect::extract::{RoutingFields, UsageOption};
+use crate::dialect::extract::{splice, RoutingFields, UsageOption};
 use crate::dialect::{self, Dialect};
-use crate::error::push_json_str;
 use crate::error::{Error, Kind};
 use crate::route::Provider;
 
@@ -227,56 +226,6 @@ pub fn plan<'b>(
         }
     }
 }
-
-/// A copy of `body` with the model value replaced by `rename` (when given) and, when
-/// `ask_usage`, `stream_options.include_usage` set to true: inserted first in the object when
-/// the body has no `stream_options`, else that value rewritten with its other fields kept.
-/// Everything else stays byte for byte.
-fn splice(body: &[u8], fields: &RoutingFields, rename: Option<&str>, ask_usage: bool) -> Vec<u8> {
-    let mut edits: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::with_capacity(2);
-    if let Some(m) = rename {
-        let mut v = Vec::with_capacity(m.len() + 2);
-        push_json_str(&mut v, m);
-        edits.push((fields.model_span.clone(), v));
-    }
-    if ask_usage {
-        match &fields.usage_option {
-            UsageOption::NotAsked(span) => {
-                let opts = body
-                    .get(span.clone())
-                    .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok());
-                let mut map = match opts {
-                    Some(serde_json::Value::Object(m)) => m,
-                    _ => serde_json::Map::new(),
-                };
-                map.insert("include_usage".into(), serde_json::Value::Bool(true));
-                let v = serde_json::to_vec(&map).unwrap_or_else(|_| INCLUDE_USAGE.to_vec());
-                edits.push((span.clone(), v));
-            }
-            _ => {
-                // after the object's opening brace (the body has at least `model`)
-                let at = body.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
-                let mut v = b"\"stream_options\":".to_vec();
-                v.extend_from_slice(INCLUDE_USAGE);
-                v.push(b',');
-                edits.push((at..at, v));
-            }
-        }
-    }
-    edits.sort_by_key(|(r, _)| r.start);
-    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
-    let mut out = Vec::with_capacity(body.len() + extra);
-    let mut at = 0;
-    for (r, v) in edits {
-        out.extend_from_slice(body.get(at..r.start).unwrap_or_default());
-        out.extend_from_slice(&v);
-        at = r.end;
-    }
-    out.extend_from_slice(body.get(at..).unwrap_or_default());
-    out
-}
-
-const INCLUDE_USAGE: &[u8] = b"{\"include_usage\":true}";
 
 /// A Messages body for Anthropic on Vertex: without `model` (it is in the path), with
 /// `anthropic_version` (`vertex-2023-10-16` unless the body names one), as Anthropic's Vertex

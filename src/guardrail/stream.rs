@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::json_str::JsonText;
 use super::request::Walk;
 use super::{Blocked, Chain, Phase, Session};
-use crate::dialect::Dialect;
+use crate::dialect::{sse, Dialect, SseEvent};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Field {
@@ -99,7 +99,7 @@ impl StreamGuard {
     /// Rewrite the whole SSE `events` into `out`. `Err`: a `block` match; `out` holds the
     /// events before the one that matched, and nothing of the match.
     pub fn rewrite(&mut self, events: &[u8], out: &mut Vec<u8>) -> Result<(), Blocked> {
-        for ev in split_events(events) {
+        for ev in sse::events(events) {
             self.event(ev, out)?;
         }
         Ok(())
@@ -112,8 +112,7 @@ impl StreamGuard {
     }
 
     fn event(&mut self, ev: &[u8], out: &mut Vec<u8>) -> Result<(), Blocked> {
-        let (name, data) = parse_event(ev);
-        let Some(data) = data else {
+        let Some(SseEvent { event: name, data }) = sse::parse(ev) else {
             out.extend_from_slice(ev);
             return Ok(());
         };
@@ -136,7 +135,7 @@ impl StreamGuard {
             changed |= self.renumber(&mut v);
         }
         if changed {
-            write_event(name.as_deref(), &v, out);
+            sse::encode_json(name.as_deref(), &v, out);
         } else {
             out.extend_from_slice(ev);
         }
@@ -228,7 +227,7 @@ impl StreamGuard {
                     self.seq_shift = self.seq_shift.saturating_add(1);
                 }
             }
-            write_event(name, &v, out);
+            sse::encode_json(name, &v, out);
         }
         Ok(())
     }
@@ -612,72 +611,4 @@ fn responses_key(v: &Value) -> Option<Key> {
         return None;
     };
     Some((out, part, field))
-}
-
-/// Whole events of `buf`, each with its blank line.
-fn split_events(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = buf;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut i = 0;
-        let end = loop {
-            match memchr::memchr(b'\n', rest.get(i..).unwrap_or_default()) {
-                None => break rest.len(),
-                Some(n) => {
-                    let at = i + n;
-                    let after = rest.get(at + 1..).unwrap_or_default();
-                    if after.starts_with(b"\n") {
-                        break at + 2;
-                    }
-                    if after.starts_with(b"\r\n") {
-                        break at + 3;
-                    }
-                    i = at + 1;
-                }
-            }
-        };
-        let (ev, r) = rest.split_at(end.min(rest.len()));
-        rest = r;
-        Some(ev)
-    })
-}
-
-/// An event's `event:` name and its joined `data:` lines (`None`: no data line).
-fn parse_event(ev: &[u8]) -> (Option<String>, Option<String>) {
-    let Ok(text) = std::str::from_utf8(ev) else {
-        return (None, None);
-    };
-    let mut name = None;
-    let mut data: Option<String> = None;
-    for line in text.lines() {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if let Some(v) = line.strip_prefix("event:") {
-            name = Some(v.trim_start().to_string());
-        } else if let Some(v) = line.strip_prefix("data:") {
-            let v = v.strip_prefix(' ').unwrap_or(v);
-            match &mut data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(v);
-                }
-                None => data = Some(v.to_string()),
-            }
-        }
-    }
-    (name, data)
-}
-
-fn write_event(name: Option<&str>, v: &Value, out: &mut Vec<u8>) {
-    if let Some(n) = name {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(n.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    if serde_json::to_writer(&mut *out, v).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
 }

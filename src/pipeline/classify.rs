@@ -4,7 +4,7 @@
 //! Owns: `Target`, `classify`, `model_id_in`. Must not: read the body, the config or the shard.
 
 use crate::config::provider::Op;
-use crate::dialect::{gemini_call, Dialect};
+use crate::dialect::{gemini::call as gemini_call, Dialect};
 use crate::error::{Error, Kind};
 use crate::governance::Gate;
 use crate::http::Method;

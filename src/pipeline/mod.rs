@@ -44,7 +44,7 @@ use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
 use crate::upstream::headers::ClientHeaders;
-use crate::{answer, dialect::extract, dialect::gemini_call, forward};
+use crate::{answer, dialect::extract, dialect::gemini::call as gemini_call, forward};
 use classify::{classify, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).

@@ -51,7 +51,7 @@
 use std::borrow::Cow;
 
 use crate::config::provider::ProviderKind;
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Family};
 use crate::error::{Error, Kind};
 use crate::http::head::Passed;
 use crate::http::request_id::RequestId;
@@ -199,22 +199,6 @@ pub fn response_header(name: &[u8]) -> bool {
         || starts_with_ci(name, b"openai-")
 }
 
-/// Header naming families of the dialects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    OpenAi,
-    Anthropic,
-    Gemini,
-}
-
-fn family(d: Dialect) -> Family {
-    match d {
-        Dialect::Chat | Dialect::Responses => Family::OpenAi,
-        Dialect::Messages => Family::Anthropic,
-        Dialect::Gemini => Family::Gemini,
-    }
-}
-
 /// A rate-limit line's meaning, whatever its naming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Limit {
@@ -256,7 +240,7 @@ fn limit_of(rest: &[u8], anthropic: bool) -> Limit {
 /// from `up`'s dialect to `client`'s, as the response table says. Same naming family: unchanged.
 /// No allocation but the new lines' buffer.
 pub fn to_client(lines: &mut Vec<u8>, up: Dialect, client: Dialect) {
-    let (from, to) = (family(up), family(client));
+    let (from, to) = (up.wire().family, client.wire().family);
     if from == to || lines.is_empty() {
         return;
     }

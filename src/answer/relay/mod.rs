@@ -35,7 +35,7 @@ use crate::admit::Permit;
 use crate::answer::outcome::Outcome;
 use crate::answer::stream::{self, StreamBuf, MAX_PENDING_EVENT};
 use crate::answer::Sink;
-use crate::dialect::Dialect;
+use crate::dialect::{sse::last_event_end, Dialect};
 use crate::error::{Error, Kind};
 use crate::forward::open::{Call, Opened};
 use crate::forward::report::report;
@@ -193,7 +193,7 @@ impl stream::Events for Vetted<'_, '_> {
             if good > 0 {
                 let events = &pending[..good];
                 self.terminal =
-                    self.terminal || is_terminal_event(self.dialect, last_event(events));
+                    self.terminal || self.dialect.wire().is_terminal_event(last_event(events));
                 self.stripped = self.strip_usage && usage_chunk::without(events, &mut self.kept);
             }
         }
@@ -274,54 +274,6 @@ fn last_event(events: &[u8]) -> &[u8] {
     events.get(start..).unwrap_or_default()
 }
 
-/// Whether one whole SSE event is the dialect's terminal event: Chat `data: [DONE]`, Messages
-/// `message_stop`, Responses `response.completed` / `.incomplete` / `.failed`, Gemini a
-/// `finishReason`. Only the event's first bytes are looked at (its `event:` line and the JSON
-/// `type`, which comes first); a JSON string cannot hold a raw newline or an unescaped quote,
-/// so these patterns never match inside content. Costs a few short scans per relayed piece.
-fn is_terminal_event(dialect: Dialect, ev: &[u8]) -> bool {
-    let head = ev.get(..ev.len().min(256)).unwrap_or(ev);
-    let at_line_start = |pat: &[u8]| {
-        memchr::memmem::find_iter(head, pat)
-            .any(|i| i == 0 || matches!(head.get(i - 1), Some(b'\n' | b'\r')))
-    };
-    let has = |pat: &[u8]| memchr::memmem::find(head, pat).is_some();
-    match dialect {
-        Dialect::Chat => at_line_start(b"data: [DONE]") || at_line_start(b"data:[DONE]"),
-        Dialect::Messages => {
-            at_line_start(b"event: message_stop") || has(b"\"type\":\"message_stop\"")
-        }
-        Dialect::Responses => [
-            (
-                &b"event: response.completed"[..],
-                &b"\"type\":\"response.completed\""[..],
-            ),
-            (
-                b"event: response.incomplete",
-                b"\"type\":\"response.incomplete\"",
-            ),
-            (b"event: response.failed", b"\"type\":\"response.failed\""),
-        ]
-        .iter()
-        .any(|(line, typed)| at_line_start(line) || has(typed)),
-        Dialect::Gemini => memchr::memmem::find(ev, b"\"finishReason\"").is_some(),
-    }
-}
-
-/// End offset of the last complete SSE event in `buf` (0 if none): just past the last `\n\n`
-/// or `\r\n\r\n`. One backward SIMD scan for `\n` that stops at the first blank line from the
-/// end (a `memmem::rfind` per pattern scanned the whole buffer whenever a pattern was absent,
-/// e.g. `\r\n\r\n` in every LF-only stream: ~14 instructions per pending byte per piece).
-fn last_event_end(buf: &[u8]) -> usize {
-    for i in memchr::memrchr_iter(b'\n', buf) {
-        let before = buf.get(..i).unwrap_or_default();
-        if before.ends_with(b"\n") || before.ends_with(b"\r\n\r") {
-            return i + 1;
-        }
-    }
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,7 +299,7 @@ mod tests {
             (Dialect::Responses, b"event: response.created\ndata: {}\n\n", false),
         ];
         for (d, evs, terminal) in cases {
-            let got = is_terminal_event(d, last_event(evs));
+            let got = d.wire().is_terminal_event(last_event(evs));
             assert_eq!(got, terminal, "{d:?} {}", String::from_utf8_lossy(evs));
         }
         assert_eq!(last_event(b"data: a\n\ndata: b\n\n"), b"data: b\n\n");
@@ -373,30 +325,5 @@ mod tests {
         let mut p = b"data: {\"a\":".to_vec();
         complete_last_line(&mut p);
         assert_eq!(last_event_end(&p), 0, "a line cut mid-way is not completed");
-    }
-
-    #[test]
-    fn event_boundaries() {
-        assert_eq!(last_event_end(b"data: a\n\ndata: b"), 9);
-        assert_eq!(last_event_end(b"data: a\r\n\r\n"), 11);
-        assert_eq!(last_event_end(b"data: a\n"), 0);
-        assert_eq!(last_event_end(b"data: a\n\ndata: b\n\n"), 18);
-        // the same answer as the two-pattern search it replaced, on every mix of line ends
-        let old = |buf: &[u8]| {
-            let lf = memchr::memmem::rfind(buf, b"\n\n").map_or(0, |i| i + 2);
-            let crlf = memchr::memmem::rfind(buf, b"\r\n\r\n").map_or(0, |i| i + 4);
-            lf.max(crlf)
-        };
-        let alphabet = [b'\n', b'\r', b'a'];
-        for len in 0..=7u32 {
-            for code in 0..3usize.pow(len) {
-                let (mut c, mut buf) = (code, Vec::new());
-                for _ in 0..len {
-                    buf.push(alphabet[c % 3]);
-                    c /= 3;
-                }
-                assert_eq!(last_event_end(&buf), old(&buf), "{buf:?}");
-            }
-        }
     }
 }

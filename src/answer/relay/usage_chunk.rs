@@ -39,31 +39,12 @@ pub fn without(events: &[u8], kept: &mut Vec<u8>) -> bool {
     }
     kept.clear();
     kept.reserve(events.len());
-    for ev in split_events(events) {
+    for ev in crate::dialect::sse::events(events) {
         if !is_usage_only(ev) {
             kept.extend_from_slice(ev);
         }
     }
     true
-}
-
-/// Whole SSE events (each with its blank line), split at `\n\n` or `\r\n\r\n`.
-fn split_events(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
-    std::iter::from_fn(move || {
-        if buf.is_empty() {
-            return None;
-        }
-        let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
-        let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-        let end = match (lf, crlf) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => buf.len(),
-        };
-        let (ev, rest) = buf.split_at(end);
-        buf = rest;
-        Some(ev)
-    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! A ConverseStream answer body → hub Chat `SseEvent`s: the event-stream framing decoded
-//! (`eventstream`, CRCs and bounds) and each message translated (`dialect::converse_stream`).
+//! (`eventstream`, CRCs and bounds) and each message translated (`dialect::converse::stream`).
 //! The translated stream's relay (`answer::bridge`) reads it as it reads an SSE decoder.
 //!
 //! Owns: `ConverseEvents`. Must not: do IO.
@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use super::eventstream::Decoder;
-use crate::dialect::converse_stream::ConverseChunks;
+use crate::dialect::converse::stream::ConverseChunks;
 use crate::dialect::SseEvent;
 
 pub struct ConverseEvents {

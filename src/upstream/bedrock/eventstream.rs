@@ -10,7 +10,7 @@
 //! resynchronised after one, so the caller ends it.
 //!
 //! Owns: `Decoder`, `Frame`, the CRC. Must not: interpret payloads (that is
-//! `dialect::converse_stream`) or do IO.
+//! `dialect::converse::stream`) or do IO.
 
 /// Largest message accepted (prelude to message CRC).
 pub const MAX_MESSAGE: usize = 16 << 20;

@@ -33,11 +33,47 @@
 //! | Chat → Responses | `stop`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `logprobs`, `seed`, `stream_options`, `audio`, `modalities`, `prediction`, assistant `reasoning_content` (a reasoning item needs the upstream's own id) | dropped |
 //! | responses | Chat `logprobs`, `system_fingerprint`; Responses annotations, `reasoning_tokens` | dropped |
 
-use super::error::TranslateError;
-use super::util::{self, arr, s, Obj};
-use super::{cache, thinking};
+use crate::dialect::util::{self, arr, s, Obj};
+use crate::dialect::TranslateError;
+use crate::dialect::{cache, chat, thinking, Dialect};
+use crate::dialect::{Family, Wire};
+use crate::error::ErrorShape;
 use serde_json::{json, Value};
 
+pub(crate) mod stream_out;
+
+/// OpenAI Responses' wire facts.
+pub static WIRE: Wire = Wire {
+    dialect: Dialect::Responses,
+    name: "responses",
+    family: Family::OpenAi,
+    error_shape: ErrorShape::OpenAi,
+    error_type: chat::error_type,
+    error_code: chat::error_code,
+    error_event: Some("error"),
+    terminal_events: &[
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ],
+    terminal_data: None,
+    terminal_key: None,
+    usage_at: &[&["response", "usage"]],
+    usage_to_hub,
+    request_to_chat,
+    chat_to_request,
+    response_to_chat,
+    chat_to_response,
+    decode: |d, ev, hub| d.responses(ev, hub),
+};
+
+/// The Responses `error.code` of an error event for an HTTP status.
+pub(crate) fn error_code(status: u16) -> &'static str {
+    match status {
+        429 => "rate_limit_exceeded",
+        _ => "server_error",
+    }
+}
 // ---------------------------------------------------------------- requests
 
 fn part_to_chat(p: &Value) -> Option<Value> {
@@ -450,8 +486,8 @@ pub fn chat_to_request(chat: &Value, model: &str) -> Result<Value, TranslateErro
 // --------------------------------------------------------------- responses
 
 /// Responses usage object → hub usage.
-pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
-    super::Usage {
+pub(crate) fn usage_to_hub(u: &Value) -> crate::dialect::Usage {
+    crate::dialect::Usage {
         prompt_tokens: util::u(u, "input_tokens"),
         completion_tokens: util::u(u, "output_tokens"),
         cached_tokens: u
@@ -461,7 +497,7 @@ pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
 }
 
 /// Hub usage → Responses usage object.
-pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
+pub(crate) fn usage_from_hub(u: &crate::dialect::Usage) -> Value {
     let i = u.prompt_tokens.unwrap_or(0);
     let o = u.completion_tokens.unwrap_or(0);
     json!({
@@ -521,14 +557,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     }
     let reason = resp.get("incomplete_details").and_then(|d| s(d, "reason"));
     let finish = finish_of(s(&resp, "status"), reason, !calls.is_empty());
-    let mut message = Obj::new();
-    message.insert("role".into(), "assistant".into());
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::from(text)
-    };
-    message.insert("content".into(), content);
+    let mut message = util::assistant(text, !calls.is_empty());
     if !refusal.is_empty() {
         message.insert("refusal".into(), refusal.into());
     }
@@ -537,14 +566,17 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     }
     thinking::set_on_message(&mut message, reasoning, Vec::new());
     let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "id").unwrap_or("resp"),
-        "object": "chat.completion",
-        "created": util::u(&resp, "created_at").unwrap_or(0),
-        "model": s(&resp, "model").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let (id, model) = (s(&resp, "id").unwrap_or("resp"), s(&resp, "model"));
+    let created = util::u(&resp, "created_at").unwrap_or(0);
+    let model = model.unwrap_or_default();
+    Ok(util::completion(
+        id,
+        created,
+        model,
+        message.into(),
+        finish,
+        &usage,
+    ))
 }
 
 /// Response id derived from a hub id (`resp_` prefix).

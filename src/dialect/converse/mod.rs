@@ -23,10 +23,12 @@
 //! Owns: the Converse request and response shapes. Must not: do IO, read clocks (the caller
 //! passes the answer's id and creation time), or log.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::util::{self, arr, s, Obj};
-use super::TranslateError;
+use crate::dialect::util::{self, arr, s, Obj};
+use crate::dialect::TranslateError;
+
+pub mod stream;
 
 /// Hub Chat request → Converse request body (the model id goes in the URL, not the body).
 pub fn chat_to_request(chat: &Value) -> Result<Vec<u8>, TranslateError> {
@@ -276,16 +278,7 @@ pub fn response_to_chat(body: &[u8], id: &str, created: u64) -> Result<Value, Tr
             }
         }
     }
-    let mut message = Map::new();
-    message.insert("role".into(), "assistant".into());
-    message.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            Value::String(text)
-        },
-    );
+    let mut message = util::assistant(text, !calls.is_empty());
     if !reasoning.is_empty() {
         message.insert("reasoning_content".into(), reasoning.into());
     }

@@ -34,12 +34,57 @@
 //! | Chat → Gemini | JSON-schema keys `$schema`, `additionalProperties` in tool parameters | stripped (rejected by Gemini's OpenAPI subset) |
 //! | responses | Chat `logprobs`, `system_fingerprint`; Gemini `safetyRatings`, `citationMetadata` | dropped |
 
-use super::error::TranslateError;
-use super::schema::{schema_to_gemini, schema_to_json};
-use super::thinking::{budget_to_effort, effort_to_budget, reasoning_text};
-use super::util::{self, arr, get_any, s, Obj};
+use crate::dialect::schema::{schema_to_gemini, schema_to_json};
+use crate::dialect::thinking::{budget_to_effort, effort_to_budget, reasoning_text};
+use crate::dialect::util::{self, arr, get_any, s, Obj};
+use crate::dialect::Dialect;
+use crate::dialect::TranslateError;
+use crate::dialect::{Family, Wire};
+use crate::error::ErrorShape;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+
+pub mod call;
+
+/// Gemini's wire facts. The model (and for a stream the method) is in the URL: its
+/// `chat_to_request` ignores the upstream model.
+pub static WIRE: Wire = Wire {
+    dialect: Dialect::Gemini,
+    name: "gemini",
+    family: Family::Gemini,
+    error_shape: ErrorShape::Gemini,
+    error_type: error_status,
+    error_code: |_| None,
+    error_event: None,
+    terminal_events: &[],
+    terminal_data: None,
+    terminal_key: Some("finishReason"),
+    usage_at: &[&["usageMetadata"]],
+    usage_to_hub,
+    request_to_chat,
+    chat_to_request: |chat, _model| chat_to_request(chat),
+    response_to_chat,
+    chat_to_response,
+    decode: |d, ev, hub| d.gemini(ev, hub),
+};
+
+/// Google's canonical status name (`error.status`) for an HTTP status.
+pub(crate) fn error_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ if status >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
+    }
+}
 
 /// Gemini `finishReason` → Chat `finish_reason` (without the tool-call rule).
 pub fn finish_to_chat(reason: &str) -> &'static str {
@@ -158,14 +203,7 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
             }
         }
         if model {
-            let mut m = Obj::new();
-            m.insert("role".into(), "assistant".into());
-            let content = if text.is_empty() && !calls.is_empty() {
-                Value::Null
-            } else {
-                Value::from(text)
-            };
-            m.insert("content".into(), content);
+            let mut m = util::assistant(text, !calls.is_empty());
             if !calls.is_empty() {
                 m.insert("tool_calls".into(), Value::Array(calls));
             }
@@ -305,19 +343,8 @@ fn part_from_chat(p: &Value) -> Option<Value> {
 }
 
 /// Append parts as a turn of `role`, merging with a previous same-role turn.
-fn push_turn(contents: &mut Vec<Value>, role: &str, mut parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    if let Some(last) = contents.last_mut() {
-        if s(last, "role") == Some(role) {
-            if let Some(p) = last.get_mut("parts").and_then(Value::as_array_mut) {
-                p.append(&mut parts);
-                return;
-            }
-        }
-    }
-    contents.push(json!({"role": role, "parts": parts}));
+fn push_turn(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
+    util::push_turn(contents, role, "parts", parts);
 }
 
 /// Hub Chat request → Gemini request body (model and stream go in the URL).
@@ -462,14 +489,14 @@ pub fn chat_to_request(chat: &Value) -> Result<Value, TranslateError> {
 // --------------------------------------------------------------- responses
 
 /// Gemini `usageMetadata` → hub usage.
-pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
+pub(crate) fn usage_to_hub(u: &Value) -> crate::dialect::Usage {
     let cand = util::u(u, "candidatesTokenCount");
     let thoughts = util::u(u, "thoughtsTokenCount");
     let completion = match (cand, thoughts) {
         (None, None) => None,
         (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
     };
-    super::Usage {
+    crate::dialect::Usage {
         prompt_tokens: util::u(u, "promptTokenCount"),
         completion_tokens: completion,
         cached_tokens: util::u(u, "cachedContentTokenCount"),
@@ -477,7 +504,7 @@ pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
 }
 
 /// Hub usage → Gemini `usageMetadata`.
-pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
+pub(crate) fn usage_from_hub(u: &crate::dialect::Usage) -> Value {
     let p = u.prompt_tokens.unwrap_or(0);
     let c = u.completion_tokens.unwrap_or(0);
     let mut o = Obj::new();
@@ -534,14 +561,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     } else {
         finish_to_chat(s(cand, "finishReason").unwrap_or("STOP"))
     };
-    let mut message = Obj::new();
-    message.insert("role".into(), "assistant".into());
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::from(text)
-    };
-    message.insert("content".into(), content);
+    let mut message = util::assistant(text, !calls.is_empty());
     let thoughts: String = cand
         .get("content")
         .map(|c| arr(c, "parts"))
@@ -561,14 +581,16 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         message.insert("tool_calls".into(), Value::Array(tc));
     }
     let usage = usage_to_hub(resp.get("usageMetadata").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "responseId").unwrap_or("gemini"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": s(&resp, "modelVersion").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let id = s(&resp, "responseId").unwrap_or("gemini");
+    let model = s(&resp, "modelVersion").unwrap_or_default();
+    Ok(util::completion(
+        id,
+        0,
+        model,
+        message.into(),
+        finish,
+        &usage,
+    ))
 }
 
 /// Hub Chat completion → Gemini response body.

@@ -12,11 +12,11 @@
 //! it appends to `out` and the per-stream state (the output items, kept to
 //! build the final `response` object).
 
-use super::error::responses_error_code;
-use super::responses;
-use super::stream_out::{put, Hub};
-use super::util::Obj;
-use super::Usage;
+use crate::dialect::hub::Hub;
+use crate::dialect::responses;
+use crate::dialect::sse::encode_json;
+use crate::dialect::util::Obj;
+use crate::dialect::Usage;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -122,7 +122,7 @@ impl ResponsesOut {
                 ordered.entry(k).or_insert(val);
             }
         }
-        put(out, Some(kind), &Value::Object(ordered));
+        encode_json(Some(kind), &Value::Object(ordered), out);
     }
 
     fn response(&self, status: &str, output: Vec<Value>) -> Value {
@@ -204,6 +204,22 @@ impl ResponsesOut {
         );
     }
 
+    /// Close the open item and open `item` at the next output index, announced
+    /// (`response.output_item.added`); its index.
+    fn open_item(&mut self, out: &mut Vec<u8>, item: Item) -> usize {
+        self.close(out);
+        let pos = self.items.len();
+        let added = item.json("in_progress");
+        self.items.push(item);
+        self.open = Some(pos);
+        self.emit(
+            out,
+            "response.output_item.added",
+            json!({"output_index": pos, "item": added}),
+        );
+        pos
+    }
+
     pub(crate) fn handle(&mut self, ev: Hub, out: &mut Vec<u8>) {
         match ev {
             Hub::Start { id, created } => {
@@ -221,21 +237,15 @@ impl ResponsesOut {
                 let pos = match open_msg {
                     Some(p) => p,
                     None => {
-                        self.close(out);
-                        let pos = self.items.len();
-                        let id = format!("msg_{}_{pos}", self.id.trim_start_matches("resp_"));
-                        let item = Item::Message {
-                            id: id.clone(),
-                            text: String::new(),
-                            done: false,
-                        };
-                        let added = item.json("in_progress");
-                        self.items.push(item);
-                        self.open = Some(pos);
-                        self.emit(
+                        let (resp, pos) = (self.id.trim_start_matches("resp_"), self.items.len());
+                        let id = format!("msg_{resp}_{pos}");
+                        let pos = self.open_item(
                             out,
-                            "response.output_item.added",
-                            json!({"output_index": pos, "item": added}),
+                            Item::Message {
+                                id: id.clone(),
+                                text: String::new(),
+                                done: false,
+                            },
                         );
                         let part = json!({"type": "output_text", "text": "", "annotations": []});
                         self.emit(out, "response.content_part.added",
@@ -263,23 +273,16 @@ impl ResponsesOut {
                 let pos = match open {
                     Some(p) => p,
                     None => {
-                        self.close(out);
-                        let pos = self.items.len();
-                        let id = format!("rs_{}_{pos}", self.id.trim_start_matches("resp_"));
-                        let item = Item::Reasoning {
-                            id,
-                            text: String::new(),
-                            done: false,
-                        };
-                        let added = item.json("in_progress");
-                        self.items.push(item);
-                        self.open = Some(pos);
-                        self.emit(
+                        let (resp, pos) = (self.id.trim_start_matches("resp_"), self.items.len());
+                        let id = format!("rs_{resp}_{pos}");
+                        self.open_item(
                             out,
-                            "response.output_item.added",
-                            json!({"output_index": pos, "item": added}),
-                        );
-                        pos
+                            Item::Reasoning {
+                                id,
+                                text: String::new(),
+                                done: false,
+                            },
+                        )
                     }
                 };
                 let mut item_id = String::new();
@@ -298,8 +301,6 @@ impl ResponsesOut {
             Hub::Signature(_) | Hub::Redacted(_) => {}
             Hub::ToolStart { index, id, name } => {
                 self.start(out);
-                self.close(out);
-                let pos = self.items.len();
                 let item = Item::Call {
                     id: format!("fc_{id}"),
                     call_id: id,
@@ -307,15 +308,8 @@ impl ResponsesOut {
                     args: String::new(),
                     done: false,
                 };
-                let added = item.json("in_progress");
-                self.items.push(item);
-                self.open = Some(pos);
+                let pos = self.open_item(out, item);
                 self.tools.insert(index, pos);
-                self.emit(
-                    out,
-                    "response.output_item.added",
-                    json!({"output_index": pos, "item": added}),
-                );
             }
             Hub::ToolArgs { index, args } => {
                 let Some(&pos) = self.tools.get(&index) else {
@@ -348,7 +342,7 @@ impl ResponsesOut {
                 if let Some(o) = r.as_object_mut() {
                     o.insert(
                         "error".into(),
-                        json!({"code": responses_error_code(st), "message": m}),
+                        json!({"code": responses::error_code(st), "message": m}),
                     );
                 }
                 self.emit(out, "response.failed", json!({"response": r}));

@@ -18,9 +18,9 @@
 
 use serde_json::{json, Value};
 
-use super::converse::{stop_to_finish, usage_to_chat};
-use super::util::{s, u};
-use super::{SseEvent, TranslateError};
+use crate::dialect::converse::{stop_to_finish, usage_to_chat};
+use crate::dialect::util::{s, u};
+use crate::dialect::{SseEvent, TranslateError};
 
 /// One stream's Converse → Chat chunk state.
 pub struct ConverseChunks {

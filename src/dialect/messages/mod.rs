@@ -47,9 +47,49 @@
 //! rejected with [`TranslateError`] rather than dropped, as is a client tool
 //! named like the structured-output tool.
 
-use super::error::TranslateError;
-use super::util::{self, arr, s, Obj};
-use super::{cache, structured, thinking};
+use crate::dialect::util::{self, arr, s, Obj};
+use crate::dialect::TranslateError;
+use crate::dialect::{cache, structured, thinking, Dialect};
+use crate::dialect::{Family, Wire};
+use crate::error::ErrorShape;
+
+/// Anthropic Messages' wire facts.
+pub static WIRE: Wire = Wire {
+    dialect: Dialect::Messages,
+    name: "messages",
+    family: Family::Anthropic,
+    error_shape: ErrorShape::Anthropic,
+    error_type,
+    error_code: |_| None,
+    error_event: Some("error"),
+    terminal_events: &["message_stop"],
+    terminal_data: None,
+    terminal_key: None,
+    usage_at: &[&["usage"], &["message", "usage"]],
+    usage_to_hub,
+    request_to_chat,
+    chat_to_request,
+    response_to_chat,
+    chat_to_response,
+    decode: |d, ev, hub| d.messages(ev, hub),
+};
+
+/// Anthropic `error.type` for an HTTP status.
+pub(crate) fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        503 | 529 => "overloaded_error",
+        _ if status >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
 use serde_json::{json, Map, Value};
 
 /// `max_tokens` used for Chat → Messages when the client set none.
@@ -380,19 +420,8 @@ fn image_block(url: &str) -> Value {
 
 /// Append `blocks` as a turn of `role`, merging with the previous turn when
 /// it has the same role (Messages expects alternating turns).
-fn push_turn(messages: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some(last) = messages.last_mut() {
-        if s(last, "role") == Some(role) {
-            if let Some(c) = last.get_mut("content").and_then(Value::as_array_mut) {
-                c.append(&mut blocks);
-                return;
-            }
-        }
-    }
-    messages.push(json!({"role": role, "content": blocks}));
+fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+    util::push_turn(messages, role, "content", blocks);
 }
 
 /// Hub Chat request → Messages request, model set to `model`.
@@ -616,11 +645,11 @@ fn json_obj(v: Value) -> Map<String, Value> {
 // --------------------------------------------------------------- responses
 
 /// Anthropic usage object → hub usage.
-pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
+pub(crate) fn usage_to_hub(u: &Value) -> crate::dialect::Usage {
     let input = util::u(u, "input_tokens");
     let read = util::u(u, "cache_read_input_tokens");
     let create = util::u(u, "cache_creation_input_tokens").unwrap_or(0);
-    super::Usage {
+    crate::dialect::Usage {
         prompt_tokens: input.map(|i| i.saturating_add(read.unwrap_or(0)).saturating_add(create)),
         completion_tokens: util::u(u, "output_tokens"),
         cached_tokens: read,
@@ -628,7 +657,7 @@ pub(crate) fn usage_to_hub(u: &Value) -> super::Usage {
 }
 
 /// Hub usage → Anthropic usage object.
-pub(crate) fn usage_from_hub(u: &super::Usage) -> Value {
+pub(crate) fn usage_from_hub(u: &crate::dialect::Usage) -> Value {
     let cached = u.cached_tokens.unwrap_or(0);
     let mut o = Obj::new();
     o.insert(
@@ -654,14 +683,15 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
         finish = "stop"; // the structured-output tool was the answer
     }
     let usage = usage_to_hub(resp.get("usage").unwrap_or(&Value::Null));
-    Ok(json!({
-        "id": s(&resp, "id").unwrap_or("msg"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": s(&resp, "model").unwrap_or_default(),
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": util::chat_usage(&usage),
-    }))
+    let (id, model) = (s(&resp, "id").unwrap_or("msg"), s(&resp, "model"));
+    Ok(util::completion(
+        id,
+        0,
+        model.unwrap_or_default(),
+        message,
+        finish,
+        &usage,
+    ))
 }
 
 /// Hub Chat completion → Messages response body.
@@ -698,5 +728,4 @@ pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, Trans
 }
 
 #[cfg(test)]
-#[path = "anthropic_tests.rs"]
 mod tests;
