@@ -241,10 +241,26 @@ pub fn events(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// The lines of one raw event, `\r` line ends stripped.
+/// The lines of one raw event, `\r` line ends stripped (as `split` on `\n` would give them,
+/// found by `memchr`: a data line is most of an event's bytes, and a per-byte split cost ~1,200
+/// instructions per relayed event).
 fn lines(ev: &[u8]) -> impl Iterator<Item = &[u8]> {
-    ev.split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+    let mut rest = Some(ev);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        let line = match memchr::memchr(b'\n', r) {
+            Some(i) => {
+                let (line, tail) = r.split_at(i);
+                rest = tail.get(1..);
+                line
+            }
+            None => {
+                rest = None;
+                r
+            }
+        };
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    })
 }
 
 /// The value of field `name` on one line (`name: value`, one leading space dropped; a bare
@@ -298,6 +314,25 @@ pub fn parse(ev: &[u8]) -> Option<SseEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_are_those_of_a_split_on_newline() {
+        for ev in [
+            &b""[..],
+            b"\n",
+            b"data: a",
+            b"data: a\n\n",
+            b"event: x\r\ndata: 1\r\ndata: 2\r\n\r\n",
+            b"\n\ndata:\n: c\r\n",
+            b"data: {\"a\":\"\\n\"}\n\r\n",
+        ] {
+            let want: Vec<&[u8]> = ev
+                .split(|&b| b == b'\n')
+                .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+                .collect();
+            assert_eq!(lines(ev).collect::<Vec<_>>(), want, "{ev:?}");
+        }
+    }
 
     #[test]
     fn raw_framing() {
