@@ -147,6 +147,17 @@ fn push_call(messages: &mut Vec<Value>, call: Value) {
     messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
 }
 
+/// Request fields Chat and Responses name alike, copied as they are in both directions.
+const SAME_NAMED: [&str; 7] = [
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "stream",
+    "service_tier",
+    "metadata",
+];
+
 /// Responses request body → hub Chat request.
 pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     let req = util::parse_object(body)?;
@@ -215,15 +226,7 @@ pub fn request_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
     }
     out.insert("messages".into(), Value::Array(messages));
     util::copy(&req, "max_output_tokens", &mut out, "max_tokens");
-    for k in [
-        "temperature",
-        "top_p",
-        "parallel_tool_calls",
-        "user",
-        "stream",
-        "service_tier",
-        "metadata",
-    ] {
+    for k in SAME_NAMED {
         util::copy(&req, k, &mut out, k);
     }
     if req.get("stream").and_then(Value::as_bool) == Some(true) {
@@ -410,15 +413,7 @@ pub fn chat_to_request(chat: &Value, model: &str) -> Result<Value, TranslateErro
     if let Some(m) = max {
         out.insert("max_output_tokens".into(), m.into());
     }
-    for k in [
-        "temperature",
-        "top_p",
-        "parallel_tool_calls",
-        "user",
-        "stream",
-        "service_tier",
-        "metadata",
-    ] {
+    for k in SAME_NAMED {
         util::copy(chat, k, &mut out, k);
     }
     if let Some(e) = s(chat, "reasoning_effort") {
