@@ -74,11 +74,6 @@ OUTPUT_TOKENS = 100
 CLK = os.sysconf("SC_CLK_TCK")
 
 
-def loadavg():
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def rss(pid):
@@ -137,19 +132,7 @@ def nginx_conf(d, port, mocks):
     # One listener; the model picks the upstream as ringgate's routes do (a location per path
     # would change nothing: the body is not looked at). The load generators send
     # model "instant" or "paced" to /v1/chat/completions; nginx routes by a header instead.
-    return f"""master_process off;
-daemon off;
-worker_processes 1;
-worker_rlimit_nofile 65535;
-error_log {d}/nginx-error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 60000; multi_accept on; }}
-http {{
-    access_log off;
-    tcp_nodelay on;
-    client_body_temp_path {d}/nginx-body;
-    proxy_temp_path {d}/nginx-proxy;
-    client_max_body_size 64m;
+    return R.nginx_head(d) + f"""    client_max_body_size 64m;
     client_body_buffer_size 1m;
     upstream instant {{ server 127.0.0.1:{mocks['instant'].port}; keepalive 512;
                        keepalive_requests 1000000; }}
@@ -242,7 +225,7 @@ class Cell:
         self.sysm = sysm
         self.rss0 = rss(sysm.pid)
         self.t0 = R.proc_cpu_ticks(sysm.pid)
-        self.la = loadavg()
+        self.la = R.loadavg()
         self.mid = None
         if mid_rss_after is not None:
             def sample():
@@ -681,7 +664,7 @@ def main(argv):
     lg = R.Loadgen(lgpath or R.newest_loadgen())
     R.raise_nofile()
     env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": R.cpu_model(),
-           "kernel": os.uname().release, "loadavg": loadavg(),
+           "kernel": os.uname().release, "loadavg": R.loadavg(),
            "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
            "binaries": [{"label": l, "sha256": R.file_sha(b)} for b, l in bins],
            "argv": "benches/llm-load/run.py " + shlex.join(argv)}

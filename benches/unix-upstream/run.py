@@ -45,24 +45,10 @@ CHAT = ('{"id":"c1","object":"chat.completion","created":1,"model":"m","choices"
         '"total_tokens":18}}')
 
 
-def loadavg():
-    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def nginx_conf(d, ports, socks, paced_port):
-    return f"""master_process off;
-daemon off;
-worker_processes 1;
-worker_rlimit_nofile 65535;
-error_log {d}/nginx-error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 60000; multi_accept on; }}
-http {{
-    access_log off;
-    tcp_nodelay on;
-    client_body_temp_path {d}/nginx-body;
-    proxy_temp_path {d}/nginx-proxy;
-    keepalive_requests 1000000;
+    return R.nginx_head(d) + f"""    keepalive_requests 1000000;
     upstream paced {{ server 127.0.0.1:{paced_port}; keepalive 4096;
                      keepalive_requests 1000000; }}
     server {{
@@ -190,14 +176,14 @@ def main(argv):
     for t in range(trials):
         order = ("tcp", "unix") if t % 2 == 0 else ("unix", "tcp")
         for fam in order:
-            la, c0 = loadavg(), cpu_us(gw.pid)
+            la, c0 = R.loadavg(), cpu_us(gw.pid)
             n, bad, cmd = run_wrk(url, f"small-{fam}", 50, int(dur))
             cpu = cpu_us(gw.pid) - c0
             rows.append({"cell": "small c=50", "family": fam, "trial": t, "loadavg": la,
                          "units": n, "errors": bad, "cpu_us": cpu, "per_unit_us": cpu / max(1, n),
                          "rps": n / dur, "cmd": cmd})
         for fam in order:
-            la, c0 = loadavg(), cpu_us(gw.pid)
+            la, c0 = R.loadavg(), cpu_us(gw.pid)
             res = lg.run(url, None, f"paced-{fam}",
                          ["--stream", "--concurrency", streams, "--duration", dur, "--warmup", 1,
                           "--output-tokens", OUTPUT_TOKENS, "--connections", streams + 16,
@@ -215,7 +201,7 @@ def main(argv):
                          "gap_p99_us": R.pct(tg.get("inter_chunk_us"), "p99"),
                          "cmd": res["_argv"]})
     out = [f"Run {env['date']}, {env['cpu']}, kernel {env['kernel']}, {env['nginx']}; "
-           f"load average at start {loadavg()}.", "",
+           f"load average at start {R.loadavg()}.", "",
            "| cell | trial | TCP µs/unit | Unix µs/unit | Unix / TCP | TCP units/s | Unix units/s | load |",
            "|---|---|---|---|---|---|---|---|"]
     summary = {}
