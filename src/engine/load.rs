@@ -6,8 +6,8 @@
 //! - queue `q` = the engine's waiting requests + this gateway's requests sent since its last
 //!   poll and still in flight (the herd between polls: the engine has not reported them yet;
 //!   those already answered load it no more); KV `kv` = its KV usage, grown by
-//!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (worst
-//!   queue, KV 1, full). Deployments without an engine signal (Ollama, or no `engine`) use
+//!   `kv / running` for each of those; a signal older than `stale_ms` counts as saturated (the
+//!   worst queue among the fresh candidates, KV 1, full when the model sheds). Deployments without an engine signal (Ollama, or no `engine`) use
 //!   the gateway's own in-flight count as their queue, and so do engines whose signal URL
 //!   answers 404/501 (up, unsignalled: never dropped for a missing flag). llama.cpp's `/slots` has no queue
 //!   series: there `q` = what is occupied (this gateway's in-flight requests there, plus the
@@ -213,7 +213,8 @@ impl LoadPicker {
             if full {
                 continue;
             }
-            let (q, kv) = if stale { (1e9, 1.0) } else { (q, util) };
+            // stale: the worst queue of the others and KV 1, filled in below
+            let (q, kv) = if stale { (f64::NAN, 1.0) } else { (q, util) };
             let matched = match (blocks.is_empty(), self.deps.get(*d)) {
                 (false, Some(dep)) => dep.index.matched(blocks, now_ms),
                 _ => 0,
@@ -228,6 +229,18 @@ impl LoadPicker {
         }
         if live.is_empty() {
             return LoadPick::Full;
+        }
+        // a stale signal counts as saturated: as long a queue as the busiest fresh engine's,
+        // so it never beats an idler one, and against that busiest one the gateway's own
+        // in-flight count decides (not an infinite queue that sends every request to a
+        // known-busy engine while one poll is slow)
+        let worst_fresh = live
+            .iter()
+            .filter(|c| !c.q.is_nan())
+            .map(|c| c.q)
+            .fold(0.0, f64::max);
+        for c in live.iter_mut().filter(|c| c.q.is_nan()) {
+            c.q = worst_fresh;
         }
         let min_q = live.iter().map(|c| c.q).fold(f64::INFINITY, f64::min);
         let max_q = live.iter().map(|c| c.q).fold(0.0, f64::max);
@@ -411,6 +424,37 @@ mod tests {
             }
         }
         assert_eq!(a.view(100).sent_since, 5);
+    }
+
+    #[test]
+    fn a_stale_signal_ties_the_busiest_fresh_engine() {
+        let rng = Rng::new(3);
+        // eng0 fresh and busy (a queue, KV full, 4 of the gateway's requests on it); eng1's
+        // last good poll 1.5 s ago (its polls are slow), none of ours on it
+        let busy = cell(4, 8, 1.0, 4_900);
+        let stale = cell(0, 0, 0.0, 3_500);
+        for _ in 0..4 {
+            busy.start(10);
+        }
+        let p = picker(vec![busy.clone(), stale.clone()], LoadSettings::default());
+        for _ in 0..20 {
+            assert_eq!(
+                p.pick(5_000, &[], &rng, |_| true, |_| 0),
+                LoadPick::Pick(1),
+                "a known-busy engine must not win over a stale one the gateway loads less"
+            );
+        }
+        // more of ours on the stale one than on the busy one: the busy one
+        for _ in 0..5 {
+            stale.start(10);
+        }
+        assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Pick(0));
+        // a fresh idle engine always beats a stale one, however idle that one was
+        let idle = cell(0, 0, 0.0, 4_900);
+        let p = picker(vec![cell(0, 0, 0.0, 3_500), idle], LoadSettings::default());
+        for _ in 0..20 {
+            assert_eq!(p.pick(5_000, &[], &rng, |_| true, |_| 0), LoadPick::Pick(1));
+        }
     }
 
     fn slots_cell(busy: u32, slots: u32, in_flight: u32) -> Arc<EngineCell> {

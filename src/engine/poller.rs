@@ -2,9 +2,11 @@
 //! engine must not cost a core's requests anything) fetches its load signal every `poll_ms`
 //! with a plain blocking HTTP/1.1 GET (`Connection: close`, connect/read timeouts, at most
 //! `prom::MAX_PAGE` bytes read), normalises it (`signal::normalise`) and publishes it to the
-//! engine's `EngineCell`; a refused connection, a timeout, a non-200 status or a page without
+//! engine's `EngineCell`; a refused connection, a non-200 status or a page without
 //! the engine's waiting series marks the engine down (`EngineCell::fail`) until a poll
-//! succeeds again — the probe back is simply the next poll. A 404 or 501 (the engine answers
+//! succeeds again — the probe back is simply the next poll. A poll that times out is slow,
+//! not dead (`EngineCell::slow`): the engine keeps its last signal until that is stale, and
+//! only a timeout past `stale_ms` marks it down. A 404 or 501 (the engine answers
 //! but does not serve that page: llama-server without `--metrics`) is no signal, not a dead
 //! engine: `EngineCell::no_signal`, routed by the gateway's own in-flight count.
 //!
@@ -96,6 +98,8 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
     let mut beside = cell.upgrade().and_then(|c| Beside::of(c.kind, &ep));
     let mut addr: Option<SocketAddr> = None;
     let mut failing = false;
+    // whether this run of timed-out polls (the engine still in on its last signal) is logged
+    let mut slow_logged = false;
     // blind routes (no usable signal, `load`) seen so far, and whether this outage's are logged
     let mut blind_seen = 0u64;
     let mut blind_logged = false;
@@ -136,6 +140,7 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                     ));
                 }
                 failing = false;
+                slow_logged = false;
                 blind_logged = false;
             }
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {
@@ -149,8 +154,20 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                 }
                 failing = true;
             }
+            Err(e) if timed_out(&e) && !c.slow(now_ms()) => {
+                if !slow_logged {
+                    crate::observe::log::info(format_args!(
+                        "engine {}: load signal slow ({}): {e}; kept on its last signal until \
+                         it is stale_ms old",
+                        target.provider, target.url
+                    ));
+                    slow_logged = true;
+                }
+            }
             Err(e) => {
-                c.fail();
+                if !timed_out(&e) {
+                    c.fail();
+                }
                 if !failing {
                     crate::observe::log::info(format_args!(
                         "engine {}: load signal failed ({}): {e}; out of lb=load until it answers",
@@ -175,6 +192,15 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
         drop(c);
         std::thread::sleep(target.poll.saturating_sub(t0.elapsed()));
     }
+}
+
+/// Whether a poll's error is its time budget running out (connect, write or read), rather
+/// than the engine refusing, resetting or answering wrongly.
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
 }
 
 /// One poll of a llama.cpp engine with `/slots` beside its `/metrics` (see the module doc):
@@ -350,6 +376,103 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::mpsc;
+
+    /// A vLLM-like metrics server on port 0: each accepted poll is answered as `plan` says for
+    /// its number, each on its own thread (`true`: the page; `false`: held unanswered for 1.5 s,
+    /// then closed).
+    fn metrics_server(plan: fn(usize) -> bool) -> (SocketAddr, mpsc::Receiver<usize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for (i, s) in l.incoming().enumerate() {
+                let Ok(mut s) = s else { return };
+                let _ = tx.send(i);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf);
+                    if plan(i) {
+                        let body = "vllm:num_requests_waiting 0\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.5\n";
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1_500));
+                    }
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    fn poll(addr: SocketAddr, stale_ms: u64) -> Arc<EngineCell> {
+        let cell = Arc::new(EngineCell::new(EngineKind::Vllm, true, stale_ms));
+        let target = Target {
+            provider: "p".into(),
+            url: format!("http://{addr}/metrics"),
+            poll: Duration::from_millis(20),
+            timeout: Duration::from_millis(300),
+        };
+        spawn(target, &cell).unwrap();
+        cell
+    }
+
+    /// Wait (unbounded by the clock: CI is a loaded box; the test harness times out) until
+    /// the server has seen poll `n`, checking `each` on the cell meanwhile.
+    fn until_poll(
+        rx: &mpsc::Receiver<usize>,
+        n: usize,
+        cell: &EngineCell,
+        each: impl Fn(&EngineCell),
+    ) {
+        loop {
+            each(cell);
+            match rx.recv_timeout(Duration::from_millis(5)) {
+                Ok(i) if i >= n => return,
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("server gone"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_timed_out_poll_keeps_a_fresh_engine_in() {
+        // polls 0–2 answer, 3 hangs past the poll's budget, then they answer again
+        let (addr, rx) = metrics_server(|i| i != 3);
+        // stale after 30 s: the one slow poll cannot age the signal that far
+        let cell = poll(addr, 30_000);
+        let up = |c: &EngineCell| {
+            if c.polls_ok.load(Relaxed) > 0 {
+                assert!(c.view(now_ms()).up, "one slow poll took a fresh engine out");
+            }
+        };
+        until_poll(&rx, 6, &cell, up);
+        assert!(
+            cell.polls_failed.load(Relaxed) >= 1,
+            "the slow poll was not counted"
+        );
+        assert!(cell.polls_ok.load(Relaxed) >= 4);
+    }
+
+    #[test]
+    fn a_hung_engine_goes_down_once_its_signal_is_stale() {
+        // poll 0 answers; from then on every poll hangs
+        let (addr, rx) = metrics_server(|i| i == 0);
+        let cell = poll(addr, 1_000);
+        until_poll(&rx, 1, &cell, |_| {});
+        while cell.view(now_ms()).up {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // down only once the signal is older than stale_ms, after a timed-out poll
+        let v = cell.view(now_ms());
+        assert!(v.age_ms > 1_000, "down while its signal was fresh: {v:?}");
+        assert!(cell.polls_failed.load(Relaxed) >= 1);
+    }
 
     #[test]
     fn framings() {

@@ -292,10 +292,27 @@ impl EngineCell {
         self.stamp.store(now, Release);
     }
 
-    /// A failed poll (connection refused, timeout, bad status, unparsable page).
+    /// A failed poll (connection refused or reset, bad status, unparsable page).
     pub fn fail(&self) {
         self.up.store(false, Relaxed);
         sat_add(&self.polls_failed, 1);
+    }
+
+    /// A poll that ran out of its time budget at `now` (counted as failed). The engine took
+    /// the connection but did not answer in time: on a loaded box, or with llama.cpp answering
+    /// `/slots` from its decode loop, one such poll says the box is busy, not that the engine
+    /// is gone. It stays in on its last signal while that is younger than `stale_ms` (it then
+    /// ages into stale: saturated); a timeout once the signal is stale takes it down as
+    /// `fail` does (a hung engine is out within `stale_ms` plus one poll budget). Returns
+    /// whether the engine is down now.
+    pub fn slow(&self, now: u64) -> bool {
+        sat_add(&self.polls_failed, 1);
+        let stamp = self.stamp.load(Acquire);
+        let stale = stamp == 0 || now.saturating_sub(stamp) > self.stale_ms;
+        if stale {
+            self.up.store(false, Relaxed);
+        }
+        stale
     }
 
     /// A request went to this engine without a usable signal (see `blind_routes`).
@@ -356,6 +373,32 @@ fn sat_add(c: &AtomicU64, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slow_poll_keeps_a_fresh_signal_and_downs_a_stale_one() {
+        let c = EngineCell::new(EngineKind::Llamacpp, true, 1_000);
+        // never polled: a timeout is as good as down
+        assert!(c.slow(50));
+        assert!(!c.view(50).up);
+        let s = Sample {
+            waiting: 0,
+            running: 1,
+            kv: None,
+            slots: 2,
+        };
+        c.publish(s, 100);
+        // a poll that timed out 900 ms after the last good one: still in, on that signal
+        assert!(!c.slow(1_000));
+        let v = c.view(1_000);
+        assert!(v.up && v.running == 1 && v.age_ms == 900, "{v:?}");
+        // still timing out past stale_ms: down
+        assert!(c.slow(1_200));
+        assert!(!c.view(1_200).up);
+        assert_eq!(c.polls_failed.load(Relaxed), 3);
+        // the next good poll brings it back
+        c.publish(s, 1_300);
+        assert!(c.view(1_300).up);
+    }
 
     #[test]
     fn cell_publishes_and_counts_since_the_poll() {
