@@ -317,7 +317,9 @@ pub struct Attempt {
     pub span_id: [u8; 8],
     pub start: Instant,
     pub end: Option<Instant>,
-    /// (`server.address`, `server.port`); `None` for the in-process mock.
+    /// (`server.address`, `server.port`); `None` for the in-process mock. A Unix-socket
+    /// upstream is (its socket path, 0): the semantic conventions' `server.address` for a
+    /// Unix domain socket is its path, with no port and `network.transport = "unix"`.
     pub server: Option<(Box<str>, u16)>,
     pub deployment: Box<str>,
     pub provider: &'static str,
@@ -333,11 +335,10 @@ impl Attempt {
             span_id: [0; 8],
             start: Instant::now(),
             end: None,
-            server: dep
-                .provider
-                .endpoint
-                .as_ref()
-                .map(|e| (e.host.as_str().into(), e.port)),
+            server: dep.provider.endpoint.as_ref().map(|e| match &e.unix {
+                Some(path) => (path.as_str().into(), 0),
+                None => (e.host.as_str().into(), e.port),
+            }),
             deployment: dep.label.as_str().into(),
             provider: span::provider_name(dep.provider.kind),
             model: model.into(),

@@ -265,9 +265,16 @@ pub fn request_ended(
         c.str("gen_ai.request.model", &at_.model);
         c.str("gen_ai.provider.name", at_.provider);
         c.str("http.request.method", "POST");
-        if let Some((h, port)) = &at_.server {
-            c.str("server.address", h);
-            c.int("server.port", *port as i64);
+        match &at_.server {
+            Some((path, 0)) => {
+                c.str("server.address", path);
+                c.str("network.transport", "unix");
+            }
+            Some((h, port)) => {
+                c.str("server.address", h);
+                c.int("server.port", *port as i64);
+            }
+            None => {}
         }
         if let Some(st) = at_.status {
             c.int("http.response.status_code", st as i64);

@@ -13,6 +13,8 @@ import re
 import secrets
 import signal
 import socket
+import socketserver
+import tempfile
 import threading
 import time
 import urllib.request
@@ -435,6 +437,44 @@ def test_server_and_client_spans(traced, collector, upstream, sdk, model, provid
     assert len(sent) == 1, sent
     assert sent[0][1] == f"00-{trace_id}-{c.span_id.hex()}-01"
     assert sent[0][2] == "caller=1"
+
+
+def test_unix_socket_upstream_client_span(collector, driver, shards):
+    """A Unix-socket upstream's CLIENT span names the socket path as `server.address`, with
+    `network.transport = unix` and no port (OTel semantic conventions), not localhost:0."""
+    d = tempfile.mkdtemp(prefix="rg-tel-", dir="/tmp")
+    path = os.path.join(d, "up.sock")
+
+    class UnixUpstream(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+    class H(UpstreamHandler):
+        def address_string(self):
+            return "unix"
+
+    srv = UnixUpstream(path, H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        tel = f'otlp_endpoint = "{collector.url}"\nservice_name = "rg-test"'
+        cfg = config("UNIX", shards, tel).replace('"http://UNIX/v1"', f'"unix:{path}:/v1"')
+        cfg = cfg.replace('"http://UNIX"', f'"unix:{path}"')
+        assert "http://UNIX" not in cfg
+        for base in serve_config(cfg, {"RINGGATE_DRIVER": driver, **ENV}):
+            trace_id, _, tp = traceparent()
+            assert call(base, "openai", "gpt-x", False, {"traceparent": tp}) == "hello"
+            spans = collector.wait(trace_id, 2)
+            client = [s for s in spans if s.kind == Span.SPAN_KIND_CLIENT]
+            assert len(client) == 1, spans
+            ca = attrs(client[0])
+            assert ca["server.address"] == path
+            assert ca["network.transport"] == "unix"
+            assert "server.port" not in ca, ca
+            assert ca["http.response.status_code"] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        os.unlink(path)
+        os.rmdir(d)
 
 
 def test_resource_and_fresh_trace(traced, collector):
