@@ -81,21 +81,27 @@ pub async fn send(
     permit: Option<&Permit>,
 ) -> Result<Answer, Fail> {
     let ep = &server.endpoint;
-    // the caller's timeout bounds everything; these only stop a connect from outliving it
-    let wait = server.timeout.max(Duration::from_millis(1));
-    let addr = up
-        .pool
-        .resolve(&ep.host, ep.port, wait)
-        .await
-        .map_err(|_| Fail::Connect)?;
-    let tls = match (ep.tls, up.tls()) {
-        (false, _) => None,
-        (true, Some(t)) => Some((t, ep.host.as_str())),
-        (true, None) => return Err(Fail::Connect),
+    let mut conn = match &ep.unix {
+        // a co-located server on a Unix socket (`url = "unix:/run/tools.sock:/mcp"`)
+        Some(path) => Conn::Plain(crate::upstream::unix::connect(path).map_err(|_| Fail::Connect)?),
+        None => {
+            // the caller's timeout bounds everything; these only stop a connect from outliving it
+            let wait = server.timeout.max(Duration::from_millis(1));
+            let addr = up
+                .pool
+                .resolve(&ep.host, ep.port, wait)
+                .await
+                .map_err(|_| Fail::Connect)?;
+            let tls = match (ep.tls, up.tls()) {
+                (false, _) => None,
+                (true, Some(t)) => Some((t, ep.host.as_str())),
+                (true, None) => return Err(Fail::Connect),
+            };
+            Conn::connect(addr, tls, wait)
+                .await
+                .map_err(|_| Fail::Connect)?
+        }
     };
-    let mut conn = Conn::connect(addr, tls, wait)
-        .await
-        .map_err(|_| Fail::Connect)?;
     let mut req = Vec::with_capacity(512 + call.body.len());
     req.extend_from_slice(call.method.as_bytes());
     req.push(b' ');

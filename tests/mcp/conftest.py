@@ -68,13 +68,15 @@ def _drain(pipe, lines):
 class McpServer:
     """One `mcp_server.py` process; `kill()` and `start()` keep its port."""
 
-    def __init__(self, name, json_response=False):
+    def __init__(self, name, json_response=False, uds=None):
         self.name, self.port, self.proc = name, 0, None
         self.json = json_response
+        self.uds = uds  # also served on this Unix socket path
         self.start()
 
     def start(self):
         args = [sys.executable, SERVER, self.name, str(self.port)] + (["--json"] if self.json else [])
+        args += ["--uds", self.uds] if self.uds else []
         deadline = time.time() + 60
         while True:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

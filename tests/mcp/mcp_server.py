@@ -7,6 +7,7 @@ header of every /mcp request (`GET /seen`), so tests can check what reached the 
 
 import asyncio
 import json
+import os
 import socket
 import sys
 
@@ -29,8 +30,21 @@ json_response = "--json" in sys.argv
 CALLS = {}
 SEEN = []
 
+# The SDK's DNS-rebinding guard for a server on 127.0.0.1 allows `localhost:<port>` hosts; a
+# client over a Unix socket sends `Host: localhost` (no port, as curl --unix-socket does), so a
+# server also on a socket (`--uds`) allows that too, as its operator would configure it.
+security = None
+if "--uds" in sys.argv:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "localhost"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
 if V1:
-    srv = Server(name, json_response=json_response)
+    srv = Server(name, json_response=json_response, transport_security=security)
 else:
     srv = Server(name)
 
@@ -95,7 +109,7 @@ async def seen(request):
 if V1:
     app = srv.streamable_http_app()
 else:
-    app = srv.streamable_http_app(json_response=json_response)
+    app = srv.streamable_http_app(json_response=json_response, transport_security=security)
 
 
 async def recording(scope, receive, send):
@@ -108,6 +122,15 @@ async def recording(scope, receive, send):
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("127.0.0.1", port))
+sockets = [sock]
+if "--uds" in sys.argv:
+    # also on a Unix socket (`--uds PATH`): the same app, for a gateway's `url = "unix:…"`
+    path = sys.argv[sys.argv.index("--uds") + 1]
+    if os.path.exists(path):
+        os.unlink(path)
+    uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    uds.bind(path)
+    sockets.append(uds)
 print(f"PORT {sock.getsockname()[1]}", flush=True)
 config = uvicorn.Config(recording, log_level="warning", lifespan="on", timeout_keep_alive=120)
-uvicorn.Server(config).run(sockets=[sock])
+uvicorn.Server(config).run(sockets=sockets)

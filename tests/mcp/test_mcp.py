@@ -3,13 +3,15 @@ venv has, see conftest) against two real FastMCP servers, at 1 and 2 shards."""
 
 import asyncio
 import json
+import os
 import re
+import tempfile
 import time
 
 import pytest
 
-from conftest import (KEYS, SDK_MAJOR, UPSTREAM_TOKENS, McpError, McpServer, connect, raw,
-                      raw_session, server_block, INIT)
+from conftest import (KEYS, SDK_MAJOR, UPSTREAM_TOKENS, Gateway, McpError, McpServer, connect,
+                      gateway_config, raw, raw_session, server_block, INIT)
 
 FULL, LIMITED, RPM = KEYS["RG_MCP_FULL"], KEYS["RG_MCP_LIMITED"], KEYS["RG_MCP_RPM"]
 TOOLS = ["echo", "add", "big", "slow", "secret"]
@@ -322,4 +324,28 @@ def test_reload_adds_and_removes_a_server_without_dropping_sessions(gateway):
         run(go())
     finally:
         gateway.write(original)
+        gamma.kill()
+
+
+def test_a_server_on_a_unix_socket_is_federated(servers, shards):
+    """`url = "unix:/path.sock:/mcp"`: a co-located MCP server reached over its Unix socket
+    (the server also listens on TCP only for the test's own /calls reads)."""
+    state = tempfile.mkdtemp(prefix="rg-mcp-uds-")
+    path = os.path.join(state, "gamma.sock")
+    gamma = McpServer("gamma", uds=path)
+    block = f'\n[[mcp_server]]\nname = "gamma"\nurl = "unix:{path}:/mcp"\ntimeout_ms = 4000\n'
+    gw = Gateway(gateway_config(shards, servers, state, os.path.join(state, "access.log"), block),
+                 state)
+    try:
+        async def go():
+            async with connect(gw.url, FULL) as s:
+                names = {t.name for t in (await s.list_tools()).tools}
+                assert {f"gamma__{t}" for t in TOOLS} <= names, names
+                assert text(await s.call_tool("gamma__echo", {"text": "uds"})) == "gamma:uds"
+                assert text(await s.call_tool("gamma__add", {"a": 20, "b": 22})) == "42"
+
+        run(go())
+        assert gamma.calls().get("echo") == 1, gamma.calls()
+    finally:
+        gw.stop()
         gamma.kill()
