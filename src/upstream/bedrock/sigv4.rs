@@ -9,7 +9,7 @@
 //! `x-amz-date`, and `x-amz-security-token` with temporary credentials; the payload hash is the
 //! SHA-256 of the body.
 //!
-//! Owns: `sign`, `Credentials`. Must not: log (a secret or a signature is never printed), read
+//! Owns: `sign`, `signing_key`, `Credentials`. Must not: log (a secret or a signature is never printed), read
 //! clocks (the caller passes the time), or do IO.
 
 use ring::{digest, hmac};
@@ -98,6 +98,37 @@ pub fn sign(
     body: &[u8],
     amz_date: &str,
 ) -> Vec<u8> {
+    let date = amz_date.get(..8).unwrap_or(amz_date);
+    let key = signing_key(creds, date, region, service);
+    sign_with(&key, creds, region, service, host, target, body, amz_date)
+}
+
+/// The signing key of one day (`YYYYMMDD`), region and service: the four-HMAC chain from the
+/// secret, which changes only when one of those does (`Signer` keeps it for the day).
+pub fn signing_key(creds: &Credentials, date: &str, region: &str, service: &str) -> hmac::Key {
+    let k = hmac(
+        format!("AWS4{}", creds.secret_access_key).as_bytes(),
+        date.as_bytes(),
+    );
+    let k = hmac(k.as_ref(), region.as_bytes());
+    let k = hmac(k.as_ref(), service.as_bytes());
+    let k = hmac(k.as_ref(), b"aws4_request");
+    hmac::Key::new(hmac::HMAC_SHA256, k.as_ref())
+}
+
+/// As [`sign`], with `key` = [`signing_key`] of `creds` for `amz_date`'s day, `region` and
+/// `service` (the caller keeps that true).
+#[allow(clippy::too_many_arguments)]
+pub fn sign_with(
+    key: &hmac::Key,
+    creds: &Credentials,
+    region: &str,
+    service: &str,
+    host: &str,
+    target: &str,
+    body: &[u8],
+    amz_date: &str,
+) -> Vec<u8> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let date = amz_date.get(..8).unwrap_or(amz_date);
     let mut cr = String::with_capacity(256 + path.len());
@@ -129,14 +160,7 @@ pub fn sign(
         "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
         sha256_hex(cr.as_bytes())
     );
-    let k = hmac(
-        format!("AWS4{}", creds.secret_access_key).as_bytes(),
-        date.as_bytes(),
-    );
-    let k = hmac(k.as_ref(), region.as_bytes());
-    let k = hmac(k.as_ref(), service.as_bytes());
-    let k = hmac(k.as_ref(), b"aws4_request");
-    let sig = hmac(k.as_ref(), sts.as_bytes());
+    let sig = hmac::sign(key, sts.as_bytes());
     let mut out = String::with_capacity(320);
     out.push_str("x-amz-date: ");
     out.push_str(amz_date);
