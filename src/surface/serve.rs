@@ -290,7 +290,9 @@ pub async fn serve(
     let outcome = if learns && (200..300).contains(&ex.head.status) {
         relay_learning(conn, env, &mut ex, &permit, pname, *keep).await?
     } else {
-        relay(conn, Sink::of(env, *keep), &mut ex, &permit).await?
+        relay(conn, Sink::of(env, *keep), &mut ex, &permit)
+            .await
+            .map_err(|e| report(env, &conn.request_id, pname, &e))?
     };
     trace.upstream += ex.waited;
     trace.first_piece = ex.first_piece_at(open_end);
@@ -537,6 +539,8 @@ async fn stream_up<'c>(
 
 /// Relay the answer as it comes through the sink: its status, content type and forwarded
 /// headers, the body in pieces (its length kept when the upstream gave one, else chunked).
+/// `Err`: nothing went out yet (the piece buffer refused, or the upstream broke off before the
+/// first piece) — the caller answers it.
 async fn relay(
     conn: &mut ClientConn,
     sink: Sink<'_>,
@@ -556,10 +560,16 @@ async fn relay(
         .map_err(|r| Error::overloaded(r.as_str()))?;
     let ct = std::mem::take(&mut ex.head.content_type);
     let mut out = conn.head(status, &ct, framing, sink.keep_alive, &ex.head.forward);
+    let mut sent = false;
     loop {
         piece.clear();
         let more = match ex.next_upto(&mut piece, PIECE).await {
             Ok(m) => m,
+            // the upstream broke off before a byte went out: the caller answers the failure
+            Err(e) if !sent => {
+                conn.out = out;
+                return Err(e);
+            }
             // the upstream broke off mid-answer: the client's answer ends short (closed)
             Err(_) => {
                 conn.out = out;
@@ -589,6 +599,7 @@ async fn relay(
             });
         }
         if !out.is_empty() {
+            sent = true;
             out = match sink.part(conn, out, status).await {
                 Ok(mut back) => {
                     back.clear();
