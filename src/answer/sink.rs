@@ -3,8 +3,10 @@
 //! a CORS preflight; `part`: a body's or a stream's earlier parts), and the error response of every failure before
 //! any byte of an answer went out (`error`: the pipeline's `handle` answers each such failure
 //! here, in the client's dialect — the answer stage returns them to it instead of writing
-//! them). Its two users that write as bytes arrive are the one non-stream piece path
-//! (`relay::body`) and the one stream loop (`answer::stream::run`).
+//! them). Its users that write as bytes arrive are the one non-stream piece path
+//! (`relay::body`), the one stream loop (`answer::stream::run`) and the surface's relay of
+//! files and audio (`surface::serve`); MCP's whole answers (`mcp::serve::Reply`) are written
+//! here by the pipeline.
 //!
 //! Owns: turning an answer's bytes into a write on the client connection and its `Outcome`.
 //! Must not: decide what to answer (the stages do), count (beyond a client gone) or log.

@@ -9,9 +9,16 @@
 //! 429): this module never sees a request that did not pass them. The body is read within the
 //! request's permit, as model requests are.
 //!
+//! `serve` returns its answer (`Reply`: status, content type, header lines, body) and the
+//! pipeline writes it through `answer::Sink`, the one writer of client bytes; this module does not
+//! name the answer stage (`forward` holds `mcp::Servers`, so that import would close a cycle).
+//! Its one write of its own is the interim `100 Continue` (`http::expect`, as every body reader).
+//!
 //! Owns: the HTTP side of MCP (status codes, session header, answer framing) and method
-//! dispatch. Must not: forward a client header (or the client's key) to a server.
+//! dispatch. Must not: forward a client header (or the client's key) to a server, or write an
+//! answer to the client itself.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -25,9 +32,7 @@ use crate::governance::Grant;
 use crate::http::body::read_body;
 use crate::http::conn::ClientConn;
 use crate::http::conn::Limits;
-use crate::http::outcome::Outcome;
 use crate::http::{BodyFraming, Method, RequestHead};
-use crate::observe::metrics::ShardMetrics;
 use crate::observe::trace::{McpCall, Trace};
 use crate::upstream::Client;
 
@@ -38,7 +43,6 @@ pub struct Env<'a> {
     pub limits: &'a Limits,
     pub admission: &'a Admission,
     pub upstream: &'a Client,
-    pub metrics: &'a ShardMetrics,
     /// A traced request's `traceparent` line for the `tools/call` it forwards (naming its
     /// CLIENT span, `telemetry::Request::tool_call`).
     pub trace: Option<Vec<u8>>,
@@ -89,10 +93,45 @@ impl McpHead {
     }
 }
 
+/// One `/mcp` answer, whole, for the pipeline to write through `answer::Sink` (Content-Length
+/// framed; the connection's keep-alive is the request's).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static [u8],
+    /// Extra header lines, each CRLF-terminated.
+    pub extra: Cow<'static, [u8]>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(status: u16, v: &Value) -> Reply {
+        Reply {
+            status,
+            content_type: b"application/json",
+            extra: Cow::Borrowed(b""),
+            body: serde_json::to_vec(v).unwrap_or_default(),
+        }
+    }
+
+    /// A JSON answer with no body (202, a session's DELETE).
+    fn empty(status: u16) -> Reply {
+        Reply {
+            status,
+            content_type: b"application/json",
+            extra: Cow::Borrowed(b""),
+            body: Vec::new(),
+        }
+    }
+}
+
 /// The 405 body of a method other than POST and DELETE.
 const NOT_ALLOWED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: this endpoint takes POST and DELETE (no server-to-client stream)"}}"#;
 
-/// One `/mcp` request (its MCP head facts read here, while the head is in the buffer).
+/// One `/mcp` request (its MCP head facts read here, while the head is in the buffer): its
+/// answer, for the caller to write (`None`: the client left before its body was read — the
+/// `100 Continue` it asked for could not be written). `Err`: a failure answered in OpenAI's
+/// shape by the pipeline (admission 413/503, a body that could not be read, sessions full).
 pub async fn serve(
     conn: &mut ClientConn,
     head: &RequestHead,
@@ -100,7 +139,7 @@ pub async fn serve(
     grant: Option<&Grant<'_>>,
     trace: &mut Trace,
     keep: &mut bool,
-) -> Result<Outcome, Error> {
+) -> Result<Option<Reply>, Error> {
     let mh = McpHead::of(head, &conn.buf);
     let owner = grant.and_then(|g| g.key_name().map(|n| n.to_string()));
     let owner = owner.as_deref();
@@ -110,11 +149,11 @@ pub async fn serve(
         Method::Post => {}
         Method::Delete if head.body == BodyFraming::None => {
             let Some(id) = &mh.session else {
-                return Ok(no_session(conn, *keep, wt).await);
+                return Ok(Some(no_session()));
             };
             let ups = match hub.sessions.remove(id, owner) {
                 Ok(u) => u,
-                Err(m) => return Ok(missing(conn, m, *keep, wt).await),
+                Err(m) => return Ok(Some(missing(m))),
             };
             trace.mcp = Some(Box::new(McpCall {
                 method: "session/delete".into(),
@@ -135,21 +174,16 @@ pub async fn serve(
                 let send = super::client::send(env.upstream, s, &call, 64 * 1024, None);
                 let _ = monoio::time::timeout(s.timeout, send).await;
             }
-            return Ok(reply(conn, 200, b"application/json", b"", b"", *keep, wt).await);
+            return Ok(Some(Reply::empty(200)));
         }
         _ => {
             *keep = *keep && head.body == BodyFraming::None;
-            let allow = b"allow: POST, DELETE\r\n";
-            return Ok(reply(
-                conn,
-                405,
-                b"application/json",
-                allow,
-                NOT_ALLOWED,
-                *keep,
-                wt,
-            )
-            .await);
+            return Ok(Some(Reply {
+                status: 405,
+                content_type: b"application/json",
+                extra: Cow::Borrowed(b"allow: POST, DELETE\r\n"),
+                body: NOT_ALLOWED.to_vec(),
+            }));
         }
     }
 
@@ -167,11 +201,7 @@ pub async fn serve(
         other => Error::overloaded(other.as_str()),
     })?;
     if !crate::http::expect::send_continue(conn, head, wt).await {
-        crate::observe::metrics::bump(&env.metrics.client_disconnects);
-        return Ok(Outcome {
-            status: 499,
-            keep_alive: false,
-        });
+        return Ok(None);
     }
     // the head's bytes stay in the buffer until the request ends (`http::Request`)
     let deadline = Instant::now() + env.limits.body_timeout;
@@ -191,7 +221,7 @@ pub async fn serve(
         Ok(p) => p,
         Err((code, msg)) => {
             let v = jsonrpc::error(&Value::Null, code, msg);
-            return Ok(json_answer(conn, 400, &v, b"", *keep, wt).await);
+            return Ok(Some(Reply::json(400, &v)));
         }
     };
     drop(body);
@@ -227,19 +257,22 @@ pub async fn serve(
             let mut extra = b"mcp-session-id: ".to_vec();
             extra.extend_from_slice(sid.as_bytes());
             extra.extend_from_slice(b"\r\n");
-            return Ok(json_answer(conn, 200, &v, &extra, *keep, wt).await);
+            return Ok(Some(Reply {
+                extra: Cow::Owned(extra),
+                ..Reply::json(200, &v)
+            }));
         }
         if method == "server/discover" && mh.session.is_none() {
             // the stateless revision's probe: not spoken here (clients fall back to initialize)
             let v = jsonrpc::error(id, METHOD_NOT_FOUND, "Method not found: server/discover");
-            return Ok(json_answer(conn, 200, &v, b"", *keep, wt).await);
+            return Ok(Some(Reply::json(200, &v)));
         }
     }
     let Some(sid) = mh.session.as_deref() else {
-        return Ok(no_session(conn, *keep, wt).await);
+        return Ok(Some(no_session()));
     };
     if let Err(m) = hub.sessions.touch(sid, owner, now) {
-        return Ok(missing(conn, m, *keep, wt).await);
+        return Ok(Some(missing(m)));
     }
     let sid = std::str::from_utf8(sid).unwrap_or_default();
     let tools = grant.and_then(|g| g.mcp_tools());
@@ -309,7 +342,7 @@ pub async fn serve(
                 ..McpCall::default()
             }));
         }
-        return Ok(reply(conn, 202, b"application/json", b"", b"", *keep, wt).await);
+        return Ok(Some(Reply::empty(202)));
     }
     // an event stream only to carry a server's notifications along (or for a client that takes
     // nothing else): one JSON answer is what every client reads with the least buffering
@@ -321,22 +354,18 @@ pub async fn serve(
             let _ = serde_json::to_writer(&mut out, v);
             out.extend_from_slice(b"\n\n");
         }
-        return Ok(reply(
-            conn,
-            200,
-            b"text/event-stream",
-            b"cache-control: no-cache\r\n",
-            &out,
-            *keep,
-            wt,
-        )
-        .await);
+        return Ok(Some(Reply {
+            status: 200,
+            content_type: b"text/event-stream",
+            extra: Cow::Borrowed(b"cache-control: no-cache\r\n"),
+            body: out,
+        }));
     }
     let v = match parsed.batch {
         true => Value::Array(answers),
         false => answers.pop().unwrap_or(Value::Null),
     };
-    Ok(json_answer(conn, 200, &v, b"", *keep, wt).await)
+    Ok(Some(Reply::json(200, &v)))
 }
 
 fn mcp_call(c: Called) -> McpCall {
@@ -357,64 +386,19 @@ fn short(s: &str) -> &str {
     }
 }
 
-async fn json_answer(
-    conn: &mut ClientConn,
-    status: u16,
-    v: &Value,
-    extra: &[u8],
-    keep: bool,
-    wt: std::time::Duration,
-) -> Outcome {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    reply(conn, status, b"application/json", extra, &body, keep, wt).await
-}
-
-/// Write a whole response; its outcome.
-async fn reply(
-    conn: &mut ClientConn,
-    status: u16,
-    content_type: &[u8],
-    extra: &[u8],
-    body: &[u8],
-    keep: bool,
-    wt: std::time::Duration,
-) -> Outcome {
-    let ok = conn
-        .respond(status, content_type, extra, body, keep, wt)
-        .await;
-    Outcome {
-        status,
-        keep_alive: ok && keep,
-    }
-}
-
-async fn rpc_error(
-    conn: &mut ClientConn,
-    status: u16,
-    msg: &str,
-    keep: bool,
-    wt: std::time::Duration,
-) -> Outcome {
-    let v = jsonrpc::error(&Value::Null, INVALID_REQUEST, msg);
-    json_answer(conn, status, &v, b"", keep, wt).await
+/// A JSON-RPC error answer with no id (the request could not be taken as one).
+fn rpc_error(status: u16, msg: &str) -> Reply {
+    Reply::json(status, &jsonrpc::error(&Value::Null, INVALID_REQUEST, msg))
 }
 
 /// A request that needs a session named none: 400.
-async fn no_session(conn: &mut ClientConn, keep: bool, wt: std::time::Duration) -> Outcome {
-    let msg = "Bad Request: Mcp-Session-Id header is required";
-    rpc_error(conn, 400, msg, keep, wt).await
+fn no_session() -> Reply {
+    rpc_error(400, "Bad Request: Mcp-Session-Id header is required")
 }
 
-async fn missing(
-    conn: &mut ClientConn,
-    m: Missing,
-    keep: bool,
-    wt: std::time::Duration,
-) -> Outcome {
+fn missing(m: Missing) -> Reply {
     match m {
-        Missing::NotFound => rpc_error(conn, 404, "Session not found", keep, wt).await,
-        Missing::Malformed => {
-            rpc_error(conn, 400, "Bad Request: malformed Mcp-Session-Id", keep, wt).await
-        }
+        Missing::NotFound => rpc_error(404, "Session not found"),
+        Missing::Malformed => rpc_error(400, "Bad Request: malformed Mcp-Session-Id"),
     }
 }

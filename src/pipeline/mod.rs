@@ -696,11 +696,24 @@ async fn mcp(
         limits: &shard.limits,
         admission: &shard.admission,
         upstream: &shard.upstream,
-        metrics: &shard.metrics,
         trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
     };
-    let out = crate::mcp::serve::serve(conn, head, &env, grant, &mut req.trace, &mut req.keep);
-    Ok(Box::pin(out).await?)
+    // MCP decides its answer; the sink writes it (one writer of client bytes)
+    let out = async {
+        let served =
+            crate::mcp::serve::serve(conn, head, &env, grant, &mut req.trace, &mut req.keep);
+        let Some(r) = served.await? else {
+            return Err(Fail::ClientGone);
+        };
+        let w = Whole {
+            status: r.status,
+            content_type: r.content_type,
+            extra: &r.extra,
+            body: &r.body,
+        };
+        Ok(shard.sink(req.keep).whole(conn, w).await)
+    };
+    Box::pin(out).await
 }
 
 fn unknown_model(model: &str) -> Error {

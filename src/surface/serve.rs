@@ -5,8 +5,13 @@
 //! → the answer, relayed piece by piece (binary answers such as speech audio and file contents
 //! are never held whole).
 //!
-//! Owns: the order of those steps for the surface. Must not: translate, retry, or hold a
-//! streamed body.
+//! Every answer byte goes through `answer::Sink` (a learned-id answer whole, any other answer in
+//! pieces); a failure before the first byte is returned to the pipeline, which answers it through
+//! the same sink in OpenAI's shape.
+//!
+//! Owns: the order of those steps for the surface. Must not: translate, retry, hold a streamed
+//! body, or write to the client other than through `answer::Sink` (the interim `100 Continue`
+//! aside: `http::expect`, as every body reader).
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -15,6 +20,7 @@ use super::pump::{pump, BodyReader, Stopped, WINDOW};
 use super::{ids, Body, Call};
 use crate::admit::{Permit, Reject};
 use crate::answer::outcome::{gone, Outcome};
+use crate::answer::{Sink, Whole};
 use crate::config::provider::ProviderKind;
 use crate::config::surface::serves_surface;
 use crate::error::{Error, Kind};
@@ -280,10 +286,13 @@ pub async fn serve(
         (call, asked.method),
         (Call::Files | Call::Batches, Method::Post) | (Call::Batch | Call::BatchCancel, _)
     );
+    // every byte of the answer goes through the sink (`answer::Sink`)
     let outcome = if learns && (200..300).contains(&ex.head.status) {
         relay_learning(conn, env, &mut ex, &permit, pname, *keep).await?
     } else {
-        relay(conn, env, &mut ex, &permit, *keep).await
+        relay(conn, Sink::of(env, *keep), &mut ex, &permit)
+            .await
+            .map_err(|e| report(env, &conn.request_id, pname, &e))?
     };
     trace.upstream += ex.waited;
     trace.first_piece = ex.first_piece_at(open_end);
@@ -528,38 +537,46 @@ async fn stream_up<'c>(
     }
 }
 
-/// Relay the answer as it comes: its status, content type and forwarded headers, the body in
-/// pieces (its length kept when the upstream gave one, else chunked).
+/// Relay the answer as it comes through the sink: its status, content type and forwarded
+/// headers, the body in pieces (its length kept when the upstream gave one, else chunked).
+/// `Err`: nothing went out yet (the piece buffer refused, or the upstream broke off before the
+/// first piece) — the caller answers it.
 async fn relay(
     conn: &mut ClientConn,
-    env: &Env<'_>,
+    sink: Sink<'_>,
     ex: &mut Exchange<'_>,
     permit: &Permit,
-    keep: bool,
-) -> Outcome {
-    let wt = env.limits.write_timeout;
+) -> Result<Outcome, Error> {
     let status = ex.head.status;
     let framing = match ex.head.framing {
         crate::upstream::RespFraming::Length(n) => Framing::Length(n as usize),
         _ => Framing::Chunked,
     };
     let chunked = framing == Framing::Chunked;
-    let ct = std::mem::take(&mut ex.head.content_type);
-    let mut out = conn.head(status, &ct, framing, keep, &ex.head.forward);
+    // the piece buffer is charged before a byte goes out: a refusal is still a whole 503
     let mut piece = Vec::with_capacity(PIECE);
-    if permit.charge_capacity(&piece, &mut 0).is_err() {
-        return gone(env.metrics, 503);
-    }
+    permit
+        .charge_capacity(&piece, &mut 0)
+        .map_err(|r| Error::overloaded(r.as_str()))?;
+    let ct = std::mem::take(&mut ex.head.content_type);
+    let mut out = conn.head(status, &ct, framing, sink.keep_alive, &ex.head.forward);
+    let mut sent = false;
     loop {
         piece.clear();
         let more = match ex.next_upto(&mut piece, PIECE).await {
             Ok(m) => m,
+            // the upstream broke off before a byte went out: the caller answers the failure
+            Err(e) if !sent => {
+                conn.out = out;
+                return Err(e);
+            }
             // the upstream broke off mid-answer: the client's answer ends short (closed)
             Err(_) => {
-                return Outcome {
+                conn.out = out;
+                return Ok(Outcome {
                     status,
                     keep_alive: false,
-                }
+                });
             }
         };
         match chunked {
@@ -569,27 +586,32 @@ async fn relay(
         if chunked && !more {
             out.extend_from_slice(b"0\r\n\r\n");
         }
-        if !out.is_empty() {
-            match conn.write_raw(out, wt).await {
-                Some(mut back) => {
-                    back.clear();
-                    out = back;
-                }
-                None => return gone(env.metrics, status),
-            }
+        if !more && !out.is_empty() {
+            // the answer's last bytes
+            return Ok(sink.written(conn, out, status).await);
         }
         if !more {
-            break;
+            // its last piece went out already (a length-framed answer ends on a full piece)
+            conn.out = out;
+            return Ok(Outcome {
+                status,
+                keep_alive: sink.keep_alive,
+            });
         }
-    }
-    conn.out = out;
-    Outcome {
-        status,
-        keep_alive: keep,
+        if !out.is_empty() {
+            sent = true;
+            out = match sink.part(conn, out, status).await {
+                Ok(mut back) => {
+                    back.clear();
+                    back
+                }
+                Err(gone) => return Ok(gone),
+            };
+        }
     }
 }
 
-/// Read a small id-carrying answer whole, learn its ids, write it.
+/// Read a small id-carrying answer whole, learn its ids, write it whole through the sink.
 async fn relay_learning(
     conn: &mut ClientConn,
     env: &Env<'_>,
@@ -598,7 +620,6 @@ async fn relay_learning(
     provider: &str,
     keep: bool,
 ) -> Result<Outcome, Error> {
-    let wt = env.limits.write_timeout;
     let status = ex.head.status;
     let mut body = Vec::new();
     // nothing was written yet: a broken or oversized answer is a 502 in OpenAI's shape
@@ -610,13 +631,13 @@ async fn relay_learning(
         .map_err(|r| Error::overloaded(r.as_str()))?;
     ids::learn_from(&body, provider);
     let ct = std::mem::take(&mut ex.head.content_type);
-    let ok = conn
-        .respond(status, &ct, &ex.head.forward, &body, keep, wt)
-        .await;
-    Ok(Outcome {
+    let w = Whole {
         status,
-        keep_alive: ok && keep,
-    })
+        content_type: &ct,
+        extra: &ex.head.forward,
+        body: &body,
+    };
+    Ok(Sink::of(env, keep).whole(conn, w).await)
 }
 
 fn bad(msg: String) -> Error {

@@ -3,7 +3,8 @@ file upload and a transcription streamed (not buffered) to a fake OpenAI upstrea
 what arrives (the file part's bytes, the multipart unchanged), the gateway's RSS bounded while
 it passes; file retrieve/list/content (binary, streamed back byte-exact)/delete; batches
 create/retrieve/list/cancel by id; speech audio streamed back byte-exact; image generation and
-edits, moderations; a body over `max_upload` refused with 413 before it is sent; a request
+edits, moderations; an answer that breaks before its first byte is a whole 502; a body over
+`max_upload` refused with 413 before it is sent; a request
 naming no model with several OpenAI-style providers and no `files_provider`.
 
 `RG_UPLOAD_MIB` sets the upload size (default 64; the 300 MiB run is in bench-results/)."""
@@ -144,6 +145,14 @@ class Upstream:
                     return self.answer(200, {"object": "list", "has_more": False, "data": [
                         {"id": k, "object": "file", "bytes": 1, "created_at": 1, "filename": "x",
                          "purpose": "batch", "status": "processed"} for k in up.files]})
+                if base == "/v1/files/file-broken/content":
+                    # a head, then the connection closes before a body byte
+                    self.send_response(200)
+                    self.send_header("content-type", "application/octet-stream")
+                    self.send_header("content-length", "1000")
+                    self.end_headers()
+                    self.close_connection = True
+                    return
                 if base.startswith("/v1/files/") and base.endswith("/content"):
                     return self.answer(200, raw=up.content, ct="application/octet-stream", chunked=True)
                 if base.startswith("/v1/files/"):
@@ -408,6 +417,20 @@ def test_batches_by_id(surface):
     r = httpx.get(f"{base}/v1/files/a%2F..%2Fb")
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("invalid id")
     assert len(up.seen) == n
+
+
+def test_an_answer_broken_before_its_first_byte_is_a_502(surface):
+    """The upstream sends a head, then closes before a body byte: nothing went to the client
+    yet, so it gets a whole 502 in OpenAI's shape naming its request id (not a closed
+    connection), and the gateway keeps serving that connection."""
+    _, base, _ = surface
+    with httpx.Client(base_url=base, timeout=60) as h:
+        r = h.get("/v1/files/file-broken/content")
+        assert r.status_code == 502, r.text
+        err = r.json()["error"]
+        assert "incomplete response" in err["message"], err
+        assert r.headers["x-request-id"] in err["message"], (r.headers, err)
+        assert h.get("/v1/files").status_code == 200
 
 
 def test_over_max_upload_is_413_before_the_body(surface):
