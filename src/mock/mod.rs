@@ -3,17 +3,19 @@
 //!
 //! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
 //! plus a user turn triggers a tool call, `reasoning_effort` / `thinking` add reasoning, the
-//! prompt's text gives the input tokens), and the dispatch to the per-dialect response writers
-//! (`chat`, `responses`, `anthropic`, `gemini`, each holding its dialect's `speaker::Speaker`
-//! table — the one place the mock tells dialects apart — and `embeddings`), which share `pace`
-//! (timing and framing), `tools` (the tool-call decision) and `prompt` (the input token
-//! count). The standalone server (`server`) also injects faults on purpose: `fault` says which
-//! and when (the `x-mock-fault` header, or the process's `--fault` plan), `inject` writes them
-//! in place of the `answer`; with `--engine` it simulates an inference engine under load
-//! (`engine`, its metrics pages `engine_page`, llama.cpp's own answer shape `engine_answer`).
-//! The dialects' wire facts it writes (error bodies, error events, terminal data) come from
-//! `crate::dialect` (`Dialect::wire`). Must not: depend on the gateway pipeline — the gateway calls `respond_with` (its in-process mock injects no faults),
-//! the standalone server writes the same `answer::Answer`.
+//! prompt's text gives the input tokens), and the one dispatch to the per-dialect mocks
+//! (`speaker_of`: `chat`, `responses`, `anthropic`, `gemini` each hold their dialect's
+//! `speaker::Speaker` table — knob fields, user-turn rule, answer bodies and streams — beside
+//! its writers; `embeddings` apart), which share `pace` (timing and framing), `tools` (the
+//! tool-call decision) and `prompt` (the input token count). The standalone server (`server`)
+//! also injects faults on purpose: `fault` says which and when (the `x-mock-fault` header, or
+//! the process's `--fault` plan), `inject` writes them in place of the `answer`; with
+//! `--engine` it simulates an inference engine under load (`engine`, its metrics pages
+//! `engine_page`, llama.cpp's own answer shape `engine_answer`). The dialects' wire facts it
+//! writes (error bodies and their type names, error events, terminal data) come from
+//! `crate::dialect` (`Dialect::wire`, through `error`). Must not: match on a dialect outside
+//! `speaker_of`; depend on the gateway pipeline — the gateway calls `respond_with` (its
+//! in-process mock injects no faults), the standalone server writes the same `answer::Answer`.
 
 pub mod answer;
 pub mod anthropic;
