@@ -9,9 +9,8 @@ use std::io;
 
 use monoio::io::AsyncWriteRent;
 
-use super::error;
-use super::{anthropic, chat, gemini, pace, responses, Dialect, MockRequest, Profile};
-use crate::error::ErrorShape;
+use super::speaker_of;
+use super::{pace, Dialect, MockRequest, Profile};
 
 /// One request's answer.
 #[derive(Debug, Clone)]
@@ -23,11 +22,12 @@ pub enum Answer {
         req: MockRequest,
         sse: bool,
     },
-    /// A complete JSON body. `paced`: a 200 waits for the profile's first-token delay.
+    /// A complete JSON body. `errors`: the dialect of errors injected in its place. `paced`: a
+    /// 200 waits for the profile's first-token delay.
     Json {
         status: u16,
         body: Vec<u8>,
-        shape: ErrorShape,
+        errors: Dialect,
         paced: bool,
     },
 }
@@ -68,11 +68,11 @@ impl Answer {
         }
     }
 
-    /// The error shape of the request's dialect.
-    pub fn shape(&self) -> ErrorShape {
+    /// The dialect errors in place of this answer are written in (the request's).
+    pub fn errors(&self) -> Dialect {
         match self {
-            Answer::Generate { dialect, .. } => error::shape(*dialect),
-            Answer::Json { shape, .. } => *shape,
+            Answer::Generate { dialect, .. } => *dialect,
+            Answer::Json { errors, .. } => *errors,
         }
     }
 
@@ -85,13 +85,8 @@ impl Answer {
     ) -> io::Result<()> {
         match self {
             Answer::Generate { dialect, req, sse } if req.stream && *sse => {
-                let (s, p, k) = (s, profile, keep_alive);
-                match dialect {
-                    Dialect::Chat => pace::stream(s, &mut chat::events(req), p, k).await,
-                    Dialect::Responses => pace::stream(s, &mut responses::events(req), p, k).await,
-                    Dialect::Messages => pace::stream(s, &mut anthropic::events(req), p, k).await,
-                    Dialect::Gemini => pace::stream(s, &mut gemini::events(req, true), p, k).await,
-                }
+                let mut events = (speaker_of(*dialect).events)(req, true);
+                pace::stream(s, &mut *events, profile, keep_alive).await
             }
             // a JSON body, or a Gemini stream as one JSON array
             Answer::Generate { .. } => {
@@ -118,7 +113,7 @@ impl Answer {
             body,
             sse: false,
         };
-        let sse = |body| Rendered {
+        let sse_body = |body| Rendered {
             status: 200,
             content_type: b"text/event-stream",
             body,
@@ -126,27 +121,17 @@ impl Answer {
         };
         match self {
             Answer::Json { status, body, .. } => json(*status, body.clone()),
-            Answer::Generate {
-                dialect,
-                req,
-                sse: gemini_sse,
-            } => match (dialect, req.stream) {
-                (Dialect::Chat, false) => json(200, chat::completion_body(req)),
-                (Dialect::Responses, false) => json(200, responses::response_body(req)),
-                (Dialect::Messages, false) => json(200, anthropic::message_body(req)),
-                (Dialect::Gemini, false) => json(200, gemini::response_body(req)),
-                (Dialect::Chat, true) => sse(pace::transcript(&mut chat::events(req))),
-                (Dialect::Responses, true) => sse(pace::transcript(&mut responses::events(req))),
-                (Dialect::Messages, true) => sse(pace::transcript(&mut anthropic::events(req))),
-                (Dialect::Gemini, true) => {
-                    let body = pace::transcript(&mut gemini::events(req, *gemini_sse));
-                    if *gemini_sse {
-                        sse(body)
-                    } else {
-                        json(200, body)
-                    }
+            Answer::Generate { dialect, req, sse } => {
+                let speaker = speaker_of(*dialect);
+                if !req.stream {
+                    json(200, (speaker.body)(req))
+                } else if *sse {
+                    sse_body(pace::transcript(&mut *(speaker.events)(req, true)))
+                } else {
+                    // a Gemini stream without `alt=sse`: one JSON array
+                    json(200, pace::transcript(&mut *(speaker.events)(req, false)))
                 }
-            },
+            }
         }
     }
 }

@@ -10,8 +10,63 @@
 
 use std::io::Write;
 
-use super::{pace, text, tools, MockRequest};
+use sonic_rs::JsonValueTrait;
+
+use super::speaker::Speaker;
+use super::{pace, text, tools, Fields, MockRequest};
 use crate::error::push_json_str;
+
+/// How the mock speaks Anthropic Messages: `max_tokens` required, `thinking` enabled (or
+/// adaptive) asks for reasoning, `tool_choice` `any` / `tool` forces the call.
+pub static SPEAKER: Speaker = Speaker {
+    path: Some(b"/v1/messages"),
+    turns: "messages",
+    system: Some("system"),
+    text: "content",
+    string_turns: false,
+    limit: |f| {
+        Ok(Some(
+            f.u64("max_tokens").ok_or("max_tokens: Field required")?,
+        ))
+    },
+    reasoning,
+    forced_tool,
+    user_turn,
+    body: message_body,
+    events: |req, _| Box::new(events(req)),
+    failed: None,
+};
+
+fn reasoning(f: &Fields<'_>) -> bool {
+    f.nested("thinking", "type")
+        .and_then(|t| t.as_str().map(|t| t == "enabled" || t == "adaptive"))
+        .unwrap_or(false)
+}
+
+/// `tool_choice` `any`, or `tool` (whose `name` becomes the tool called).
+fn forced_tool(f: &Fields<'_>, call: &mut Option<String>) -> bool {
+    match f.nested("tool_choice", "type") {
+        Some(t) if t.as_str() == Some("tool") => {
+            let named = f.nested("tool_choice", "name");
+            if let (Some(call), Some(n)) = (call.as_mut(), named) {
+                if let Some(n) = n.as_str() {
+                    *call = n.to_string();
+                }
+            }
+            true
+        }
+        Some(t) => t.as_str() == Some("any"),
+        None => false,
+    }
+}
+
+/// A user turn without `tool_result` blocks.
+fn user_turn(turn: &serde_json::Value) -> bool {
+    let tool_result = tools::has_part(turn, "content", |b| {
+        b.get("type").and_then(|t| t.as_str()) == Some("tool_result")
+    });
+    tools::role(turn) == Some("user") && !tool_result
+}
 
 const MSG_ID: &str = "msg_mock";
 

@@ -7,8 +7,33 @@
 
 use std::io::Write;
 
-use super::{pace, text, tools, MockRequest};
+use super::speaker::{self, Speaker};
+use super::{pace, text, tools, Fields, MockRequest};
 use crate::error::push_json_str;
+
+/// How the mock speaks Chat.
+pub static SPEAKER: Speaker = Speaker {
+    path: Some(b"/v1/chat/completions"),
+    turns: "messages",
+    system: None,
+    text: "content",
+    string_turns: false,
+    limit: |f| {
+        Ok(f.u64("max_completion_tokens")
+            .or_else(|| f.u64("max_tokens")))
+    },
+    reasoning,
+    forced_tool: speaker::never_forced,
+    user_turn: |turn| tools::role(turn) == Some("user"),
+    body: completion_body,
+    events: |req, _| Box::new(events(req)),
+    failed: None,
+};
+
+/// `reasoning_effort` other than `none`.
+fn reasoning(f: &Fields<'_>) -> bool {
+    f.str("reasoning_effort").is_some_and(|e| e != "none")
+}
 
 pub const CREATED: u64 = 1_700_000_000;
 

@@ -15,7 +15,7 @@ use std::io::{self, Write};
 use monoio::io::AsyncWriteRent;
 
 use super::{error, pace, Profile};
-use crate::error::{push_json_str, ErrorShape};
+use crate::error::push_json_str;
 
 /// Vector length.
 pub const DIMS: usize = 64;
@@ -233,7 +233,7 @@ pub async fn respond<S: AsyncWriteRent>(
 ) -> io::Result<()> {
     match embeddings_body(body) {
         Ok(b) => pace::json(s, 200, &b, profile, keep_alive).await,
-        Err(msg) => error::write(s, ErrorShape::OpenAi, 400, &msg, keep_alive).await,
+        Err(msg) => error::write(s, super::Dialect::Chat, 400, &msg, keep_alive).await,
     }
 }
 

@@ -9,8 +9,38 @@
 
 use std::io::Write;
 
+use sonic_rs::JsonValueTrait;
+
+use super::speaker::{self, Speaker};
 use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
+
+/// How the mock speaks Gemini (served under `/v1beta/models/{model}:…`, no fixed path).
+pub static SPEAKER: Speaker = Speaker {
+    path: None,
+    turns: "contents",
+    system: Some("systemInstruction"),
+    text: "parts",
+    string_turns: false,
+    limit: |f| {
+        Ok(f.nested("generationConfig", "maxOutputTokens")
+            .and_then(|v| v.as_u64()))
+    },
+    reasoning: speaker::no_reasoning,
+    forced_tool: speaker::never_forced,
+    user_turn,
+    body: response_body,
+    events: |req, sse| Box::new(events(req, sse)),
+    failed: None,
+};
+
+/// A `user` (or role-less) turn without `functionResponse` parts.
+fn user_turn(turn: &serde_json::Value) -> bool {
+    let function_response = tools::has_part(turn, "parts", |p| {
+        p.get("functionResponse").is_some() || p.get("function_response").is_some()
+    });
+    matches!(tools::role(turn), None | Some("user")) && !function_response
+}
 
 const RESPONSE_ID: &str = "mock";
 

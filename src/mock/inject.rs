@@ -4,8 +4,7 @@
 //! answer (`Rendered` bytes of any dialect, stream or not).
 //!
 //! Owns: the bytes and timing of faulty answers. Must not: decide which fault applies (`fault`
-//! does) or know dialect JSON beyond the error bodies `error` writes and each dialect's
-//! in-stream error event.
+//! does) or know any dialect's JSON (`error` writes the error bodies and mid-stream failures).
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -59,7 +58,7 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
                 let msg = format!("mock fault: {}", reason(*code));
                 (
                     b"application/json",
-                    error::body(answer.shape(), *code, &msg),
+                    error::body(answer.errors(), *code, &msg),
                 )
             };
             let mut extra = Vec::new();
@@ -126,7 +125,7 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
             let evs = events(&r.body);
             let n = (*n as usize).min(evs.len().saturating_sub(1));
             let mut body = evs[..n].concat();
-            body.extend_from_slice(&in_stream_error(dialect, n));
+            error::stream_event(dialect, n, &mut body);
             let mut out = opened(&r, Frame::Chunked, keep_alive);
             last_chunk(&mut out, &body);
             send(s, out, keep).await
@@ -195,28 +194,6 @@ pub async fn inject(s: &mut TcpStream, fault: &Fault, answer: &Answer, keep_aliv
             send(s, out, keep).await
         }
     }
-}
-
-/// The in-stream error event `dialect`'s streams carry when the provider fails mid-answer
-/// (`seq`: the Responses `sequence_number`). Chat ends with `[DONE]` after it, as vLLM does.
-fn in_stream_error(dialect: super::Dialect, seq: usize) -> Vec<u8> {
-    use super::Dialect;
-    let msg = "mock fault: overloaded mid-stream";
-    match dialect {
-        Dialect::Chat => format!(
-            "data: {{\"error\":{{\"message\":\"{msg}\",\"type\":\"server_error\",\"param\":null,\"code\":null}}}}\n\ndata: [DONE]\n\n"
-        ),
-        Dialect::Messages => format!(
-            "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"{msg}\"}}}}\n\n"
-        ),
-        Dialect::Responses => format!(
-            "event: response.failed\ndata: {{\"type\":\"response.failed\",\"sequence_number\":{seq},\"response\":{{\"id\":\"resp_mock\",\"object\":\"response\",\"status\":\"failed\",\"error\":{{\"code\":\"server_error\",\"message\":\"{msg}\"}},\"incomplete_details\":null,\"output\":[],\"usage\":null}}}}\n\n"
-        ),
-        Dialect::Gemini => format!(
-            "data: {{\"error\":{{\"code\":503,\"message\":\"{msg}\",\"status\":\"UNAVAILABLE\"}}}}\n\n"
-        ),
-    }
-    .into_bytes()
 }
 
 /// A small HTML error page, as load balancers and proxies send.

@@ -3,16 +3,19 @@
 //!
 //! Owns: latency profiles, request knobs (`max_tokens` & co. pick the output size, a tools list
 //! plus a user turn triggers a tool call, `reasoning_effort` / `thinking` add reasoning, the
-//! prompt's text gives the input tokens), and the dispatch to the per-dialect response writers
-//! (`chat`, `responses`, `anthropic`, `gemini`, `embeddings`), which share `pace` (timing and
-//! framing), `tools` (the tool-call decision) and `prompt` (the input token count). The
-//! standalone server (`server`) also injects
-//! faults on purpose: `fault` says which and when (the `x-mock-fault` header, or the process's
-//! `--fault` plan), `inject` writes them in place of the `answer`; with `--engine` it
-//! simulates an inference engine under load (`engine`, its metrics pages `engine_page`,
-//! llama.cpp's own answer shape `engine_answer`). Must not: depend on the
-//! gateway pipeline — the gateway calls `respond_with` (its in-process mock injects no faults),
-//! the standalone server writes the same `answer::Answer`.
+//! prompt's text gives the input tokens), and the one dispatch to the per-dialect mocks
+//! (`speaker_of`: `chat`, `responses`, `anthropic`, `gemini` each hold their dialect's
+//! `speaker::Speaker` table — knob fields, user-turn rule, answer bodies and streams — beside
+//! its writers; `embeddings` apart), which share `pace` (timing and framing), `tools` (the
+//! tool-call decision) and `prompt` (the input token count). The standalone server (`server`)
+//! also injects faults on purpose: `fault` says which and when (the `x-mock-fault` header, or
+//! the process's `--fault` plan), `inject` writes them in place of the `answer`; with
+//! `--engine` it simulates an inference engine under load (`engine`, its metrics pages
+//! `engine_page`, llama.cpp's own answer shape `engine_answer`). The dialects' wire facts it
+//! writes (error bodies and their type names, error events, terminal data) come from
+//! `crate::dialect` (`Dialect::wire`, through `error`). Must not: match on a dialect outside
+//! `speaker_of`; depend on the gateway pipeline — the gateway calls `respond_with` (its
+//! in-process mock injects no faults), the standalone server writes the same `answer::Answer`.
 
 pub mod answer;
 pub mod anthropic;
@@ -29,6 +32,7 @@ pub mod pace;
 pub mod prompt;
 pub mod responses;
 pub mod server;
+pub mod speaker;
 pub mod text;
 pub mod tools;
 
@@ -38,6 +42,7 @@ use monoio::io::AsyncWriteRent;
 use sonic_rs::JsonValueTrait;
 
 use answer::Answer;
+use speaker::Speaker;
 
 pub use crate::config::provider::{Profile, PACED_GAP};
 pub use crate::dialect::Dialect;
@@ -47,6 +52,29 @@ pub use tools::TOOL_ARGS;
 pub const DEFAULT_OUTPUT_TOKENS: u32 = 16;
 /// Hard cap on generated output tokens.
 pub const MAX_OUTPUT_TOKENS: u32 = 100_000;
+
+/// Every top-level field some dialect's knobs are read from (see each `Speaker`). Top-level
+/// keys only: a nested path through a `null` (e.g. `"stream_options": null`) would fail the
+/// whole lookup, so nested knobs are read from their object ([`Fields::nested`]).
+const KEYS: [&str; 17] = [
+    "model",
+    "stream",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "generationConfig",
+    "stream_options",
+    "tools",
+    "messages",
+    "input",
+    "contents",
+    "system",
+    "instructions",
+    "systemInstruction",
+    "reasoning_effort",
+    "thinking",
+    "tool_choice",
+];
 
 /// What the mock reads from a request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,107 +113,41 @@ impl MockRequest {
         body: &[u8],
     ) -> Result<MockRequest, String> {
         crate::util::nesting::check(body).map_err(|e| format!("invalid JSON body: {e}"))?;
-        // Top-level keys only: a nested path through a `null` (e.g. `"stream_options": null`)
-        // would fail the whole lookup, so nested knobs are read from their object below.
-        const KEYS: [&str; 17] = [
-            "model",
-            "stream",
-            "max_tokens",
-            "max_completion_tokens",
-            "max_output_tokens",
-            "generationConfig",
-            "stream_options",
-            "tools",
-            "messages",
-            "input",
-            "contents",
-            "system",
-            "instructions",
-            "systemInstruction",
-            "reasoning_effort",
-            "thinking",
-            "tool_choice",
-        ];
         let mut tree = sonic_rs::PointerTree::new();
         for k in KEYS {
             tree.add_path([k].iter());
         }
         let nodes =
             sonic_rs::get_many(body, &tree).map_err(|e| format!("invalid JSON body: {e}"))?;
-        let get = |i: usize| nodes.get(i).and_then(|n| n.as_ref());
+        let f = Fields { nodes };
+        let speaker = speaker_of(dialect);
         let model = if model.is_empty() {
-            get(0)
-                .and_then(|v| v.as_str())
-                .ok_or("missing \"model\"")?
-                .to_string()
+            f.str("model").ok_or("missing \"model\"")?.to_string()
         } else {
             model.to_string()
         };
-        let stream = get(1).and_then(|v| v.as_bool()).unwrap_or(false);
-        let limit = match dialect {
-            Dialect::Chat => get(3)
-                .and_then(|v| v.as_u64())
-                .or_else(|| get(2).and_then(|v| v.as_u64())),
-            Dialect::Responses => get(4).and_then(|v| v.as_u64()),
-            Dialect::Messages => Some(
-                get(2)
-                    .and_then(|v| v.as_u64())
-                    .ok_or("max_tokens: Field required")?,
-            ),
-            Dialect::Gemini => get(5).and_then(|v| nested(v, "maxOutputTokens")?.as_u64()),
-        };
-        let output_tokens = limit
+        let stream = f.get("stream").and_then(|v| v.as_bool()).unwrap_or(false);
+        let output_tokens = (speaker.limit)(&f)?
             .map_or(DEFAULT_OUTPUT_TOKENS, |n| {
                 n.min(u64::from(MAX_OUTPUT_TOKENS)) as u32
             })
             .max(1);
-        let include_usage = get(6)
-            .and_then(|v| nested(v, "include_usage")?.as_bool())
+        let include_usage = f
+            .nested("stream_options", "include_usage")
+            .and_then(|v| v.as_bool())
             .unwrap_or(false);
-        let turns = match dialect {
-            Dialect::Chat | Dialect::Messages => get(8),
-            Dialect::Responses => get(9),
-            Dialect::Gemini => get(10),
-        };
-        let mut tool_call = match get(7) {
-            Some(t) => tools::decide(dialect, t.as_raw_str(), turns.map(|v| v.as_raw_str())),
+        let turns = f.get(speaker.turns).map(|v| v.as_raw_str());
+        let mut tool_call = match f.get("tools") {
+            Some(t) => tools::decide(speaker, t.as_raw_str(), turns),
             None => None,
         };
-        let system = match dialect {
-            Dialect::Chat => None,
-            Dialect::Messages => get(11),
-            Dialect::Responses => get(12),
-            Dialect::Gemini => get(13),
-        };
-        let input_tokens = prompt::input_tokens(
-            dialect,
-            turns.map(|v| v.as_raw_str()),
-            system.map(|v| v.as_raw_str()),
-        );
-        let choice = get(16).filter(|_| dialect == Dialect::Messages);
-        let forced_tool = match choice.and_then(|c| nested(c, "type")) {
-            Some(t) if t.as_str() == Some("tool") => {
-                let named = choice.and_then(|c| nested(c, "name"));
-                if let (Some(call), Some(n)) = (tool_call.as_mut(), named) {
-                    if let Some(n) = n.as_str() {
-                        *call = n.to_string();
-                    }
-                }
-                true
-            }
-            Some(t) => t.as_str() == Some("any"),
-            None => false,
-        };
-        let reasoning = match dialect {
-            Dialect::Chat => get(14)
-                .and_then(|v| v.as_str())
-                .is_some_and(|e| e != "none"),
-            Dialect::Messages => get(15)
-                .and_then(|v| nested(v, "type"))
-                .and_then(|t| t.as_str().map(|t| t == "enabled" || t == "adaptive"))
-                .unwrap_or(false),
-            _ => false,
-        };
+        let system = speaker
+            .system
+            .and_then(|k| f.get(k))
+            .map(|v| v.as_raw_str());
+        let input_tokens = prompt::input_tokens(speaker, turns, system);
+        let forced_tool = (speaker.forced_tool)(&f, &mut tool_call);
+        let reasoning = (speaker.reasoning)(&f);
         Ok(MockRequest {
             model,
             stream,
@@ -218,12 +180,58 @@ impl MockRequest {
     }
 }
 
+/// The request's top-level fields the mock reads (any of `KEYS`), looked up by name.
+pub struct Fields<'b> {
+    nodes: Vec<Option<sonic_rs::LazyValue<'b>>>,
+}
+
+impl<'b> Fields<'b> {
+    /// Top-level field `key` (one of `KEYS`), when the body has it.
+    pub fn get(&self, key: &str) -> Option<&sonic_rs::LazyValue<'b>> {
+        let i = KEYS.iter().position(|k| *k == key)?;
+        self.nodes.get(i)?.as_ref()
+    }
+
+    /// Field `key` as a whole number.
+    pub fn u64(&self, key: &str) -> Option<u64> {
+        self.get(key)?.as_u64()
+    }
+
+    /// Field `key` as a string.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.get(key)?.as_str()
+    }
+
+    /// `key.inner`, when field `key` is an object that has it.
+    pub fn nested(&self, key: &str, inner: &str) -> Option<sonic_rs::LazyValue<'_>> {
+        nested(self.get(key)?, inner)
+    }
+}
+
 /// `obj[key]` when `obj` is an object that has it.
 fn nested<'b>(obj: &'b sonic_rs::LazyValue<'_>, key: &str) -> Option<sonic_rs::LazyValue<'b>> {
     if !obj.as_raw_str().starts_with('{') {
         return None;
     }
     sonic_rs::get(obj.as_raw_str(), [key]).ok()
+}
+
+/// How the mock speaks dialect `d` (its table, in its file): the one place the mock matches on
+/// a dialect.
+pub fn speaker_of(d: Dialect) -> &'static Speaker {
+    match d {
+        Dialect::Chat => &chat::SPEAKER,
+        Dialect::Responses => &responses::SPEAKER,
+        Dialect::Messages => &anthropic::SPEAKER,
+        Dialect::Gemini => &gemini::SPEAKER,
+    }
+}
+
+/// The dialect the standalone mock serves at `path`, if one is (`Speaker::path`).
+pub fn dialect_at(path: &[u8]) -> Option<Dialect> {
+    Dialect::ALL
+        .into_iter()
+        .find(|d| speaker_of(*d).path == Some(path))
 }
 
 /// Answer one request of `dialect` (any of the four) with a complete HTTP response, paced by
@@ -255,7 +263,7 @@ pub async fn respond_with<S: AsyncWriteRent>(
     let mut req = match MockRequest::parse_dialect(dialect, model, body) {
         Ok(r) => r,
         Err(msg) => {
-            return error::write(s, error::shape(dialect), 400, &msg, keep_alive).await;
+            return error::write(s, dialect, 400, &msg, keep_alive).await;
         }
     };
     if let Some(st) = stream {

@@ -30,7 +30,7 @@ pub trait Events {
 }
 
 /// The whole SSE transcript without pacing.
-pub fn transcript(ev: &mut impl Events) -> Vec<u8> {
+pub fn transcript<E: Events + ?Sized>(ev: &mut E) -> Vec<u8> {
     let mut out = Vec::new();
     ev.head(&mut out);
     for i in 0..ev.units() {
@@ -70,7 +70,7 @@ pub async fn json<S: AsyncWriteRent>(
 }
 
 /// Write a complete SSE response: head events at once, units paced by `profile`.
-pub async fn stream<S: AsyncWriteRent, E: Events>(
+pub async fn stream<S: AsyncWriteRent, E: Events + ?Sized>(
     s: &mut S,
     ev: &mut E,
     profile: Profile,

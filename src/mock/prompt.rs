@@ -9,29 +9,25 @@
 
 use sonic_rs::JsonValueTrait;
 
-use super::Dialect;
+use super::speaker::Speaker;
 
-/// Input tokens of a request of `dialect` whose turns (`messages` / `input` / `contents`) and
-/// system text (`system` / `instructions` / `systemInstruction`) are these raw JSON values.
-pub fn input_tokens(dialect: Dialect, turns: Option<&str>, system: Option<&str>) -> u32 {
+/// Input tokens of a request whose turns (the dialect's `Speaker::turns` field) and system
+/// text (`Speaker::system`) are these raw JSON values; each turn's text is its
+/// `Speaker::text` field, as is an object system text's (Gemini `systemInstruction.parts`).
+pub fn input_tokens(speaker: &Speaker, turns: Option<&str>, system: Option<&str>) -> u32 {
     let mut bytes = 0usize;
     if let Some(s) = system {
-        bytes += match dialect {
-            Dialect::Gemini => field(s, "parts").map_or(0, |p| content(&p)),
-            _ => content(s),
+        bytes += match field(s, speaker.text) {
+            Some(parts) => content(&parts),
+            None => content(s),
         };
     }
     if let Some(t) = turns {
-        if dialect == Dialect::Responses && t.starts_with('"') {
+        if speaker.string_turns && t.starts_with('"') {
             bytes += content(t);
         } else {
-            let key = if dialect == Dialect::Gemini {
-                "parts"
-            } else {
-                "content"
-            };
             for item in sonic_rs::to_array_iter(t).flatten() {
-                bytes += field(item.as_raw_str(), key).map_or(0, |c| content(&c));
+                bytes += field(item.as_raw_str(), speaker.text).map_or(0, |c| content(&c));
             }
         }
     }
@@ -68,7 +64,11 @@ fn content(raw: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::dialect::Dialect;
+
+    fn input_tokens(d: Dialect, turns: Option<&str>, system: Option<&str>) -> u32 {
+        super::input_tokens(crate::mock::speaker_of(d), turns, system)
+    }
 
     #[test]
     fn the_same_text_counts_the_same_in_every_dialect() {

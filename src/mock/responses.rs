@@ -8,8 +8,32 @@
 use std::io::Write;
 
 use super::chat::CREATED;
+use super::speaker::{self, Speaker};
 use super::{pace, text, tools, MockRequest};
 use crate::error::push_json_str;
+
+/// How the mock speaks Responses: `input` may be one string (a user turn), and a mid-stream
+/// failure is `response.failed`, as OpenAI ends a failed response.
+pub static SPEAKER: Speaker = Speaker {
+    path: Some(b"/v1/responses"),
+    turns: "input",
+    system: Some("instructions"),
+    text: "content",
+    string_turns: true,
+    limit: |f| Ok(f.u64("max_output_tokens")),
+    reasoning: speaker::no_reasoning,
+    forced_tool: speaker::never_forced,
+    user_turn: |turn| {
+        let ty = turn
+            .get("type")
+            .and_then(|t| t.as_str())
+            .unwrap_or("message");
+        ty == "message" && tools::role(turn) == Some("user")
+    },
+    body: response_body,
+    events: |req, _| Box::new(events(req)),
+    failed: Some(failed_event),
+};
 
 const RESP_ID: &str = "resp_mock";
 const MSG_ID: &str = "msg_mock_0";
@@ -227,6 +251,19 @@ impl pace::Events for ResponsesEvents<'_> {
         push_response(out, req, true);
         out.extend_from_slice(b"}\n\n");
     }
+}
+
+/// A failed response's last event: `response.failed` with sequence number `seq`, the error's
+/// code the Responses name of an overloaded upstream (503).
+fn failed_event(seq: usize, message: &str, out: &mut Vec<u8>) {
+    let code = crate::dialect::responses::error_code(503);
+    pace::named_event(out, "response.failed");
+    let _ = write!(
+        out,
+        "{{\"type\":\"response.failed\",\"sequence_number\":{seq},\"response\":{{\"id\":\"{RESP_ID}\",\"object\":\"response\",\"status\":\"failed\",\"error\":{{\"code\":\"{code}\",\"message\":"
+    );
+    push_json_str(out, message);
+    out.extend_from_slice(b"},\"incomplete_details\":null,\"output\":[],\"usage\":null}}\n\n");
 }
 
 /// The paced units of `req`'s stream.

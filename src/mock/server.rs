@@ -23,13 +23,13 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::answer::Answer;
+use super::dialect_at;
 use super::engine::{Engine, EngineSpec};
 use super::engine_page;
 use super::error;
 use super::fault::{self, Dice, Plan};
 use super::inject::{self, After};
 use super::{anthropic, embeddings, Dialect, MockRequest, Profile};
-use crate::error::ErrorShape;
 use crate::http::body::read_body;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
@@ -217,8 +217,13 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
                 b
             }
             Err(e) => {
-                conn.respond_error(&e, ErrorShape::OpenAi, false, LIMITS.write_timeout)
-                    .await;
+                conn.respond_error(
+                    &e,
+                    Dialect::Chat.wire().error_shape,
+                    false,
+                    LIMITS.write_timeout,
+                )
+                .await;
                 return;
             }
         };
@@ -246,11 +251,11 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
             Ok(None) if local.plan.is_empty() => None,
             Ok(None) => local.plan.pick(&path, answer.model(), &local.dice),
             Err(msg) => {
-                let b = error::body(answer.shape(), 400, &msg);
+                let b = error::body(answer.errors(), 400, &msg);
                 let bad = Answer::Json {
                     status: 400,
                     body: b,
-                    shape: answer.shape(),
+                    errors: answer.errors(),
                     paced: false,
                 };
                 let ok = bad.write(&mut conn.stream, profile, keep_alive).await;
@@ -326,10 +331,10 @@ static EMBEDDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 impl Route {
     fn of(path: &[u8], query: Option<&[u8]>) -> Route {
+        if let Some(d) = dialect_at(path) {
+            return Route::Dialect(d);
+        }
         match path {
-            b"/v1/chat/completions" => return Route::Dialect(Dialect::Chat),
-            b"/v1/responses" => return Route::Dialect(Dialect::Responses),
-            b"/v1/messages" => return Route::Dialect(Dialect::Messages),
             b"/v1/messages/count_tokens" => return Route::CountTokens,
             b"/v1/embeddings" => return Route::Embeddings,
             b"/v1/models" => return Route::Models,
@@ -362,25 +367,26 @@ impl Route {
         }
     }
 
-    fn shape(&self) -> ErrorShape {
+    /// The dialect of this path's errors.
+    fn errors(&self) -> Dialect {
         match self {
-            Route::Dialect(d) => error::shape(*d),
-            Route::Gemini(..) | Route::GeminiCount => ErrorShape::Gemini,
-            Route::CountTokens => ErrorShape::Anthropic,
-            _ => ErrorShape::OpenAi,
+            Route::Dialect(d) => *d,
+            Route::Gemini(..) | Route::GeminiCount => Dialect::Gemini,
+            Route::CountTokens => Dialect::Messages,
+            _ => Dialect::Chat,
         }
     }
 }
 
 /// What to answer to `method` on `route` with `body`.
 fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
-    let json = |status, body, shape, paced| Answer::Json {
+    let json = |status, body, errors, paced| Answer::Json {
         status,
         body,
-        shape,
+        errors,
         paced,
     };
-    let invalid = |shape, msg: String| json(400, error::body(shape, 400, &msg), shape, false);
+    let invalid = |d, msg: String| json(400, error::body(d, 400, &msg), d, false);
     use std::sync::atomic::Ordering::Relaxed;
     match (method, &route) {
         (Method::Post, Route::Dialect(_) | Route::Azure(_) | Route::Gemini(..)) => {
@@ -395,20 +401,20 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
         (Method::Get, Route::Requests) => {
             let (g, e) = (GENERATED.load(Relaxed), EMBEDDED.load(Relaxed));
             let body = format!("{{\"generate\":{g},\"embeddings\":{e}}}");
-            json(200, body.into_bytes(), ErrorShape::OpenAi, false)
+            json(200, body.into_bytes(), Dialect::Chat, false)
         }
         (Method::Post, Route::Dialect(d)) => match MockRequest::parse_dialect(d, "", body) {
             Ok(req) => Answer::generate(d, req),
-            Err(msg) => invalid(error::shape(d), msg),
+            Err(msg) => invalid(d, msg),
         },
         (Method::Post, Route::Azure(Some(dep))) => {
             match MockRequest::parse_dialect(Dialect::Chat, &dep, body) {
                 Ok(req) => Answer::generate(Dialect::Chat, req),
-                Err(msg) => invalid(ErrorShape::OpenAi, msg),
+                Err(msg) => invalid(Dialect::Chat, msg),
             }
         }
         (Method::Post, Route::Azure(None)) => invalid(
-            ErrorShape::OpenAi,
+            Dialect::Chat,
             "Missing required query parameter: api-version".into(),
         ),
         (Method::Post, Route::Gemini(model, stream)) => {
@@ -421,42 +427,42 @@ fn answer(method: Method, route: Route, body: &[u8]) -> Answer {
                         sse: stream.unwrap_or(true),
                     }
                 }
-                Err(msg) => invalid(ErrorShape::Gemini, msg),
+                Err(msg) => invalid(Dialect::Gemini, msg),
             }
         }
         (Method::Post, Route::CountTokens) => json(
             200,
             anthropic::count_tokens_body(body),
-            ErrorShape::Anthropic,
+            Dialect::Messages,
             false,
         ),
         (Method::Post, Route::GeminiCount) => json(
             200,
             super::gemini::count_tokens_body(body),
-            ErrorShape::Gemini,
+            Dialect::Gemini,
             false,
         ),
         (Method::Post, Route::Embeddings) => match embeddings::embeddings_body(body) {
-            Ok(b) => json(200, b, ErrorShape::OpenAi, true),
-            Err(msg) => invalid(ErrorShape::OpenAi, msg),
+            Ok(b) => json(200, b, Dialect::Chat, true),
+            Err(msg) => invalid(Dialect::Chat, msg),
         },
         (Method::Get, Route::Models) => {
             let body = br#"{"object":"list","data":[{"id":"mock","object":"model","created":1700000000,"owned_by":"ringgate-mock"}]}"#;
-            json(200, body.to_vec(), ErrorShape::OpenAi, false)
+            json(200, body.to_vec(), Dialect::Chat, false)
         }
         (_, Route::Unknown) => {
             let msg = "the mock does not serve this path";
             json(
                 404,
-                error::body(ErrorShape::OpenAi, 404, msg),
-                ErrorShape::OpenAi,
+                error::body(Dialect::Chat, 404, msg),
+                Dialect::Chat,
                 false,
             )
         }
         (_, route) => {
             let msg = "method not allowed on this path";
-            let shape = route.shape();
-            json(405, error::body(shape, 405, msg), shape, false)
+            let d = route.errors();
+            json(405, error::body(d, 405, msg), d, false)
         }
     }
 }

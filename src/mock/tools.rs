@@ -3,7 +3,10 @@
 //! Owns: the trigger rule (a non-empty tools list AND a last turn that is a user turn, not a tool
 //! result), the canned answer ("Let me check." + one call of the first tool with `TOOL_ARGS`),
 //! its ids, its usage, and the split of the arguments into stream fragments.
-//! Must not: write any dialect's bytes (the dialect files do).
+//! Must not: write any dialect's bytes or know its turn shapes (the dialect files do, in their
+//! `Speaker`).
+
+use super::speaker::Speaker;
 
 /// The exact arguments of every mock tool call.
 pub const TOOL_ARGS: &str = r#"{"location":"Paris, France","unit":"celsius"}"#;
@@ -31,11 +34,11 @@ pub fn fragment(i: u32) -> &'static str {
 }
 
 /// The tool to call, if the rule fires. `tools` is the raw JSON of the request's tools list,
-/// `turns` the raw JSON of its messages (Chat, Anthropic), `input` (Responses) or `contents`
-/// (Gemini).
-pub fn decide(dialect: super::Dialect, tools: &str, turns: Option<&str>) -> Option<String> {
+/// `turns` the raw JSON of its turns (the dialect's `Speaker::turns` field: messages, Responses
+/// `input`, Gemini `contents`).
+pub fn decide(speaker: &Speaker, tools: &str, turns: Option<&str>) -> Option<String> {
     let name = first_tool_name(tools)?;
-    last_is_user_turn(dialect, turns?).then_some(name)
+    last_is_user_turn(speaker, turns?).then_some(name)
 }
 
 /// The first named tool: `function.name` (Chat), `name` (Responses, Anthropic) or
@@ -56,11 +59,11 @@ fn first_tool_name(tools: &str) -> Option<String> {
     })
 }
 
-fn last_is_user_turn(dialect: super::Dialect, turns: &str) -> bool {
-    use super::Dialect;
+/// Whether the last of `turns` is a user's (the dialect's `Speaker::user_turn`); a string is
+/// one user turn where the dialect allows it (`Speaker::string_turns`).
+fn last_is_user_turn(speaker: &Speaker, turns: &str) -> bool {
     if turns.trim_start().starts_with('"') {
-        // Responses `input` as a plain string is one user message.
-        return dialect == Dialect::Responses;
+        return speaker.string_turns;
     }
     let mut last = None;
     for item in sonic_rs::to_array_iter(turns) {
@@ -73,43 +76,33 @@ fn last_is_user_turn(dialect: super::Dialect, turns: &str) -> bool {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(last.as_raw_str()) else {
         return false;
     };
-    let role = v.get("role").and_then(|r| r.as_str());
-    match dialect {
-        Dialect::Chat => role == Some("user"),
-        Dialect::Responses => {
-            let ty = v.get("type").and_then(|t| t.as_str()).unwrap_or("message");
-            ty == "message" && role == Some("user")
-        }
-        Dialect::Messages => {
-            let tool_result = v
-                .get("content")
-                .and_then(|c| c.as_array())
-                .is_some_and(|blocks| {
-                    blocks
-                        .iter()
-                        .any(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool_result"))
-                });
-            role == Some("user") && !tool_result
-        }
-        Dialect::Gemini => {
-            let function_response =
-                v.get("parts")
-                    .and_then(|p| p.as_array())
-                    .is_some_and(|parts| {
-                        parts.iter().any(|p| {
-                            p.get("functionResponse").is_some()
-                                || p.get("function_response").is_some()
-                        })
-                    });
-            matches!(role, None | Some("user")) && !function_response
-        }
-    }
+    (speaker.user_turn)(&v)
+}
+
+/// A turn's `role`.
+pub fn role(turn: &serde_json::Value) -> Option<&str> {
+    turn.get("role").and_then(|r| r.as_str())
+}
+
+/// Whether some element of the array `turn[key]` (a turn's parts) passes `is`.
+pub fn has_part(
+    turn: &serde_json::Value,
+    key: &str,
+    is: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    turn.get(key)
+        .and_then(|c| c.as_array())
+        .is_some_and(|parts| parts.iter().any(is))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dialect::Dialect;
+
+    fn decide(d: Dialect, tools: &str, turns: Option<&str>) -> Option<String> {
+        super::decide(crate::mock::speaker_of(d), tools, turns)
+    }
 
     #[test]
     fn fragments_reassemble() {
