@@ -78,7 +78,7 @@ pub(crate) fn error_status(status: u16) -> &'static str {
         409 => "ABORTED",
         429 => "RESOURCE_EXHAUSTED",
         499 => "CANCELLED",
-        501 => "UNIMPLEMENTED",
+        405 | 501 => "UNIMPLEMENTED",
         503 => "UNAVAILABLE",
         504 => "DEADLINE_EXCEEDED",
         _ if status >= 500 => "INTERNAL",
