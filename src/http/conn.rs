@@ -19,7 +19,7 @@ use monoio::net::TcpStream;
 use super::stream::ClientStream;
 
 use super::head::{self, RequestHead};
-use super::io::{read_more, read_more_at, write_all_timeout};
+use super::io::{read_more, read_more_at, read_more_spare, write_all_timeout};
 use super::request_id::RequestId;
 use super::response::{write_head_parts, Framing};
 use crate::error::{Error, ErrorShape, Kind};
@@ -39,23 +39,32 @@ pub struct Limits {
     pub write_timeout: Duration,
 }
 
-/// Size of a pooled read buffer: most heads fit; larger ones grow it.
-pub const READ_BUF: usize = 4096;
-/// Free read buffers a shard keeps for reuse (the rest go back to the allocator).
+/// Size of a pooled read buffer: most heads fit; larger ones grow it. It stays with the
+/// connection while its request runs (the head is parsed in place and borrowed until the request
+/// ends), so an open stream holds it: 2 KiB (two to a memory page) rather than a page each.
+pub const READ_BUF: usize = 2048;
+/// Size of a pooled response buffer: a small answer's head and body fit without growing.
+pub const OUT_BUF: usize = 4096;
+/// Free buffers of each kind a shard keeps for reuse (the rest go back to the allocator).
 const MAX_FREE_BUFS: usize = 64;
 /// `os error 125`: the read was cancelled before any byte arrived.
 const ECANCELED: i32 = 125;
 
-/// A shard's client read and response buffers: a bounded free list (a response buffer comes
-/// from it when a request starts and goes back when it ends), and how long a connection may
-/// idle before it gives its read buffer back. Cloning is an `Rc` clone.
+/// A shard's client read and response buffers: two bounded free lists, one per size (a read
+/// buffer comes from its list when bytes arrive and goes back when the connection idles; a
+/// response buffer comes from its list when a request starts and goes back when it ends), and
+/// how long a connection may idle before it gives its read buffer back. Cloning is an `Rc`
+/// clone.
 #[derive(Clone)]
 pub struct ReadBufs {
     inner: Rc<ReadBufsInner>,
 }
 
 struct ReadBufsInner {
+    /// Read buffers (`READ_BUF`).
     free: RefCell<Vec<Vec<u8>>>,
+    /// Response buffers (`OUT_BUF`).
+    free_out: RefCell<Vec<Vec<u8>>>,
     release_after: Duration,
 }
 
@@ -70,37 +79,57 @@ impl ReadBufs {
         ReadBufs {
             inner: Rc::new(ReadBufsInner {
                 free: RefCell::new(Vec::new()),
+                free_out: RefCell::new(Vec::new()),
                 release_after,
             }),
         }
     }
 
-    /// An empty buffer of at least `READ_BUF` bytes.
+    /// An empty read buffer of at least `READ_BUF` bytes.
     fn take(&self) -> Vec<u8> {
-        let reused = self
-            .inner
-            .free
-            .try_borrow_mut()
-            .ok()
-            .and_then(|mut f| f.pop());
-        reused.unwrap_or_else(|| Vec::with_capacity(READ_BUF))
+        take_from(&self.inner.free, READ_BUF)
     }
 
-    /// Keep `buf` for reuse if it is a standard one and the list has room; else free it.
-    fn give(&self, mut buf: Vec<u8>) {
-        if (READ_BUF..=2 * READ_BUF).contains(&buf.capacity()) {
-            if let Ok(mut f) = self.inner.free.try_borrow_mut() {
-                if f.len() < MAX_FREE_BUFS {
-                    buf.clear();
-                    f.push(buf);
-                }
+    /// Keep read buffer `buf` for reuse if it is a standard one and the list has room; else
+    /// free it.
+    fn give(&self, buf: Vec<u8>) {
+        give_to(&self.inner.free, READ_BUF, buf);
+    }
+
+    /// An empty response buffer of at least `OUT_BUF` bytes.
+    fn take_out(&self) -> Vec<u8> {
+        take_from(&self.inner.free_out, OUT_BUF)
+    }
+
+    /// Keep response buffer `buf` for reuse if it is a standard one and the list has room; else
+    /// free it.
+    fn give_out(&self, buf: Vec<u8>) {
+        give_to(&self.inner.free_out, OUT_BUF, buf);
+    }
+
+    /// Free buffers (read and response) held for reuse.
+    pub fn free_count(&self) -> usize {
+        let count = |l: &RefCell<Vec<Vec<u8>>>| l.try_borrow().map_or(0, |f| f.len());
+        count(&self.inner.free) + count(&self.inner.free_out)
+    }
+}
+
+/// An empty buffer of at least `size` bytes from `list`, or a new one.
+fn take_from(list: &RefCell<Vec<Vec<u8>>>, size: usize) -> Vec<u8> {
+    let reused = list.try_borrow_mut().ok().and_then(|mut f| f.pop());
+    reused.unwrap_or_else(|| Vec::with_capacity(size))
+}
+
+/// Keep `buf` in `list` if its capacity is `size` to twice that and the list has room; else
+/// free it.
+fn give_to(list: &RefCell<Vec<Vec<u8>>>, size: usize, mut buf: Vec<u8>) {
+    if (size..=2 * size).contains(&buf.capacity()) {
+        if let Ok(mut f) = list.try_borrow_mut() {
+            if f.len() < MAX_FREE_BUFS {
+                buf.clear();
+                f.push(buf);
             }
         }
-    }
-
-    /// Free buffers held for reuse.
-    pub fn free_count(&self) -> usize {
-        self.inner.free.try_borrow().map_or(0, |f| f.len())
     }
 }
 
@@ -259,7 +288,8 @@ impl ClientConn {
             Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         }
         self.buf = self.bufs.take();
-        read_more(stream, &mut self.buf, deadline).await
+        // into the buffer as it is (a read of `MIN_READ` would grow it past `READ_BUF`)
+        read_more_spare(stream, &mut self.buf, deadline).await
     }
 
     /// A request starts: it is known as `id`, and every response head of it says so.
@@ -268,7 +298,7 @@ impl ClientConn {
         self.bytes_out = 0;
         if self.out.capacity() == 0 {
             // from the shard's free list: a small answer's head and body fit without growing
-            self.out = self.bufs.take();
+            self.out = self.bufs.take_out();
         }
         id.header_line(&mut self.resp_headers);
     }
@@ -279,7 +309,7 @@ impl ClientConn {
     pub fn end_request(&mut self) {
         self.resp_headers.clear();
         self.capture = None;
-        self.bufs.give(std::mem::take(&mut self.out));
+        self.bufs.give_out(std::mem::take(&mut self.out));
     }
 
     /// Drop the first `n` bytes of the read buffer (a head that carried no body).
@@ -450,5 +480,31 @@ impl Tee {
         } else {
             self.buf.extend_from_slice(data);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read and response buffers come from their own lists at their own sizes: a response
+    /// buffer given back is not handed out as a (larger than needed) read buffer.
+    #[test]
+    fn read_and_response_buffers_keep_their_own_sizes() {
+        let bufs = ReadBufs::default();
+        let out = bufs.take_out();
+        assert!(out.capacity() >= OUT_BUF, "{}", out.capacity());
+        bufs.give_out(out);
+        let read = bufs.take();
+        assert!(
+            (READ_BUF..OUT_BUF).contains(&read.capacity()),
+            "a read buffer of {} bytes",
+            read.capacity()
+        );
+        bufs.give(read);
+        assert_eq!(bufs.free_count(), 2);
+        assert!(bufs.take_out().capacity() >= OUT_BUF);
+        assert!((READ_BUF..OUT_BUF).contains(&bufs.take().capacity()));
+        assert_eq!(bufs.free_count(), 0);
     }
 }

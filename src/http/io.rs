@@ -1,7 +1,7 @@
 //! Moving bytes between owned `Vec<u8>` buffers and monoio streams (which take buffers by
 //! value), with deadlines.
 //!
-//! Owns: `read_more`, `write_all`, deadline helpers. Must not: interpret the bytes.
+//! Owns: `read_more` (and `read_more_spare`), `write_all`, deadline helpers. Must not: interpret the bytes.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -39,6 +39,27 @@ pub async fn read_more_at<S: AsyncReadRent>(
         *buf = owned;
         return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
     }
+    match monoio::time::timeout_at(deadline.into(), s.read(owned.slice_mut(len..))).await {
+        Ok((res, slice)) => {
+            *buf = slice.into_inner();
+            res
+        }
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+    }
+}
+
+/// [`read_more`] into the buffer's spare capacity as it is (grown only when full): for a
+/// caller that sized the buffer itself (`http::conn`'s small read buffer).
+pub async fn read_more_spare<S: AsyncReadRent>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> io::Result<usize> {
+    if buf.capacity() == buf.len() {
+        buf.reserve(MIN_READ);
+    }
+    let owned = std::mem::take(buf);
+    let len = owned.len();
     match monoio::time::timeout_at(deadline.into(), s.read(owned.slice_mut(len..))).await {
         Ok((res, slice)) => {
             *buf = slice.into_inner();
