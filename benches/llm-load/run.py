@@ -12,6 +12,8 @@ USAGE
   --what LIST         comma-separated parts: timing, syscalls, callgrind, profile [all]
   --duration SECS     measured seconds per timing cell                             [8]
   --quick             smaller cells (a check that the runner works, ~1 min)
+  --no-nginx          leave nginx out (an A/B of ringgate binaries only; its figures are
+                      in the pages of earlier runs)
 
 Placement: the proxy under test (each ringgate binary, shards = 1, and nginx, one worker,
 `master_process off`) alone on CPU 0; the mocks (`ringgate mock`, one shard each: `paced` =
@@ -545,14 +547,15 @@ def callgrind_one(make, workload, n, lg, keep=None):
     return total, allocs
 
 
-def callgrind(binaries, mocks, lg, ev, quick, keep_dir):
+def callgrind(binaries, mocks, lg, ev, quick, keep_dir, nginx=True):
     rows = []
     plans = {"request": (200, 1200) if quick else (500, 3000),
              "stream": (20, 80) if quick else (50, 250)}
     makers = [(label, (lambda b, lbl: lambda wrap: (start_ringgate(b, lbl, mocks, wrap),
                                                      RG_ALLOC))(b, label))
               for b, label in binaries]
-    makers.append(("nginx", lambda wrap: (start_nginx(mocks, wrap), C_ALLOC)))
+    if nginx:
+        makers.append(("nginx", lambda wrap: (start_nginx(mocks, wrap), C_ALLOC)))
     for label, make in makers:
         for workload, (n1, n2) in plans.items():
             keep = None
@@ -632,6 +635,7 @@ def md(env, timing_rows, sys_rows, cg_rows, names, prof_rows=()):
 
 def main(argv):
     bins, lgpath, what, dur, quick, jpath, outp, keep = [], None, None, 8.0, False, None, None, None
+    nginx = True
     it = iter(argv)
     for a in it:
         if a == "--bin":
@@ -644,6 +648,8 @@ def main(argv):
             what = set(next(it).split(","))
         elif a == "--duration":
             dur = float(next(it))
+        elif a == "--no-nginx":
+            nginx = False
         elif a == "--quick":
             quick, dur = True, 3.0
         elif a == "--json":
@@ -674,9 +680,10 @@ def main(argv):
     ev = events_per_stream(mocks["instant"])
     env["events_per_stream"] = ev
     timing_rows, sys_rows, cg_rows, prof_rows = [], [], [], []
-    names = [l for _, l in bins] + ["nginx"]
+    names = [l for _, l in bins] + (["nginx"] if nginx else [])
     if what & {"timing", "syscalls", "profile"}:
-        systems = [start_ringgate(b, l, mocks) for b, l in bins] + [start_nginx(mocks)]
+        systems = [start_ringgate(b, l, mocks) for b, l in bins]
+        systems += [start_nginx(mocks)] if nginx else []
         for s in systems:  # warm every path once (connections, pools)
             for up in ("instant", "paced"):
                 lg.run(s.url, None, "warm", ["--concurrency", 4, "--requests", 40, "--warmup",
@@ -690,7 +697,7 @@ def main(argv):
         for s in systems:
             s.proc.stop()
     if "callgrind" in what and shutil.which("valgrind"):
-        cg_rows = callgrind(bins, mocks, lg, ev, quick, keep)
+        cg_rows = callgrind(bins, mocks, lg, ev, quick, keep, nginx)
     text = md(env, timing_rows, sys_rows, cg_rows, names, prof_rows)
     print(text)
     if outp:

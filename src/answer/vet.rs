@@ -162,17 +162,18 @@ pub fn sse_events(events: &[u8]) -> Result<(), (usize, String)> {
     let mut joined = Vec::new();
     while start < events.len() {
         let rest = events.get(start..).unwrap_or_default();
-        let len = sse::event_len(rest).unwrap_or(rest.len());
-        let ev = rest.get(..len).unwrap_or(rest);
-        check_event(ev, &mut joined).map_err(|why| (start, why))?;
+        // the event's end and its `data` lines (joined by `\n`, as SSE says, when there are
+        // several) in one pass
+        let (len, data) = sse::first_event(rest, &mut joined);
+        check_data(data).map_err(|why| (start, why))?;
         start += len.max(1);
     }
     Ok(())
 }
 
-/// One event: its `data` lines (joined by `\n`, as SSE says, when there are several).
-fn check_event(ev: &[u8], joined: &mut Vec<u8>) -> Result<(), String> {
-    let Some(data) = sse::data(ev, joined) else {
+/// One event's data, if it has any.
+fn check_data(data: Option<&[u8]>) -> Result<(), String> {
+    let Some(data) = data else {
         return Ok(()); // comments, `event:`-only events, keep-alives
     };
     if crate::http::head::trim(data) == b"[DONE]" {

@@ -2,7 +2,8 @@
 //! the WHATWG `text/event-stream` rules), an encoder, and the raw-event framing of relayed
 //! bytes (where an event ends, its `event:` name and joined `data:` lines, read in place).
 //!
-//! Raw framing (`event_len`, `last_event_end`, `events`, `data`, `name`) works on events
+//! Raw framing (`event_len`, `last_event_end`, `events`, `data`, `name`, and `first_event`:
+//! an event's length and data in one pass) works on events
 //! kept byte for byte: an event ends with a blank line, a `\n` followed by `\n` or `\r\n`
 //! (so `\n\n` and `\r\n\r\n`). CR-only line ends are for the decoder alone.
 //!
@@ -297,6 +298,49 @@ pub fn data<'a>(ev: &'a [u8], joined: &'a mut Vec<u8>) -> Option<&'a [u8]> {
     Some(joined)
 }
 
+/// The first event of `buf` in one pass over its lines: its length, as [`event_len`] gives
+/// it (all of `buf` when no blank line has arrived), and its data, as [`data`] gives it for
+/// those bytes. The vetting of relayed events reads both; one `memchr` per line (a Chat event
+/// is one line and its blank line) instead of one walk for the end and another for the data.
+pub fn first_event<'a>(buf: &'a [u8], joined: &'a mut Vec<u8>) -> (usize, Option<&'a [u8]>) {
+    let mut first: Option<&'a [u8]> = None;
+    let mut several = false;
+    let mut at = 0;
+    let len = loop {
+        let rest = buf.get(at..).unwrap_or_default();
+        let (line, next) = match memchr::memchr(b'\n', rest) {
+            Some(j) => (rest.get(..j).unwrap_or_default(), Some(at + j + 1)),
+            None => (rest, None),
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(v) = field(line, b"data") {
+            match first {
+                None => first = Some(v),
+                Some(f) => {
+                    if !several {
+                        joined.clear();
+                        joined.extend_from_slice(f);
+                        several = true;
+                    }
+                    joined.push(b'\n');
+                    joined.extend_from_slice(v);
+                }
+            }
+        }
+        let Some(next) = next else { break buf.len() };
+        // the line just ended is followed by a blank one: the event ends after it
+        match buf.get(next..) {
+            Some([b'\n', ..]) => break next + 1,
+            Some([b'\r', b'\n', ..]) => break next + 2,
+            _ => at = next,
+        }
+    };
+    if several {
+        return (len, Some(joined));
+    }
+    (len, first)
+}
+
 /// One raw event as the decoder dispatches it: `None` without a data line, or when its name or
 /// data is not UTF-8 (such an event is relayed as it is, never rewritten).
 pub fn parse(ev: &[u8]) -> Option<SseEvent> {
@@ -374,6 +418,27 @@ mod tests {
         }
         assert_eq!(parse(b": keep\n\n"), None);
         assert_eq!(parse(b"data: \xff\n\n"), None);
+    }
+
+    /// `first_event` is `event_len` and `data` in one pass: the same answer on every buffer
+    /// over an alphabet of line ends and field pieces (all sequences up to a length).
+    #[test]
+    fn first_event_is_event_len_and_data() {
+        let pieces: &[&[u8]] = &[b"\n", b"\r", b"data", b":", b" ", b"x", b"event: e"];
+        let (mut j1, mut j2) = (Vec::new(), Vec::new());
+        for len in 0..=6u32 {
+            for code in 0..pieces.len().pow(len) {
+                let (mut c, mut buf) = (code, Vec::new());
+                for _ in 0..len {
+                    buf.extend_from_slice(pieces[c % pieces.len()]);
+                    c /= pieces.len();
+                }
+                let n = event_len(&buf).unwrap_or(buf.len());
+                let want = data(&buf[..n], &mut j1).map(<[u8]>::to_vec);
+                let (got_n, got) = first_event(&buf, &mut j2);
+                assert_eq!((got_n, got.map(<[u8]>::to_vec)), (n, want), "{buf:?}");
+            }
+        }
     }
 
     #[test]
