@@ -166,14 +166,13 @@ pub async fn open<'s>(
             (Some(e), Some(_)) => &e.body[..],
             _ => body,
         };
-        let planned = plan::plan(
-            &cand.deployment.provider,
-            Some(cand.upstream_model),
-            call.op,
+        let asked = plan::Asked {
             client,
-            sent_body,
+            op: call.op,
+            body: sent_body,
             fields,
-        )?;
+        };
+        let planned = plan::plan(&cand.deployment.provider, Some(cand.upstream_model), asked)?;
         // A spliced or translated body is a second copy of the request: charged to the permit
         // like the body while the attempt sends it, given back right after.
         let mut charged = 0u64;

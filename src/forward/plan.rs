@@ -64,17 +64,31 @@ pub struct Plan<'b> {
     pub body: Cow<'b, [u8]>,
 }
 
-/// Plan the request for `provider` (serving `upstream_model`, or the client's name when
+/// What the client asked, as each attempt plans it: the client's dialect, the operation, the
+/// body (a Responses request's with its references expanded when one was) and the body's
+/// routing fields.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'b> {
+    pub client: Dialect,
+    pub op: Op,
+    pub body: &'b [u8],
+    pub fields: &'b RoutingFields,
+}
+
+/// Plan the request `asked` for `provider` (serving `upstream_model`, or the client's name when
 /// `None`). Errors are the client's (400: the body cannot be translated or the provider does
 /// not offer `op`).
 pub fn plan<'b>(
     provider: &Provider,
     upstream_model: Option<&'b str>,
-    op: Op,
-    client: Dialect,
-    body: &'b [u8],
-    fields: &'b RoutingFields,
+    asked: Asked<'b>,
 ) -> Result<Plan<'b>, Error> {
+    let Asked {
+        client,
+        op,
+        body,
+        fields,
+    } = asked;
     let model: &'b str = upstream_model.unwrap_or(&fields.model);
     // Vertex serves each model in its publisher's wire format (Anthropic's or Gemini's)
     let kind = provider.kind.for_model(model, provider.publisher);
@@ -291,15 +305,13 @@ mod tests {
         body: &'b [u8],
         fields: &'b RoutingFields,
     ) -> Plan<'b> {
-        plan(
-            &provider(kind, false),
-            upstream_model,
-            op,
+        let asked = Asked {
             client,
+            op,
             body,
             fields,
-        )
-        .unwrap()
+        };
+        plan(&provider(kind, false), upstream_model, asked).unwrap()
     }
 
     #[test]
@@ -353,15 +365,13 @@ mod tests {
         );
         assert!(matches!(p.target, Target::Local(_)));
 
-        let e = plan(
-            &provider(ProviderKind::Anthropic, false),
-            None,
-            Op::Embeddings,
-            chat,
+        let asked = Asked {
+            client: chat,
+            op: Op::Embeddings,
             body,
-            &f,
-        )
-        .unwrap_err();
+            fields: &f,
+        };
+        let e = plan(&provider(ProviderKind::Anthropic, false), None, asked).unwrap_err();
         assert_eq!(e.status(), 400);
     }
 
@@ -370,15 +380,13 @@ mod tests {
         let plan_of = |body: &[u8], quirk: bool, kind: ProviderKind, rename: Option<&str>| {
             let mut f = routing_fields(body).unwrap();
             f.metered = true;
-            let p = plan(
-                &provider(kind, quirk),
-                rename,
-                Op::Generate,
-                Dialect::Chat,
+            let asked = Asked {
+                client: Dialect::Chat,
+                op: Op::Generate,
                 body,
-                &f,
-            )
-            .unwrap();
+                fields: &f,
+            };
+            let p = plan(&provider(kind, quirk), rename, asked).unwrap();
             (p.mode, String::from_utf8(p.body.to_vec()).unwrap())
         };
         let strip = Mode::Passthrough { strip_usage: true };

@@ -5,15 +5,45 @@
 //! pipelined next request after them) and reading the rest from the socket. Must not: parse
 //! the body.
 
+use std::future::Future;
 use std::time::Instant;
 
 use monoio::io::AsyncReadRent;
 
 use super::chunked::ChunkedDecoder;
-use super::head::BodyFraming;
+use super::conn::ClientConn;
+use super::head::{BodyFraming, RequestHead};
 use super::io::{read_more, read_upto};
 use crate::admit::Permit;
 use crate::error::{Error, Kind};
+
+/// How far one request's body may go: its size limit, its deadline, and the permit a chunked
+/// body's growth is charged to (`None`: not charged). Built once by the caller that admitted
+/// the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound<'p> {
+    pub max: u64,
+    pub deadline: Instant,
+    pub permit: Option<&'p Permit>,
+}
+
+impl ClientConn {
+    /// Read the body of this connection's current request (`head`, at the start of `buf`)
+    /// within `bound`, as [`read_body`] does: the head's bytes stay before what follows.
+    pub fn read_body<'a>(
+        &'a mut self,
+        head: &RequestHead,
+        bound: Bound<'a>,
+    ) -> impl Future<Output = Result<Vec<u8>, Error>> + 'a {
+        let (s, buf) = (&mut self.stream, &mut self.buf);
+        let Bound {
+            max,
+            deadline,
+            permit,
+        } = bound;
+        read_body(s, buf, head.len, head.body, max, deadline, permit)
+    }
+}
 
 /// Read the body of the request whose head takes `head_len` bytes at the start of `buf`. On
 /// success `buf` holds the head, then what follows the body (a pipelined next request, if

@@ -1,13 +1,16 @@
 //! What a request head asks for: the path and method mapped to a `Target` before any body byte
 //! is read.
 //!
-//! Owns: `Target`, `classify`, `model_id_in`. Must not: read the body, the config or the shard.
+//! Owns: `Target`, `classify`, `Api` (a provider call as its head names it), `model_id_in`.
+//! Must not: parse the body (`Api::fields` hands it to `dialect::extract`), read the config or
+//! the shard.
 
 use crate::config::provider::Op;
+use crate::dialect::extract::{self, RoutingFields};
 use crate::dialect::{gemini::call as gemini_call, Dialect};
 use crate::error::{Error, Kind};
 use crate::governance::Gate;
-use crate::http::Method;
+use crate::http::{Method, RequestHead};
 
 /// What a request head asks for, decided before any body byte is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,39 @@ pub fn classify(method: Method, path: &[u8]) -> Result<Target, Error> {
         ));
     }
     Ok(target)
+}
+
+/// A provider API call (`Target::Api`) as its head names it: the client's dialect, the
+/// operation, and a Gemini call's model and stream choice (in its path: its body names
+/// neither). Built once by the pipeline; the routing fields and the guardrails read it.
+#[derive(Debug)]
+pub struct Api {
+    pub dialect: Dialect,
+    pub op: Op,
+    pub gemini: Option<gemini_call::Call>,
+}
+
+impl Api {
+    /// The call `head` (in `buf`) names, classified as `Target::Api(dialect, op)`; a Gemini
+    /// path's model and `alt=sse` checked (400).
+    pub fn of(dialect: Dialect, op: Op, head: &RequestHead, buf: &[u8]) -> Result<Api, Error> {
+        let gemini = (dialect == Dialect::Gemini)
+            .then(|| gemini_call::call(head.path(buf), head.query(buf)))
+            .transpose()?;
+        Ok(Api {
+            dialect,
+            op,
+            gemini,
+        })
+    }
+
+    /// The routing fields of `body` (a Gemini call's model and stream from its path).
+    pub fn fields(&self, body: &[u8]) -> Result<RoutingFields, Error> {
+        match &self.gemini {
+            Some(call) => extract::gemini_fields(body, call),
+            None => extract::routing_fields(body),
+        }
+    }
 }
 
 /// A Gemini path's target, else 404.

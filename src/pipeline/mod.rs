@@ -28,14 +28,15 @@ use std::time::Instant;
 
 use crate::answer::outcome::{gone, Outcome};
 use crate::answer::Whole;
+use crate::cache::serve as cache;
 use crate::config::provider::Op;
 use crate::dialect::extract::RoutingFields;
 use crate::dialect::Dialect;
 use crate::error::{Error, ErrorShape, Kind};
 use crate::forward::live::Routing;
-use crate::forward::open::{Call, NoHead, Tried};
+use crate::forward::open::{Call, NoHead, Opened, Tried};
 use crate::governance::{Caller, Gate, Grant};
-use crate::http::body::read_body;
+use crate::http::body::Bound;
 use crate::http::conn::ClientConn;
 use crate::http::edge::{self, Verdict};
 use crate::http::expect;
@@ -43,9 +44,11 @@ use crate::http::{BodyFraming, Request, RequestHead};
 use crate::observe::metrics::{bump, dec};
 use crate::observe::trace::{Endpoint, Trace};
 use crate::pipeline::shard::Shard;
+use crate::route::Route;
+use crate::telemetry;
 use crate::upstream::headers::ClientHeaders;
-use crate::{answer, dialect::extract, dialect::gemini::call as gemini_call, forward};
-use classify::{classify, Target};
+use crate::{answer, dialect::gemini::call as gemini_call, forward, surface::serve as surface};
+use classify::{classify, Api, Target};
 
 /// The `endpoint` a request counts under (metrics, access log).
 fn endpoint_of(t: Option<Target>) -> Endpoint {
@@ -231,7 +234,7 @@ struct Req {
     shape: ErrorShape,
     keep: bool,
     /// Its span state, when `[telemetry]` traces it (`telemetry`).
-    otel: Option<Box<crate::telemetry::Request>>,
+    otel: Option<Box<telemetry::Request>>,
     /// The request's guardrails (`None`: none applies; set after routing).
     guard: Option<std::rc::Rc<crate::guardrail::Session>>,
 }
@@ -312,12 +315,12 @@ async fn handle(conn: &mut ClientConn, head: &RequestHead, shard: &Shard) -> boo
     record::request_ended(shard, &routing.routes, &req.trace, &end);
     if let (Some(o), Some(tel)) = (req.otel.take(), &shard.telemetry) {
         let key = req.trace.key.and_then(|k| shard.governance.key_name(k));
-        let ended = crate::telemetry::Ended {
+        let ended = telemetry::Ended {
             status: outcome.status,
             request_id: id.as_str(),
             key: key.as_deref(),
         };
-        crate::telemetry::request_ended(tel, &routing.routes, &req.trace, o, &ended);
+        telemetry::request_ended(tel, &routing.routes, &req.trace, o, &ended);
     }
     outcome.keep_alive
 }
@@ -341,16 +344,7 @@ async fn serve(
     if let Some(out) = edge(conn, head, shard, req.keep)? {
         return Ok(shard.sink(req.keep).written(conn, out, 204).await);
     }
-    let target = target?;
-    req.trace.endpoint = endpoint_of(Some(target));
-    if target == Target::Metrics && !shard.metrics_here {
-        // metrics name keys, models and providers: not for a public listener
-        return Err(Error::new(
-            Kind::NotFound,
-            "no route for /metrics on this listener (it is served on the admin listener, or set [server] metrics_on_main = true)",
-        )
-        .into());
-    }
+    let target = served_here(target?, shard, req)?;
     // govern on the head: who the caller is, a valid key (401), its in-flight and request-rate
     // shares (429); an address that keeps sending unknown keys waits first (nothing when keys
     // are off). The awaits stay in this function: each helper future moved in costs a copy.
@@ -364,80 +358,58 @@ async fn serve(
         // with a shared limits store: its verdict (a branch otherwise)
         g.confirm(&mut conn.resp_headers).await?;
     }
-    if target == Target::Mcp {
-        return mcp(conn, head, shard, routing, grant.as_ref(), req).await;
-    }
-    if let Target::Surface(call) = target {
-        // a surface call (files, audio, …)
-        let env = shard.env(None);
-        let ctx = crate::surface::serve::Ctx {
-            env: &env,
-            routing,
-            grant: grant.as_mut(),
-        };
-        let out =
-            crate::surface::serve::serve(conn, head, ctx, call, &mut req.trace, &mut req.keep);
-        return Ok(Box::pin(out).await?);
-    }
-    let Target::Api(dialect, op) = target else {
-        return Ok(local::local(conn, shard, routing, target, head).await?);
+    let api = match target {
+        Target::Api(dialect, op) => Api::of(dialect, op, head, &conn.buf)?,
+        Target::Mcp => return mcp(conn, head, shard, routing, grant.as_ref(), req).await,
+        Target::Surface(call) => {
+            // a surface call (files, audio, …)
+            let env = shard.env(None);
+            let grant = grant.as_mut();
+            let ctx = surface::Ctx {
+                env: &env,
+                routing,
+                grant,
+            };
+            let out = surface::serve(conn, head, ctx, call, &mut req.trace, &mut req.keep);
+            return Ok(Box::pin(out).await?);
+        }
+        _ => return Ok(local::local(conn, shard, routing, target, head).await?),
     };
-    req.shape = crate::answer::outcome::shape(dialect);
-    // a Gemini call's model and stream choice are in its path (its body names neither)
-    let path = head.path(&conn.buf);
-    let gemini = (dialect == Dialect::Gemini)
-        .then(|| gemini_call::call(path, head.query(&conn.buf)))
-        .transpose()?;
+    req.shape = crate::answer::outcome::shape(api.dialect);
     // the client headers the header policy may forward (`upstream::headers`)
     let headers = ClientHeaders::capture(head, &conn.buf, conn.request_id)?;
     // admit, decided on the head before any body byte is read or allocated: the permit holds
     // `declared body + response reserve` of the shard's budget until the request ends
-    let declared = declared(head, shard);
-    let permit = shard
-        .admission
-        .admit(declared)
-        .await
-        .map_err(|r| rejection(r, declared, shard.admission.max_body()))?;
+    let (declared, max) = (declared(head, shard), shard.admission.max_body());
+    let admitted = shard.admission.admit(declared).await;
+    let permit = admitted.map_err(|r| rejection(r, declared, max))?;
     if !expect::send_continue(conn, head, shard.limits.write_timeout).await {
         return Ok(gone(&shard.metrics, 499));
     }
     // read the body (bounded) after the head, which stays
     let body_start = Instant::now();
     let deadline = body_start + shard.limits.body_timeout;
-    let (s, buf, max) = (&mut conn.stream, &mut conn.buf, shard.admission.max_body());
-    let read = read_body(s, buf, head.len, head.body, max, deadline, Some(&permit));
-    request.body = read.await?;
+    let bound = Bound {
+        max,
+        deadline,
+        permit: Some(&permit),
+    };
+    request.body = conn.read_body(head, bound).await?;
     req.keep = head.keep_alive;
     req.trace.client_body = body_start.elapsed();
     req.trace.bytes_in = (head.len + request.body.len()) as u64;
 
-    // route by model
-    let body = &mut request.body;
-    let mut fields = match &gemini {
-        Some(call) => extract::gemini_fields(body, call)?,
-        None => extract::routing_fields(body)?,
-    };
-    let route = routing
-        .routes
-        .resolve(&fields.model)
-        .ok_or_else(|| unknown_model(&fields.model))?;
-    req.trace.route = Some(route.index as u32);
-    req.trace.stream = fields.stream;
-    // a Responses request's state namespace (store on only)
-    if dialect == Dialect::Responses && op == Op::Generate && shard.responses.on() {
+    // route by model; a Responses request's state namespace (store on only)
+    let (mut fields, route) = routed(shard, routing, &api, request, req)?;
+    if api.dialect == Dialect::Responses && api.op == Op::Generate && shard.responses.on() {
         let (store, gov) = (&shard.responses, &shard.governance);
         let tenant = crate::responses_state::tenant_of(store, gov, caller, head, &conn.buf);
         fields.tenant = Some(tenant);
     }
-    if shard.access_log.on() || shard.request_log.on() {
-        req.trace.model = Some(fields.model.as_str().into());
-    }
-    if let (Some(o), Some(tel)) = (req.otel.as_deref_mut(), &shard.telemetry) {
-        o.routed(&fields.model, dialect, body, tel.capture());
-    }
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
-        g.check_model(&fields, route, op, body.len(), &mut conn.resp_headers)?;
+        let len = request.body.len();
+        g.check_model(&fields, route, api.op, len, &mut conn.resp_headers)?;
         g.confirm(&mut conn.resp_headers).await?;
         fields.metered = true;
     }
@@ -446,11 +418,12 @@ async fn serve(
     if routing.routes.guards.active() {
         let key = grant.as_ref().and_then(|g| g.key_name());
         req.guard = routing.routes.guards.select(&route.name, key.as_deref());
-        guard(req, dialect, op, body, &mut fields, gemini.as_ref())?;
+        if let Some(sess) = req.guard.as_deref() {
+            guard(sess, &api, &mut request.body, &mut fields)?;
+        }
     }
-
     // a traced request's answer is read for its span (usage, id, finish reasons, content)
-    crate::telemetry::read_answer(
+    telemetry::read_answer(
         req.otel.as_deref(),
         &shard.telemetry,
         &mut grant,
@@ -458,8 +431,8 @@ async fn serve(
     );
 
     let mut call = Call {
-        dialect,
-        op,
+        dialect: api.dialect,
+        op: api.op,
         fields: &fields,
         routing,
         route,
@@ -476,27 +449,14 @@ async fn serve(
     let mut miss = None;
     if let Some(c) = shard.cache.as_deref() {
         let ask = crate::cache::serve::ask_of(c, head, conn, &shard.governance, caller);
-        use crate::cache::serve::{lookup, Lookup};
         // Boxed: a replay's state is large, and inline it would make every request's future
         // (moved into its box once per request, byte for byte) that much larger with the
         // cache off too.
-        let found = Box::pin(lookup(conn, &shard.cache_env(), &call, body, &ask)).await;
-        let seen = match found {
-            Lookup::Hit(o) => {
-                if let Some(t) = req.otel.as_deref_mut() {
-                    t.cache = Some("hit");
-                }
-                return Ok(o);
-            }
-            Lookup::Miss(m) => {
-                miss = Some(m);
-                Some("miss")
-            }
-            Lookup::Pass => None,
+        let found = Box::pin(cache::lookup(conn, &shard.cache_env(), &call, body, &ask)).await;
+        miss = match looked_up(req, found) {
+            Ok(m) => m,
+            Err(hit) => return Ok(hit),
         };
-        if let (Some(t), Some(seen)) = (req.otel.as_deref_mut(), seen) {
-            t.cache = Some(seen);
-        }
     }
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
@@ -505,35 +465,101 @@ async fn serve(
     let env = shard.env(req.guard.clone());
     call.start = Instant::now();
     let opened = forward::open::open(conn, &env, &mut call, body).await;
+    let open_end = opened_at(conn, &mut call, req);
+    let mut opened = opened?;
+
+    // answer: relay the answer, or translate it back, in the client's dialect
+    let outcome = answer::write(conn, &env, &mut call, &mut opened).await;
+    answered(&mut call, &opened, open_end, req);
+    drop(opened);
+    if let Some(m) = miss {
+        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
+        cache::store(conn, &shard.cache_env(), m, status);
+    }
+    drop(call);
+    drop(permit);
+    Ok(outcome?)
+}
+
+/// A classified target this listener serves: the endpoint it counts under noted, `/metrics`
+/// refused on a public listener (it names keys, models and providers).
+fn served_here(target: Target, shard: &Shard, req: &mut Req) -> Result<Target, Error> {
+    req.trace.endpoint = endpoint_of(Some(target));
+    if target == Target::Metrics && !shard.metrics_here {
+        return Err(Error::new(
+            Kind::NotFound,
+            "no route for /metrics on this listener (it is served on the admin listener, or set [server] metrics_on_main = true)",
+        ));
+    }
+    Ok(target)
+}
+
+/// The request's routing fields and its model's route (unknown model: 404), noted in its
+/// trace (and its span, when traced).
+fn routed<'r>(
+    shard: &Shard,
+    routing: &'r Routing,
+    api: &Api,
+    request: &Request,
+    req: &mut Req,
+) -> Result<(RoutingFields, &'r Route), Error> {
+    let fields = api.fields(&request.body)?;
+    let route = routing
+        .routes
+        .resolve(&fields.model)
+        .ok_or_else(|| unknown_model(&fields.model))?;
+    req.trace.route = Some(route.index as u32);
+    req.trace.stream = fields.stream;
+    if shard.access_log.on() || shard.request_log.on() {
+        req.trace.model = Some(fields.model.as_str().into());
+    }
+    if let (Some(o), Some(tel)) = (req.otel.as_deref_mut(), &shard.telemetry) {
+        o.routed(&fields.model, api.dialect, &request.body, tel.capture());
+    }
+    Ok((fields, route))
+}
+
+/// The cache's answer, noted in the span: a hit's outcome (`Err`: the request is answered), a
+/// miss to record once answered, or a request the cache passes.
+fn looked_up(req: &mut Req, found: cache::Lookup) -> Result<Option<cache::Miss>, Outcome> {
+    let (miss, seen) = match found {
+        cache::Lookup::Hit(o) => {
+            if let Some(t) = req.otel.as_deref_mut() {
+                t.cache = Some("hit");
+            }
+            return Err(o);
+        }
+        cache::Lookup::Miss(m) => (Some(m), Some("miss")),
+        cache::Lookup::Pass => (None, None),
+    };
+    if let (Some(t), Some(seen)) = (req.otel.as_deref_mut(), seen) {
+        t.cache = Some(seen);
+    }
+    Ok(miss)
+}
+
+/// The attempts are over (`call.tried`): what they did goes to the trace and the client's
+/// `x-ringgate-provider` / `-attempts` lines, the span back to the request. Returns when.
+fn opened_at(conn: &mut ClientConn, call: &mut Call, req: &mut Req) -> Instant {
     let open_end = Instant::now();
     req.trace.upstream = open_end.saturating_duration_since(call.start);
     req.trace.served = call.tried.served;
     req.trace.attempts = call.tried.attempts;
     req.otel = call.tried.otel.take();
     call.tried.write_headers(&mut conn.resp_headers);
-    let mut opened = opened?;
+    open_end
+}
 
-    // answer: relay the answer, or translate it back, in the client's dialect
-    let outcome = answer::write(conn, &env, &mut call, &mut opened).await;
+/// The answer went out (or failed): the upstream's time and first piece, and the usage a keyed
+/// request's answer reported (unkeyed requests are not scanned), to the trace and the span.
+fn answered(call: &mut Call, opened: &Opened, open_end: Instant, req: &mut Req) {
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
-    // the usage a keyed request's answer reported (unkeyed requests are not scanned)
-    req.trace.tokens = call
-        .grant
-        .as_mut()
-        .filter(|g| g.keyed())
-        .and_then(|g| g.usage().io());
+    let grant = call.grant.as_mut();
+    req.trace.tokens = grant.filter(|g| g.keyed()).and_then(|g| g.usage().io());
     if let (Some(o), Some(g)) = (req.otel.as_deref_mut(), call.grant.as_mut()) {
         o.answered(g.usage());
     }
-    drop(opened);
-    if let Some(m) = miss {
-        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
-        crate::cache::serve::store(conn, &shard.cache_env(), m, status);
-    }
-    drop(call);
-    drop(permit);
-    Ok(outcome?)
 }
 
 /// Trace context and sampling (nothing when `[telemetry]` is off), and the dialect errors
@@ -553,7 +579,7 @@ fn begin(
             head.method.as_str(),
             path,
             match t {
-                Target::Api(d, op) => crate::telemetry::operation(*d, *op),
+                Target::Api(d, op) => telemetry::operation(*d, *op),
                 _ => "execute_tool",
             },
         );
@@ -648,34 +674,26 @@ fn declared(head: &RequestHead, shard: &Shard) -> u64 {
     declared
 }
 
-/// The request's guardrails (`req.guard`, selected by the caller): a text prompt is refused
-/// (they read message lists only); the request text is checked (400) or masked, and a masked
-/// body's routing fields read again.
+/// The request's guardrails (`sess`, selected by the caller): a text prompt is refused (they
+/// read message lists only); the request text is checked (400) or masked, and a masked body's
+/// routing fields read again.
 fn guard(
-    req: &Req,
-    dialect: Dialect,
-    op: Op,
+    sess: &crate::guardrail::Session,
+    api: &Api,
     body: &mut Vec<u8>,
     fields: &mut RoutingFields,
-    gemini: Option<&gemini_call::Call>,
 ) -> Result<(), Error> {
-    let Some(sess) = req.guard.as_deref() else {
-        return Ok(());
-    };
-    if op == Op::Completions {
+    if api.op == Op::Completions {
         // a text prompt is not a message list the guardrails read: refuse, never pass
         return Err(Error::new(
             Kind::InvalidBody,
             "this model has guardrails, which do not read /v1/completions prompts: use /v1/chat/completions",
         ));
     }
-    if let Some(masked) = crate::guardrail::request::guard_request(sess, dialect, body)? {
+    if let Some(masked) = crate::guardrail::request::guard_request(sess, api.dialect, body)? {
         *body = masked;
         let (metered, tenant) = (fields.metered, fields.tenant);
-        *fields = match gemini {
-            Some(call) => extract::gemini_fields(body, call)?,
-            None => extract::routing_fields(body)?,
-        };
+        *fields = api.fields(body)?;
         (fields.metered, fields.tenant) = (metered, tenant);
     }
     Ok(())
@@ -696,7 +714,7 @@ async fn mcp(
         limits: &shard.limits,
         admission: &shard.admission,
         upstream: &shard.upstream,
-        trace: crate::telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
+        trace: telemetry::tool_call(req.otel.as_deref_mut(), &shard.telemetry),
     };
     // MCP decides its answer; the sink writes it (one writer of client bytes)
     let out = async {

@@ -23,21 +23,37 @@ pub(super) async fn bytes(
         // Nothing reached the client yet: a clean error response.
         Err(e) => return Err(up.failed(env, &conn.request_id, &e)),
     };
-    Ok(pieces(conn, env, up, rb, more, None).await)
+    let read = Read {
+        rb,
+        more,
+        scan: None,
+    };
+    Ok(pieces(conn, env, up, read).await)
 }
 
-/// Relay the body of `up.ex` from its first piece (in `rb`; `more`: the body goes on) on, the
-/// head first. `scan`: the incremental check of a JSON body, fed every later piece before it
-/// is written — the last piece (or the chunked end) goes out only once the whole body passed,
-/// a body found bad is cut short (the client sees it unfinished).
+/// A body read so far: its first piece in `rb`, whether it goes on (`more`), and the
+/// incremental check of a JSON body (`scan`; `None` for a body forwarded unchecked).
+pub(super) struct Read<'r> {
+    pub rb: &'r mut StreamBuf,
+    pub more: bool,
+    pub scan: Option<vet::Scan>,
+}
+
+/// Relay the body of `up.ex` from its first piece on (`read`), the head first. A JSON body's
+/// `scan` is fed every later piece before it is written — the last piece (or the chunked end)
+/// goes out only once the whole body passed, a body found bad is cut short (the client sees it
+/// unfinished).
 pub(super) async fn pieces(
     conn: &mut ClientConn,
     env: &Env<'_>,
     mut up: Upstream<'_, '_, '_>,
-    rb: &mut StreamBuf,
-    mut more: bool,
-    mut scan: Option<vet::Scan>,
+    read: Read<'_>,
 ) -> Outcome {
+    let Read {
+        rb,
+        mut more,
+        mut scan,
+    } = read;
     let sink = up.sink(env);
     let status = up.ex.head.status;
     let framing = match up.ex.head.framing {

@@ -59,7 +59,12 @@ pub(super) async fn relay_json(
     // Nothing reached the client yet.
     scan.feed(piece)
         .map_err(|why| body::invalid(env, conn, &up, why))?;
-    Ok(body::pieces(conn, env, up, rb, more, Some(scan)).await)
+    let read = body::Read {
+        rb,
+        more,
+        scan: Some(scan),
+    };
+    Ok(body::pieces(conn, env, up, read).await)
 }
 
 /// Largest non-stream answer read whole for the response guardrails.
