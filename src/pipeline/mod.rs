@@ -423,12 +423,8 @@ async fn serve(
         }
     }
     // a traced request's answer is read for its span (usage, id, finish reasons, content)
-    telemetry::read_answer(
-        req.otel.as_deref(),
-        &shard.telemetry,
-        &mut grant,
-        &shard.governance,
-    );
+    let (tel, gov) = (&shard.telemetry, &shard.governance);
+    telemetry::read_answer(req.otel.as_deref(), tel, &mut grant, gov);
 
     let mut call = Call {
         dialect: api.dialect,
