@@ -67,7 +67,9 @@ pub enum Kind {
     GuardrailBlocked,
 }
 
-/// Dialect an error body is rendered in.
+/// A dialect's family (OpenAI: Chat and Responses; Anthropic; Google: Gemini): the shape its
+/// error bodies are rendered in and the naming of its headers (`upstream::headers`). Each
+/// dialect's is in its wire table (`Wire::error_shape`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorShape {
     OpenAi,

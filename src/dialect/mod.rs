@@ -4,15 +4,17 @@
 //!
 //! Layout: one folder per dialect — `chat/`, `responses/`, `messages/` (Anthropic), `gemini/`,
 //! `converse/` (Bedrock, upstream only) — each holding that dialect's [`Wire`] facts (error
-//! shape and type names, terminal events, usage keys, header family) and its request /
-//! response translators (and, for Responses and Converse, stream halves); beside them the
-//! hub's shared parts: the one SSE codec (`sse`), the stream translator (`stream`: upstream
-//! decoders; `stream_out`: client encoders, over `hub` events), error bodies and events
+//! family — `ErrorShape`, which also names its headers — type names, terminal events, usage
+//! keys), its request / response translators, and its stream decoder and encoder
+//! (`<dialect>/stream.rs`; Converse streams arrive as Chat chunks); beside them the hub's
+//! shared parts: the one SSE codec (`sse`), the stream translator (`stream`: carries `hub`
+//! events from a dialect's decoder to another's encoder), error bodies and events
 //! (`error`), passthrough routing fields and the body splice (`extract`), and the features
 //! every dialect maps (`thinking`, `structured`, `cache` markers, `extensions`, `references`).
 //!
 //! Owns: the [`Dialect`] enum, its [`Wire`] table type, [`TranslateError`], the top-level
-//! dispatch functions, and the shared [`Usage`] record. Must not: perform IO, read clocks or
+//! dispatch functions (and the stream's: `Decoder`, `Encoder`, one variant per dialect's stream
+//! state), and the shared [`Usage`] record. Must not: perform IO, read clocks or
 //! randomness, log, or allocate beyond the values it returns.
 //!
 //! Conventions of the hub request (a `serde_json::Value` holding a Chat
@@ -48,7 +50,6 @@ pub mod references;
 mod schema;
 pub mod sse;
 pub mod stream;
-mod stream_out;
 pub mod structured;
 pub mod thinking;
 mod util;
@@ -63,8 +64,7 @@ use serde_json::Value;
 use std::fmt;
 
 use crate::error::ErrorShape;
-use hub::Hub;
-use stream::{Decoded, Decoder};
+use hub::{Core, Decoded, Hub};
 
 /// An API dialect spoken by a client or an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,15 +159,6 @@ impl fmt::Display for TranslateError {
 
 impl std::error::Error for TranslateError {}
 
-/// The naming family a dialect's headers and error bodies belong to (OpenAI for Chat and
-/// Responses, Anthropic, Google).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    OpenAi,
-    Anthropic,
-    Gemini,
-}
-
 /// One dialect's wire facts and translators, one table per dialect (each in its own folder:
 /// `chat::WIRE`, `responses::WIRE`, `messages::WIRE`, `gemini::WIRE`), read through
 /// [`Dialect::wire`]: how its errors look, how its streams end, where its usage is, which header
@@ -177,9 +168,8 @@ pub struct Wire {
     pub dialect: Dialect,
     /// A short stable name (`chat`, `responses`, `messages`, `gemini`).
     pub name: &'static str,
-    /// Header naming family.
-    pub family: Family,
-    /// The shape of its error bodies.
+    /// Its family (OpenAI for Chat and Responses, Anthropic, Google): the shape of its error
+    /// bodies and the naming of its headers.
     pub error_shape: ErrorShape,
     /// Its error `type` name (Gemini: `status`) for an HTTP status.
     pub error_type: fn(u16) -> &'static str,
@@ -205,8 +195,10 @@ pub struct Wire {
     pub response_to_chat: fn(&[u8]) -> Result<Value, TranslateError>,
     /// Hub Chat completion → a client body of this dialect, for the client's model.
     pub chat_to_response: fn(&Value, &str) -> Result<Value, TranslateError>,
-    /// One upstream stream event of this dialect → hub events.
-    pub(crate) decode: fn(&mut Decoder, &SseEvent, &mut Vec<Hub>) -> Decoded,
+    /// A decoder of this dialect's upstream stream events into hub events (`<dialect>/stream.rs`).
+    pub(crate) decoder: fn() -> Decoder,
+    /// An encoder of hub events into this dialect's client stream, for the client's model.
+    pub(crate) encoder: fn(String) -> Encoder,
 }
 
 impl Wire {
@@ -255,6 +247,53 @@ impl Wire {
             let u = path.iter().try_fold(v, |v, k| v.get(k))?;
             u.is_object().then(|| (self.usage_to_hub)(u))
         })
+    }
+}
+
+/// One stream's upstream decoder: its dialect's own state and code (in that dialect's folder,
+/// `<dialect>/stream.rs`), made by [`Wire::decoder`].
+pub(crate) enum Decoder {
+    Chat(chat::stream::ChatIn),
+    Messages(messages::stream::MessagesIn),
+    Responses(responses::stream::ResponsesIn),
+    Gemini,
+}
+
+impl Decoder {
+    pub(crate) fn decode(&mut self, core: &mut Core, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
+        match self {
+            Decoder::Chat(d) => d.decode(core, ev, hub),
+            Decoder::Messages(d) => d.decode(core, ev, hub),
+            Decoder::Responses(d) => d.decode(core, ev, hub),
+            Decoder::Gemini => gemini::stream::decode(core, ev, hub),
+        }
+    }
+}
+
+/// One stream's client encoder: its dialect's own state and code (in that dialect's folder),
+/// made by [`Wire::encoder`].
+pub(crate) enum Encoder {
+    Chat(chat::stream::ChatOut),
+    Messages(messages::stream::MessagesOut),
+    Responses(responses::stream::ResponsesOut),
+    Gemini(gemini::stream::GeminiOut),
+}
+
+impl Encoder {
+    pub(crate) fn handle(&mut self, ev: Hub, out: &mut Vec<u8>) {
+        match self {
+            Encoder::Chat(c) => c.handle(ev, out),
+            Encoder::Messages(c) => c.handle(ev, out),
+            Encoder::Responses(c) => c.handle(ev, out),
+            Encoder::Gemini(c) => c.handle(ev, out),
+        }
+    }
+
+    /// Whether a Chat client gets the final usage chunk.
+    pub(crate) fn set_chat_usage(&mut self, on: bool) {
+        if let Encoder::Chat(c) = self {
+            c.include_usage = on;
+        }
     }
 }
 

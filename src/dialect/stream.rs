@@ -2,8 +2,11 @@
 //! one dialect into client SSE bytes in another, through hub events that
 //! carry exactly what a Chat Completions chunk can say (text, tool-call
 //! start with id+name, tool-call argument fragments keyed by index, finish
-//! reason, usage). This file owns the upstream decoders; the client encoders
-//! live in `stream_out.rs`.
+//! reason, usage). This file owns the translator; each dialect's decoder and encoder live in
+//! that dialect's folder (`chat/stream.rs`, `messages/stream.rs`, `responses/stream.rs`,
+//! `gemini/stream.rs`; Bedrock Converse streams arrive as Chat chunks, `converse/stream.rs`),
+//! made through its wire table (`Wire::decoder`, `Wire::encoder`); what every decoder shares is
+//! in `hub`.
 //!
 //! Guarantees: every tool call is started exactly once; argument fragments
 //! are forwarded unmodified, so concatenated `partial_json` / `arguments`
@@ -34,404 +37,19 @@
 //!
 //! Must not: perform IO, or allocate beyond per-stream state and `out`.
 
-use super::error::{client_status, extract_message, stream_error_event_seq, stream_error_status};
-use super::hub::Hub;
-use super::stream_out::ClientOut;
-use super::util::{self, arr, s};
-use super::{
-    chat, gemini, messages, responses, structured, Dialect, SseEvent, TranslateError, Usage,
-};
+use super::error::{client_status, stream_error_event_seq};
+use super::hub::{Core, Hub};
+use super::{Decoder, Dialect, Encoder, SseEvent, TranslateError, Usage};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
-
-/// What decoding one upstream event gives: its hub events went to the caller's list.
-pub(crate) type Decoded = Result<(), TranslateError>;
-
-/// Upstream decoder state (one per stream).
-#[derive(Default)]
-pub(crate) struct Decoder {
-    started: bool,
-    next_tool: usize,
-    chat_tools: HashSet<u64>,
-    block_tools: HashMap<u64, usize>,
-    item_tools: HashMap<String, usize>,
-    args_seen: HashSet<usize>,
-    /// Anthropic blocks of the structured-output tool (their input is answer text).
-    json_blocks: HashSet<u64>,
-}
-
-/// An upstream's in-stream error event (any dialect) as a hub error.
-fn upstream_error(data: &str) -> Hub {
-    Hub::Error(
-        stream_error_status(data.as_bytes()),
-        extract_message(500, data.as_bytes()),
-    )
-}
-
-fn parse(data: &str) -> Result<Value, TranslateError> {
-    serde_json::from_str(data)
-        .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))
-}
-
-impl Decoder {
-    fn start(&mut self, hub: &mut Vec<Hub>, id: Option<&str>, created: Option<u64>) {
-        if !self.started {
-            self.started = true;
-            hub.push(Hub::Start {
-                id: id.map(str::to_string),
-                created,
-            });
-        }
-    }
-
-    fn tool(&mut self, hub: &mut Vec<Hub>, id: &str, name: &str) -> usize {
-        let index = self.next_tool;
-        self.next_tool += 1;
-        hub.push(Hub::ToolStart {
-            index,
-            id: id.to_string(),
-            name: name.to_string(),
-        });
-        index
-    }
-
-    fn args(&mut self, hub: &mut Vec<Hub>, index: usize, args: &str) {
-        if !args.is_empty() {
-            self.args_seen.insert(index);
-            hub.push(Hub::ToolArgs {
-                index,
-                args: args.to_string(),
-            });
-        }
-    }
-
-    pub(crate) fn chat(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
-        let data = ev.data.trim();
-        if data == "[DONE]" {
-            hub.push(Hub::Done);
-            return Ok(());
-        }
-        // Typed, borrowing parse: this runs once per streamed token.
-        let v: chat::chunk::Chunk = serde_json::from_str(data)
-            .map_err(|e| TranslateError::new(format!("malformed upstream stream event: {e}")))?;
-        if v.error.as_ref().is_some_and(|e| !e.is_null()) {
-            hub.push(upstream_error(data));
-            return Ok(());
-        }
-        self.start(hub, v.id.as_deref(), v.created);
-        for choice in v.choices.iter().flatten() {
-            if choice.index.unwrap_or(0) != 0 {
-                continue;
-            }
-            if let Some(delta) = &choice.delta {
-                if let Some(r) = delta
-                    .reasoning_content
-                    .as_ref()
-                    .or(delta.reasoning.as_ref())
-                {
-                    if !r.is_empty() {
-                        hub.push(Hub::Reasoning(r.to_string()));
-                    }
-                }
-                for t in [&delta.content, &delta.refusal].into_iter().flatten() {
-                    if !t.is_empty() {
-                        hub.push(Hub::Text(t.to_string()));
-                    }
-                }
-                for (pos, tc) in delta.tool_calls.iter().flatten().enumerate() {
-                    let key = tc.index.unwrap_or(pos as u64);
-                    let f = tc.function.as_ref();
-                    if self.chat_tools.insert(key) {
-                        // Chat indices are dense from 0; keep them as hub indices.
-                        let index = usize::try_from(key).unwrap_or(usize::MAX);
-                        let id = tc
-                            .id
-                            .as_deref()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| format!("call_{key}"));
-                        hub.push(Hub::ToolStart {
-                            index,
-                            id,
-                            name: f
-                                .and_then(|f| f.name.as_deref())
-                                .unwrap_or_default()
-                                .to_string(),
-                        });
-                        self.next_tool = self.next_tool.max(index.saturating_add(1));
-                    }
-                    let index = usize::try_from(key).unwrap_or(usize::MAX);
-                    let args = f.and_then(|f| f.arguments.as_deref()).unwrap_or_default();
-                    self.args(hub, index, args);
-                }
-            }
-            if let Some(r) = choice.finish_reason.as_deref() {
-                let r = if r == "stop" && !self.chat_tools.is_empty() {
-                    "tool_calls"
-                } else {
-                    r
-                };
-                hub.push(Hub::Finish(r.to_string()));
-            }
-        }
-        if let Some(u) = v.usage.as_ref().filter(|u| u.is_object()) {
-            hub.push(Hub::Usage(util::read_chat_usage(u)));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn messages(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
-        let v = parse(&ev.data)?;
-        let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
-        match kind {
-            "message_start" => {
-                let m = v.get("message").unwrap_or(&Value::Null);
-                let u = messages::usage_to_hub(m.get("usage").unwrap_or(&Value::Null));
-                hub.push(Hub::Usage(Usage {
-                    completion_tokens: None,
-                    ..u
-                }));
-                self.start(hub, s(m, "id"), None);
-            }
-            "content_block_start" => {
-                self.start(hub, None, None);
-                let cb = v.get("content_block").unwrap_or(&Value::Null);
-                let block = util::u(&v, "index").unwrap_or(0);
-                match s(cb, "type") {
-                    Some("text") => {
-                        if let Some(t) = s(cb, "text").filter(|t| !t.is_empty()) {
-                            hub.push(Hub::Text(t.to_string()));
-                        }
-                    }
-                    Some("thinking") => {
-                        if let Some(t) = s(cb, "thinking").filter(|t| !t.is_empty()) {
-                            hub.push(Hub::Reasoning(t.to_string()));
-                        }
-                    }
-                    Some("redacted_thinking") => {
-                        hub.push(Hub::Redacted(s(cb, "data").unwrap_or_default().to_string()));
-                    }
-                    Some("tool_use") if s(cb, "name") == Some(structured::JSON_TOOL) => {
-                        // The structured-output answer: its input is the answer's text.
-                        self.json_blocks.insert(block);
-                        if let Some(input) = cb
-                            .get("input")
-                            .filter(|x| x.as_object().is_some_and(|o| !o.is_empty()))
-                        {
-                            hub.push(Hub::Text(util::compact(input)));
-                        }
-                    }
-                    Some("tool_use") => {
-                        let i = self.tool(
-                            hub,
-                            s(cb, "id").unwrap_or_default(),
-                            s(cb, "name").unwrap_or_default(),
-                        );
-                        self.block_tools.insert(block, i);
-                        if let Some(input) = cb
-                            .get("input")
-                            .filter(|x| x.as_object().is_some_and(|o| !o.is_empty()))
-                        {
-                            self.args(hub, i, &util::compact(input));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            "content_block_delta" => {
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                let block = util::u(&v, "index").unwrap_or(0);
-                match s(d, "type") {
-                    Some("text_delta") => {
-                        if let Some(t) = s(d, "text").filter(|t| !t.is_empty()) {
-                            hub.push(Hub::Text(t.to_string()));
-                        }
-                    }
-                    Some("input_json_delta") if self.json_blocks.contains(&block) => {
-                        if let Some(t) = s(d, "partial_json").filter(|t| !t.is_empty()) {
-                            hub.push(Hub::Text(t.to_string()));
-                        }
-                    }
-                    Some("input_json_delta") => {
-                        if let Some(&i) = self.block_tools.get(&block) {
-                            self.args(hub, i, s(d, "partial_json").unwrap_or_default());
-                        }
-                    }
-                    Some("thinking_delta") => {
-                        if let Some(t) = s(d, "thinking").filter(|t| !t.is_empty()) {
-                            hub.push(Hub::Reasoning(t.to_string()));
-                        }
-                    }
-                    Some("signature_delta") => {
-                        hub.push(Hub::Signature(s(d, "signature").unwrap_or_default().into()));
-                    }
-                    _ => {}
-                }
-            }
-            "message_delta" => {
-                if let Some(r) = v.get("delta").and_then(|d| s(d, "stop_reason")) {
-                    let mut f = messages::stop_to_finish(r);
-                    if f == "tool_calls" && self.next_tool == 0 {
-                        f = "stop"; // the structured-output tool was the answer
-                    }
-                    hub.push(Hub::Finish(f.to_string()));
-                }
-                if let Some(u) = v.get("usage") {
-                    hub.push(Hub::Usage(messages::usage_to_hub(u)));
-                }
-            }
-            "message_stop" => hub.push(Hub::Done),
-            "error" => hub.push(upstream_error(&ev.data)),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    pub(crate) fn responses(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
-        let v = parse(&ev.data)?;
-        let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
-        let item_key = |v: &Value| {
-            s(v, "item_id")
-                .map(str::to_string)
-                .or_else(|| util::u(v, "output_index").map(|i| format!("#{i}")))
-                .unwrap_or_default()
-        };
-        match kind {
-            "response.created" | "response.in_progress" => {
-                let r = v.get("response").unwrap_or(&Value::Null);
-                self.start(hub, s(r, "id"), util::u(r, "created_at"));
-            }
-            "response.output_item.added" => {
-                let item = v.get("item").unwrap_or(&Value::Null);
-                if s(item, "type") == Some("function_call") {
-                    self.start(hub, None, None);
-                    let i = self.tool(
-                        hub,
-                        s(item, "call_id").unwrap_or_default(),
-                        s(item, "name").unwrap_or_default(),
-                    );
-                    if let Some(id) = s(item, "id") {
-                        self.item_tools.insert(id.to_string(), i);
-                    }
-                    if let Some(o) = util::u(&v, "output_index") {
-                        self.item_tools.insert(format!("#{o}"), i);
-                    }
-                    self.args(hub, i, s(item, "arguments").unwrap_or_default());
-                }
-            }
-            "response.function_call_arguments.delta" => {
-                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
-                    self.args(hub, i, s(&v, "delta").unwrap_or_default());
-                }
-            }
-            "response.function_call_arguments.done" => {
-                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
-                    if !self.args_seen.contains(&i) {
-                        self.args(hub, i, s(&v, "arguments").unwrap_or_default());
-                    }
-                }
-            }
-            "response.output_text.delta" | "response.refusal.delta" => {
-                self.start(hub, None, None);
-                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
-                    hub.push(Hub::Text(t.to_string()));
-                }
-            }
-            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-                self.start(hub, None, None);
-                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
-                    hub.push(Hub::Reasoning(t.to_string()));
-                }
-            }
-            "response.completed" | "response.incomplete" => {
-                let r = v.get("response").unwrap_or(&Value::Null);
-                self.start(hub, s(r, "id"), util::u(r, "created_at"));
-                let reason = r.get("incomplete_details").and_then(|d| s(d, "reason"));
-                let finish = responses::finish_of(s(r, "status"), reason, self.next_tool > 0);
-                hub.push(Hub::Finish(finish.to_string()));
-                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
-                    hub.push(Hub::Usage(responses::usage_to_hub(u)));
-                }
-                hub.push(Hub::Done);
-            }
-            "response.failed" => {
-                let r = v.get("response").unwrap_or(&Value::Null);
-                let m = r
-                    .get("error")
-                    .and_then(|e| s(e, "message"))
-                    .unwrap_or("response failed");
-                hub.push(Hub::Error(
-                    stream_error_status(ev.data.as_bytes()),
-                    m.into(),
-                ));
-            }
-            "error" => hub.push(Hub::Error(
-                stream_error_status(ev.data.as_bytes()),
-                s(&v, "message")
-                    .map(str::to_string)
-                    .unwrap_or_else(|| extract_message(500, ev.data.as_bytes())),
-            )),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    pub(crate) fn gemini(&mut self, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
-        let v = parse(&ev.data)?;
-        if v.get("error").is_some_and(|e| !e.is_null()) {
-            hub.push(upstream_error(&ev.data));
-            return Ok(());
-        }
-        if !self.started {
-            if let Some(u) = v.get("usageMetadata") {
-                hub.push(Hub::Usage(gemini::usage_to_hub(u)));
-            }
-        }
-        self.start(hub, s(&v, "responseId"), None);
-        let cand = arr(&v, "candidates").first().unwrap_or(&Value::Null);
-        for p in cand.get("content").map(|c| arr(c, "parts")).unwrap_or(&[]) {
-            if p.get("thought").and_then(Value::as_bool) == Some(true) {
-                if let Some(t) = s(p, "text").filter(|t| !t.is_empty()) {
-                    hub.push(Hub::Reasoning(t.to_string()));
-                }
-            }
-        }
-        let (text, calls) = gemini::candidate_parts(&v, self.next_tool);
-        if !text.is_empty() {
-            hub.push(Hub::Text(text));
-        }
-        for (id, name, args) in calls {
-            let i = self.tool(hub, &id, &name);
-            self.args(hub, i, &args);
-        }
-        if let Some(u) = v.get("usageMetadata") {
-            hub.push(Hub::Usage(gemini::usage_to_hub(u)));
-        }
-        let cand = arr(&v, "candidates").first().unwrap_or(&Value::Null);
-        let blocked = v
-            .get("promptFeedback")
-            .and_then(|f| s(f, "blockReason"))
-            .is_some();
-        if let Some(r) = s(cand, "finishReason") {
-            let f = if self.next_tool > 0 {
-                "tool_calls"
-            } else {
-                gemini::finish_to_chat(r)
-            };
-            hub.push(Hub::Finish(f.to_string()));
-        } else if blocked {
-            hub.push(Hub::Finish("content_filter".into()));
-        }
-        Ok(())
-    }
-}
 
 /// Stateful stream converter: upstream dialect SSE events → client dialect
 /// SSE bytes.
 pub struct StreamTranslator {
     upstream: Dialect,
     client: Dialect,
+    core: Core,
     decoder: Decoder,
-    encoder: ClientOut,
+    encoder: Encoder,
     scratch: Vec<Hub>,
     usage: Usage,
     done: bool,
@@ -445,12 +63,13 @@ impl StreamTranslator {
     /// [`StreamTranslator::with_chat_usage`]`(true)` — set it from the
     /// client's `stream_options.include_usage`.
     pub fn new(upstream: Dialect, client: Dialect, client_model: &str) -> Self {
-        let mut encoder = ClientOut::new(client, client_model);
+        let mut encoder = (client.wire().encoder)(client_model.to_string());
         encoder.set_chat_usage(false);
         StreamTranslator {
             upstream,
             client,
-            decoder: Decoder::default(),
+            core: Core::default(),
+            decoder: (upstream.wire().decoder)(),
             encoder,
             scratch: Vec::new(),
             usage: Usage::default(),
@@ -484,7 +103,7 @@ impl StreamTranslator {
     /// Built on demand: for the Responses state store (`responses_state`).
     pub fn finished_response(&self) -> Option<serde_json::Value> {
         match &self.encoder {
-            ClientOut::Responses(r) if self.done => r.finished_response(),
+            Encoder::Responses(r) if self.done => r.finished_response(),
             _ => None,
         }
     }
@@ -512,7 +131,7 @@ impl StreamTranslator {
         }
         let mut hub = std::mem::take(&mut self.scratch);
         hub.clear();
-        let r = (self.upstream.wire().decode)(&mut self.decoder, ev, &mut hub);
+        let r = self.decoder.decode(&mut self.core, ev, &mut hub);
         for h in hub.drain(..) {
             self.deliver(h, out);
         }

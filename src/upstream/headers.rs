@@ -51,7 +51,8 @@
 use std::borrow::Cow;
 
 use crate::config::provider::ProviderKind;
-use crate::dialect::{Dialect, Family};
+use crate::dialect::Dialect;
+use crate::error::ErrorShape;
 use crate::error::{Error, Kind};
 use crate::http::head::Passed;
 use crate::http::request_id::RequestId;
@@ -240,7 +241,7 @@ fn limit_of(rest: &[u8], anthropic: bool) -> Limit {
 /// from `up`'s dialect to `client`'s, as the response table says. Same naming family: unchanged.
 /// No allocation but the new lines' buffer.
 pub fn to_client(lines: &mut Vec<u8>, up: Dialect, client: Dialect) {
-    let (from, to) = (up.wire().family, client.wire().family);
+    let (from, to) = (up.wire().error_shape, client.wire().error_shape);
     if from == to || lines.is_empty() {
         return;
     }
@@ -263,23 +264,27 @@ pub fn to_client(lines: &mut Vec<u8>, up: Dialect, client: Dialect) {
         {
             // the upstream's request id (the client's `x-request-id` is the gateway's)
             match to {
-                Family::Anthropic => put(b"request-id", b""),
-                Family::OpenAi | Family::Gemini => put(b"x-upstream-request-id", b""),
+                ErrorShape::Anthropic => put(b"request-id", b""),
+                ErrorShape::OpenAi | ErrorShape::Gemini => put(b"x-upstream-request-id", b""),
             }
         } else if starts_with_ci(name, b"openai-") {
             // OpenAI's own (processing time, version): meaningless to other SDKs
         } else if let Some(rest) = strip_ci(name, b"x-ratelimit-") {
             match (limit_of(rest, false), to) {
-                (Limit::Count(i), Family::Anthropic) => put(b"anthropic-ratelimit-", COUNTS[i].1),
-                (Limit::Count(_) | Limit::Reset, Family::OpenAi | Family::Gemini) => put(name, b""),
+                (Limit::Count(i), ErrorShape::Anthropic) => {
+                    put(b"anthropic-ratelimit-", COUNTS[i].1)
+                }
+                (Limit::Count(_) | Limit::Reset, ErrorShape::OpenAi | ErrorShape::Gemini) => {
+                    put(name, b"")
+                }
                 _ => {}
             }
         } else if let Some(rest) = strip_ci(name, b"anthropic-ratelimit-") {
             match (limit_of(rest, true), to) {
-                (Limit::Count(i), Family::OpenAi | Family::Gemini) => {
+                (Limit::Count(i), ErrorShape::OpenAi | ErrorShape::Gemini) => {
                     put(b"x-ratelimit-", COUNTS[i].0)
                 }
-                (_, Family::Anthropic) => put(name, b""),
+                (_, ErrorShape::Anthropic) => put(name, b""),
                 _ => {}
             }
         }

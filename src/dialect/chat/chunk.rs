@@ -3,7 +3,7 @@
 //! unless they carry escapes). Every field is optional and `null`-tolerant; unknown fields are
 //! ignored, as they are in the `Value`-based decoders.
 //!
-//! Owns: the chunk's shape. Must not: interpret it (see `stream.rs`) or allocate beyond escaped
+//! Owns: the chunk's shape. Must not: interpret it (see `chat::stream`) or allocate beyond escaped
 //! strings and the `usage`/`error` objects.
 
 use std::borrow::Cow;

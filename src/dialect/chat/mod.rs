@@ -1,25 +1,26 @@
 //! OpenAI Chat Completions, the hub dialect: its wire facts, the checks a Chat client body
 //! gets, the Chat upstream body (the hub with the upstream model and `include_usage`), the
-//! OpenAI error type names, and the typed view of a streaming chunk (`chunk`). The Chat stream
-//! decoder and encoder are the hub's own (`stream.rs`, `stream_out.rs`).
+//! OpenAI error type names, the typed view of a streaming chunk (`chunk`), and the Chat stream's
+//! decoder and encoder (`stream`).
 //!
 //! Must not: perform IO, or allocate beyond the values it returns.
 
 pub(crate) mod chunk;
+pub(crate) mod stream;
 
 use serde_json::Value;
 
 use super::util;
 use super::Dialect;
 use super::TranslateError;
-use super::{Family, Wire};
+use super::Wire;
+use super::{Decoder, Encoder};
 use crate::error::ErrorShape;
 
 /// Chat's wire facts.
 pub static WIRE: Wire = Wire {
     dialect: Dialect::Chat,
     name: "chat",
-    family: Family::OpenAi,
     error_shape: ErrorShape::OpenAi,
     error_type,
     error_code,
@@ -33,7 +34,8 @@ pub static WIRE: Wire = Wire {
     chat_to_request,
     response_to_chat: util::parse_object,
     chat_to_response,
-    decode: |d, ev, hub| d.chat(ev, hub),
+    decoder: || Decoder::Chat(Default::default()),
+    encoder: |model| Encoder::Chat(stream::ChatOut::new(model)),
 };
 
 /// OpenAI `error.type` for an HTTP status (Chat and Responses).

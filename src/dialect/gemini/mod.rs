@@ -1,5 +1,5 @@
 //! Gemini `generateContent` ⇄ Chat Completions (requests and non-stream
-//! responses). Streaming lives in `stream.rs` / `stream_out.rs`.
+//! responses); its stream decoder and encoder are in `stream.rs`.
 //!
 //! Must not: perform IO, or allocate beyond the values it returns.
 //!
@@ -39,19 +39,20 @@ use crate::dialect::thinking::{budget_to_effort, effort_to_budget, reasoning_tex
 use crate::dialect::util::{self, arr, get_any, s, Obj};
 use crate::dialect::Dialect;
 use crate::dialect::TranslateError;
-use crate::dialect::{Family, Wire};
+use crate::dialect::Wire;
+use crate::dialect::{Decoder, Encoder};
 use crate::error::ErrorShape;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
 pub mod call;
+pub(crate) mod stream;
 
 /// Gemini's wire facts. The model (and for a stream the method) is in the URL: its
 /// `chat_to_request` ignores the upstream model.
 pub static WIRE: Wire = Wire {
     dialect: Dialect::Gemini,
     name: "gemini",
-    family: Family::Gemini,
     error_shape: ErrorShape::Gemini,
     error_type: error_status,
     error_code: |_| None,
@@ -65,7 +66,8 @@ pub static WIRE: Wire = Wire {
     chat_to_request: |chat, _model| chat_to_request(chat),
     response_to_chat,
     chat_to_response,
-    decode: |d, ev, hub| d.gemini(ev, hub),
+    decoder: || Decoder::Gemini,
+    encoder: |model| Encoder::Gemini(stream::GeminiOut::new(model)),
 };
 
 /// Google's canonical status name (`error.status`) for an HTTP status.

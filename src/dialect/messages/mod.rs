@@ -1,5 +1,5 @@
 //! Anthropic Messages ⇄ Chat Completions (requests and non-stream
-//! responses). Streaming lives in `stream.rs` / `stream_out.rs`.
+//! responses); its stream decoder and encoder are in `stream.rs`.
 //!
 //! Must not: perform IO, or allocate beyond the values it returns.
 //!
@@ -49,15 +49,17 @@
 
 use crate::dialect::util::{self, arr, s, Obj};
 use crate::dialect::TranslateError;
+use crate::dialect::Wire;
 use crate::dialect::{cache, structured, thinking, Dialect};
-use crate::dialect::{Family, Wire};
+use crate::dialect::{Decoder, Encoder};
 use crate::error::ErrorShape;
+
+pub(crate) mod stream;
 
 /// Anthropic Messages' wire facts.
 pub static WIRE: Wire = Wire {
     dialect: Dialect::Messages,
     name: "messages",
-    family: Family::Anthropic,
     error_shape: ErrorShape::Anthropic,
     error_type,
     error_code: |_| None,
@@ -71,7 +73,8 @@ pub static WIRE: Wire = Wire {
     chat_to_request,
     response_to_chat,
     chat_to_response,
-    decode: |d, ev, hub| d.messages(ev, hub),
+    decoder: || Decoder::Messages(Default::default()),
+    encoder: |model| Encoder::Messages(stream::MessagesOut::new(model)),
 };
 
 /// Anthropic `error.type` for an HTTP status.

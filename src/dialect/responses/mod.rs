@@ -1,5 +1,5 @@
 //! OpenAI Responses ⇄ Chat Completions (requests and non-stream
-//! responses). Streaming lives in `stream.rs` / `stream_out.rs`.
+//! responses); its stream decoder and encoder are in `stream.rs`.
 //!
 //! Must not: perform IO, or allocate beyond the values it returns.
 //!
@@ -35,18 +35,18 @@
 
 use crate::dialect::util::{self, arr, s, Obj};
 use crate::dialect::TranslateError;
+use crate::dialect::Wire;
 use crate::dialect::{cache, chat, thinking, Dialect};
-use crate::dialect::{Family, Wire};
+use crate::dialect::{Decoder, Encoder};
 use crate::error::ErrorShape;
 use serde_json::{json, Value};
 
-pub(crate) mod stream_out;
+pub(crate) mod stream;
 
 /// OpenAI Responses' wire facts.
 pub static WIRE: Wire = Wire {
     dialect: Dialect::Responses,
     name: "responses",
-    family: Family::OpenAi,
     error_shape: ErrorShape::OpenAi,
     error_type: chat::error_type,
     error_code: chat::error_code,
@@ -64,7 +64,8 @@ pub static WIRE: Wire = Wire {
     chat_to_request,
     response_to_chat,
     chat_to_response,
-    decode: |d, ev, hub| d.responses(ev, hub),
+    decoder: || Decoder::Responses(Default::default()),
+    encoder: |model| Encoder::Responses(stream::ResponsesOut::new(model)),
 };
 
 /// The Responses `error.code` of an error event for an HTTP status.

@@ -1,4 +1,8 @@
-//! Responses client stream encoder: hub events → OpenAI Responses semantic
+//! The OpenAI Responses stream, both ways. The upstream decoder (`ResponsesIn`): semantic
+//! events (`response.created`, `response.output_item.added`, `…function_call_arguments.*`,
+//! `…output_text.delta`, `…reasoning_*.delta`, `response.completed` / `.incomplete` /
+//! `.failed`, `error`) → hub events; function-call items are keyed by item id and output
+//! index. The client encoder (`ResponsesOut`): hub events → OpenAI Responses semantic
 //! SSE events (`response.created`, `response.in_progress`,
 //! `response.output_item.added`, `response.reasoning_text.delta/.done` (reasoning
 //! items), `response.content_part.added`,
@@ -8,17 +12,129 @@
 //! `response.incomplete`; after an upstream error `response.failed`, with the
 //! error and the output so far), each with an increasing `sequence_number`.
 //!
-//! Must not: perform IO, parse upstream bytes, or allocate beyond the bytes
-//! it appends to `out` and the per-stream state (the output items, kept to
-//! build the final `response` object).
+//! Must not: perform IO, or allocate beyond the bytes it appends to `out` and the per-stream
+//! state (the encoder's output items, kept to build the final `response` object).
 
-use crate::dialect::hub::Hub;
+use crate::dialect::error::{extract_message, stream_error_status};
+use crate::dialect::hub::{parse, push_args, Core, Decoded, Hub};
 use crate::dialect::responses;
 use crate::dialect::sse::encode_json;
-use crate::dialect::util::Obj;
-use crate::dialect::Usage;
+use crate::dialect::util::{self, s, Obj};
+use crate::dialect::{SseEvent, Usage};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+// ----------------------------------------------------------------- decoder
+
+/// A Responses upstream's decoding state.
+#[derive(Default)]
+pub(crate) struct ResponsesIn {
+    /// Function-call item id (and `#<output_index>`) → hub tool index.
+    item_tools: HashMap<String, usize>,
+    /// Hub tool indices that got argument fragments (`…arguments.done` repeats them).
+    args_seen: HashSet<usize>,
+}
+
+impl ResponsesIn {
+    fn args(&mut self, hub: &mut Vec<Hub>, index: usize, args: &str) {
+        if !args.is_empty() {
+            self.args_seen.insert(index);
+        }
+        push_args(hub, index, args);
+    }
+
+    /// One upstream Responses event → hub events.
+    pub(crate) fn decode(&mut self, core: &mut Core, ev: &SseEvent, hub: &mut Vec<Hub>) -> Decoded {
+        let v = parse(&ev.data)?;
+        let kind = s(&v, "type").or(ev.event.as_deref()).unwrap_or_default();
+        let item_key = |v: &Value| {
+            s(v, "item_id")
+                .map(str::to_string)
+                .or_else(|| util::u(v, "output_index").map(|i| format!("#{i}")))
+                .unwrap_or_default()
+        };
+        match kind {
+            "response.created" | "response.in_progress" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                core.start(hub, s(r, "id"), util::u(r, "created_at"));
+            }
+            "response.output_item.added" => {
+                let item = v.get("item").unwrap_or(&Value::Null);
+                if s(item, "type") == Some("function_call") {
+                    core.start(hub, None, None);
+                    let i = core.tool(
+                        hub,
+                        s(item, "call_id").unwrap_or_default(),
+                        s(item, "name").unwrap_or_default(),
+                    );
+                    if let Some(id) = s(item, "id") {
+                        self.item_tools.insert(id.to_string(), i);
+                    }
+                    if let Some(o) = util::u(&v, "output_index") {
+                        self.item_tools.insert(format!("#{o}"), i);
+                    }
+                    self.args(hub, i, s(item, "arguments").unwrap_or_default());
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
+                    self.args(hub, i, s(&v, "delta").unwrap_or_default());
+                }
+            }
+            "response.function_call_arguments.done" => {
+                if let Some(&i) = self.item_tools.get(&item_key(&v)) {
+                    if !self.args_seen.contains(&i) {
+                        self.args(hub, i, s(&v, "arguments").unwrap_or_default());
+                    }
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                core.start(hub, None, None);
+                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Text(t.to_string()));
+                }
+            }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                core.start(hub, None, None);
+                if let Some(t) = s(&v, "delta").filter(|t| !t.is_empty()) {
+                    hub.push(Hub::Reasoning(t.to_string()));
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                core.start(hub, s(r, "id"), util::u(r, "created_at"));
+                let reason = r.get("incomplete_details").and_then(|d| s(d, "reason"));
+                let finish = responses::finish_of(s(r, "status"), reason, core.next_tool > 0);
+                hub.push(Hub::Finish(finish.to_string()));
+                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                    hub.push(Hub::Usage(responses::usage_to_hub(u)));
+                }
+                hub.push(Hub::Done);
+            }
+            "response.failed" => {
+                let r = v.get("response").unwrap_or(&Value::Null);
+                let m = r
+                    .get("error")
+                    .and_then(|e| s(e, "message"))
+                    .unwrap_or("response failed");
+                hub.push(Hub::Error(
+                    stream_error_status(ev.data.as_bytes()),
+                    m.into(),
+                ));
+            }
+            "error" => hub.push(Hub::Error(
+                stream_error_status(ev.data.as_bytes()),
+                s(&v, "message")
+                    .map(str::to_string)
+                    .unwrap_or_else(|| extract_message(500, ev.data.as_bytes())),
+            )),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+// ----------------------------------------------------------------- encoder
 
 enum Item {
     Reasoning {
