@@ -10,7 +10,9 @@
 //! request ended is `outcome`. Upstream failures are reported through `forward::report`.
 //!
 //! Owns: the upstream → client byte path, and the client writes of the gateway's own answers
-//! (cache hits, local endpoints, preflights, early errors go through `Sink`). Must not: choose
+//! (cache hits, local endpoints, preflights, early errors, the OpenAI surface's pieces and the
+//! MCP endpoint's replies go through `Sink`; the interim `100 Continue` is written by
+//! `http::expect`). Must not: choose
 //! deployments or open upstream connections (that is `forward` and `upstream`), or see the
 //! shard (it gets a `forward::Env`).
 
