@@ -47,7 +47,8 @@ use crate::upstream::{Exchange, UpstreamRequest};
 /// poll on the client socket: armed at once it costs every request a poll and a cancel (two of
 /// the six io_uring submissions of a fast small answer; a `poll` syscall with epoll) although
 /// nearly every answer's head arrives first. A client that leaves is noticed at most this much
-/// later; a timer that never fires costs no submission.
+/// later. The wait for it is the exchange's first-byte timer entry (`upstream::slow`), not one
+/// of its own.
 const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(10);
 
 /// Bytes an in-memory answer pipe holds before its producer waits for the relay.
