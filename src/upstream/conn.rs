@@ -321,6 +321,47 @@ mod tests {
         receives_the_next_answer().await
     }
 
+    #[monoio::test(driver = "iouring", enable_timer = true)]
+    async fn the_armed_read_fires_the_watch_then_times_out_iouring() {
+        fires_the_watch_then_times_out().await
+    }
+
+    #[monoio::test(driver = "legacy", enable_timer = true)]
+    async fn the_armed_read_fires_the_watch_then_times_out_epoll() {
+        fires_the_watch_then_times_out().await
+    }
+
+    /// A silent peer: the watch's instant fires it (one timer entry, moved on), the deadline
+    /// still ends the read; an answer before the watch's instant leaves it unfired.
+    async fn fires_the_watch_then_times_out() {
+        let (mut c, _peer) = pair().await;
+        let slow = Slow::new(Duration::from_millis(20));
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(1);
+        let watch = Some((&slow, start + slow.after()));
+        let mut buf = Vec::new();
+        let r = c.armed_read(&mut buf, deadline, watch).await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(slow.is_due(), "the watch fired on the way");
+        assert!(
+            Instant::now() >= deadline,
+            "the deadline, not the watch, ended the read"
+        );
+
+        let (mut c, mut peer) = pair().await;
+        peer.write_all(b"fast").unwrap();
+        let slow = Slow::new(Duration::from_secs(5));
+        let start = Instant::now();
+        let watch = Some((&slow, start + slow.after()));
+        let n = c
+            .armed_read(&mut buf, start + Duration::from_secs(10), watch)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"fast");
+        assert!(!slow.is_due(), "a fast answer never fires the watch");
+    }
+
     async fn sees_stray_bytes_and_close() {
         let (mut c, mut peer) = pair().await;
         assert!(matches!(c, Conn::Armed(Some(_), Some(_), _)));
