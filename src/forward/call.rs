@@ -62,7 +62,30 @@ impl Tried<'_> {
         out.extend_from_slice(b"x-ringgate-provider: ");
         out.extend_from_slice(p.as_bytes());
         out.extend_from_slice(b"\r\nx-ringgate-attempts: ");
-        out.extend_from_slice(self.attempts.to_string().as_bytes());
+        // the digits written in place (a `to_string` was an allocation per request)
+        crate::util::decimal::push_u64(out, u64::from(self.attempts));
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tried;
+
+    #[test]
+    fn the_header_lines_name_the_provider_and_count_the_attempts() {
+        let mut out = b"x: 1\r\n".to_vec();
+        Tried::default().write_headers(&mut out);
+        assert_eq!(out, b"x: 1\r\n", "no attempt, no lines");
+        let t = Tried {
+            provider: Some("openai"),
+            attempts: 12,
+            ..Tried::default()
+        };
+        t.write_headers(&mut out);
+        assert_eq!(
+            out,
+            b"x: 1\r\nx-ringgate-provider: openai\r\nx-ringgate-attempts: 12\r\n"
+        );
     }
 }

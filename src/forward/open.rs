@@ -40,13 +40,15 @@ use crate::http::conn::ClientConn;
 use crate::responses_state::Remember;
 use crate::route::Route;
 use crate::upstream::pipe::{pipe, PipeWriter};
+use crate::upstream::slow::Slow;
 use crate::upstream::{Exchange, UpstreamRequest};
 
 /// How long an attempt runs before its client is watched for leaving. The watch is a readiness
 /// poll on the client socket: armed at once it costs every request a poll and a cancel (two of
 /// the six io_uring submissions of a fast small answer; a `poll` syscall with epoll) although
 /// nearly every answer's head arrives first. A client that leaves is noticed at most this much
-/// later; a timer that never fires costs no submission.
+/// later. The wait for it is the exchange's first-byte timer entry (`upstream::slow`), not one
+/// of its own.
 const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(10);
 
 /// Bytes an in-memory answer pipe holds before its producer waits for the relay.
@@ -453,21 +455,26 @@ async fn attempt<'s>(
         auth.authorize(&endpoint.host_header, path, &planned.body, &mut headers)
             .await?;
     }
+    // The client is watched only once the answer is slow (`WATCH_CLIENT_AFTER` without a head,
+    // or from the start where the exchange cannot tell: see `upstream::slow`); the exchange
+    // says so from its first-byte deadline's timer entry, so a fast answer costs no timer entry
+    // and no allocation for the watch.
+    let slow = Slow::new(WATCH_CLIENT_AFTER);
     let req = UpstreamRequest {
         endpoint,
         path,
         headers: &headers,
         body: &planned.body,
         first_byte_timeout: Some(first_byte_timeout),
+        slow: Some(&slow),
     };
-    // Biased: the exchange is polled first, so an answer that is already there costs no watch;
-    // the watch itself starts only after `WATCH_CLIENT_AFTER` (see there).
-    // Boxed: a timer entry is cache-line aligned and padded, and this future sits inside the
-    // request's future, which is moved into its box once per request (every byte of it copied).
-    let watch = Box::pin(async {
-        monoio::time::sleep(WATCH_CLIENT_AFTER).await;
-        conn.wait_closed().await
-    });
+    // Biased: the exchange is polled first, so an answer that is already there costs no watch.
+    // The readiness wait is boxed (allocated only for a slow answer): this future sits inside
+    // the request's future, which is moved into its box once per request.
+    let watch = async {
+        slow.wait().await;
+        Box::pin(conn.wait_closed()).await
+    };
     let sent = monoio::select! {
         biased;
         r = up.send(&req) => r.map_err(NoHead::from),

@@ -25,6 +25,8 @@ use monoio::BufResult;
 use monoio_rustls::{ClientTlsStream as TlsStream, TlsConnector};
 use rustls::pki_types::ServerName;
 
+use super::slow::Slow;
+
 /// The read armed on an idle plain connection: it yields the read half back with the bytes it
 /// read into the buffer it was given (`Ok(0)`: the peer closed).
 type ArmedRead = Pin<Box<dyn Future<Output = (OwnedReadHalf<TcpStream>, ReadResult)>>>;
@@ -142,10 +144,13 @@ impl Conn {
     /// The armed read's outcome, waited for until `deadline`: `None` when no read is armed
     /// (read with `read` as usual). `Some(Ok(n))`: `n` bytes are in `buf` (the armed read's
     /// buffer, now the caller's; `0`: the peer closed); the connection is plain again.
+    /// `watch`: fired at its instant if the read is still waiting then — by the deadline's own
+    /// timer entry, set first to the earlier instant and then moved on to the deadline.
     pub async fn armed_read(
         &mut self,
         buf: &mut Vec<u8>,
         deadline: Instant,
+        watch: Option<(&Slow, Instant)>,
     ) -> Option<io::Result<usize>> {
         let Conn::Armed(_, read, _) = self else {
             return None;
@@ -153,14 +158,29 @@ impl Conn {
         let Some(mut fut) = read.take() else {
             return Some(Err(io::Error::other("the armed read was lost")));
         };
-        let (half, (res, got)) = match monoio::time::timeout_at(deadline.into(), &mut fut).await {
-            Ok(done) => done,
-            Err(_) => {
-                return Some(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "read timed out",
-                )))
+        let watch = watch.filter(|(s, at)| *at < deadline && !s.is_due());
+        let first_wake = watch.map_or(deadline, |(_, at)| at);
+        let mut timer = std::pin::pin!(monoio::time::sleep_until(first_wake.into()));
+        let read = std::future::poll_fn(|cx| {
+            if let Poll::Ready(done) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(done));
             }
+            while timer.as_mut().poll(cx).is_ready() {
+                match watch {
+                    Some((s, _)) if !s.is_due() => {
+                        s.fire();
+                        timer.as_mut().reset(deadline.into());
+                    }
+                    _ => return Poll::Ready(None),
+                }
+            }
+            Poll::Pending
+        });
+        let Some((half, (res, got))) = read.await else {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "read timed out",
+            )));
         };
         *buf = got;
         let Conn::Armed(w, _, fd) = self else {
@@ -301,6 +321,47 @@ mod tests {
         receives_the_next_answer().await
     }
 
+    #[monoio::test(driver = "iouring", enable_timer = true)]
+    async fn the_armed_read_fires_the_watch_then_times_out_iouring() {
+        fires_the_watch_then_times_out().await
+    }
+
+    #[monoio::test(driver = "legacy", enable_timer = true)]
+    async fn the_armed_read_fires_the_watch_then_times_out_epoll() {
+        fires_the_watch_then_times_out().await
+    }
+
+    /// A silent peer: the watch's instant fires it (one timer entry, moved on), the deadline
+    /// still ends the read; an answer before the watch's instant leaves it unfired.
+    async fn fires_the_watch_then_times_out() {
+        let (mut c, _peer) = pair().await;
+        let slow = Slow::new(Duration::from_millis(20));
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(1);
+        let watch = Some((&slow, start + slow.after()));
+        let mut buf = Vec::new();
+        let r = c.armed_read(&mut buf, deadline, watch).await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(slow.is_due(), "the watch fired on the way");
+        assert!(
+            Instant::now() >= deadline,
+            "the deadline, not the watch, ended the read"
+        );
+
+        let (mut c, mut peer) = pair().await;
+        peer.write_all(b"fast").unwrap();
+        let slow = Slow::new(Duration::from_secs(5));
+        let start = Instant::now();
+        let watch = Some((&slow, start + slow.after()));
+        let n = c
+            .armed_read(&mut buf, start + Duration::from_secs(10), watch)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"fast");
+        assert!(!slow.is_due(), "a fast answer never fires the watch");
+    }
+
     async fn sees_stray_bytes_and_close() {
         let (mut c, mut peer) = pair().await;
         assert!(matches!(c, Conn::Armed(Some(_), Some(_), _)));
@@ -335,10 +396,14 @@ mod tests {
         peer.write_all(b"answer").unwrap();
         let mut buf = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
-        let n = c.armed_read(&mut buf, deadline).await.unwrap().unwrap();
+        let n = c
+            .armed_read(&mut buf, deadline, None)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(&buf[..n], b"answer");
         assert!(matches!(c, Conn::Halves(..)));
-        assert!(c.armed_read(&mut buf, deadline).await.is_none());
+        assert!(c.armed_read(&mut buf, deadline, None).await.is_none());
         peer.write_all(b" more").unwrap();
         let (r, b) = c.read(Vec::with_capacity(16)).await;
         assert_eq!(&b[..r.unwrap()], b" more");

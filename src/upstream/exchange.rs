@@ -15,6 +15,7 @@ use super::conn::Conn;
 use super::pipe::PipeReader;
 use super::pool::{Pool, PoolKey};
 use super::resolve::ResolveError;
+use super::slow::Slow;
 use crate::config::endpoint::Endpoint;
 use crate::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
@@ -66,6 +67,8 @@ pub struct UpstreamRequest<'a> {
     /// This attempt's first-byte timeout (the routing plan's, capped by its deadline);
     /// `None`: `upstream.first_byte_timeout_ms`.
     pub first_byte_timeout: Option<Duration>,
+    /// Set when the answer's head is late (see `upstream::slow`); `None`: nobody asks.
+    pub slow: Option<&'a Slow>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +177,7 @@ impl Client {
         let now = Instant::now();
         let deadline = now + self.total_timeout;
         let fbt = req.first_byte_timeout.unwrap_or(self.first_byte_timeout);
+        let watch = req.slow.map(|s| (s, now + s.after()));
 
         let mut fresh_only = false;
         loop {
@@ -182,10 +186,21 @@ impl Client {
                 Some(c) => (c, true),
                 // Boxed: a connect (resolve, TCP, TLS handshake) is a large future, needed only
                 // when the pool has no connection; inline it would grow every request's future.
-                None => (Box::pin(self.connect(ep)).await?, false),
+                None => {
+                    // a fresh connection's answer counts as slow from the start
+                    fire(watch);
+                    (Box::pin(self.connect(ep)).await?, false)
+                }
             };
             let res = self
-                .exchange_on(&mut conn, &mut head, req.body, coalesce, deadline, fbt)
+                .exchange_on(
+                    &mut conn,
+                    &mut head,
+                    req.body,
+                    coalesce,
+                    (deadline, fbt),
+                    watch,
+                )
                 .await;
             match res {
                 Ok((resp_head, buf, at, state)) => {
@@ -279,9 +294,13 @@ impl Client {
         head: &mut Vec<u8>,
         body: &[u8],
         coalesced: bool,
-        deadline: Instant,
-        first_byte_timeout: Duration,
+        (deadline, first_byte_timeout): (Instant, Duration),
+        watch: Option<(&Slow, Instant)>,
     ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
+        if !coalesced {
+            // a body written in pieces may wait on the upstream's window: slow from the start
+            fire(watch);
+        }
         // The request bytes stay intact in `head` (monoio hands the buffer back unchanged), so
         // a retry on a fresh connection resends exactly the same request.
         let wrote = {
@@ -301,7 +320,7 @@ impl Client {
         }
         let now = Instant::now();
         let first_deadline = (now + first_byte_timeout).min(deadline);
-        read_head(conn, first_deadline, now).await
+        read_head(conn, first_deadline, now, watch).await
     }
 
     /// The total timeout and the configured first-byte timeout (`upstream::upload`).
@@ -346,13 +365,14 @@ impl Client {
         let now = Instant::now();
         let deadline = now + self.total_timeout;
         let first_deadline = (now + self.first_byte_timeout).min(deadline);
-        let parts = read_head(&mut conn, first_deadline, now).await?;
+        let parts = read_head(&mut conn, first_deadline, now, None).await?;
         Ok(self.exchange_from(conn, None, parts, deadline))
     }
 }
 
 /// Read a response head (interim 1xx skipped) from `conn` (`now`: the caller's clock read,
-/// just taken): the head, the buffer, where the
+/// just taken; `watch`: fired at its instant if no head has come by then, at once where the
+/// first read is not a pooled connection's armed one): the head, the buffer, where the
 /// body's bytes in it start, the body's framing. Failures before a valid head are
 /// tagged with their [`Cause`] (the routing layer decides on retries from it); those before any
 /// byte are also marked retryable (a reused connection is retried once on a fresh one).
@@ -360,12 +380,14 @@ pub(super) async fn read_head(
     conn: &mut Conn,
     first_deadline: Instant,
     mut now: Instant,
+    watch: Option<(&Slow, Instant)>,
 ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
     {
         let mut buf = Vec::new();
         // a pooled plain connection's first bytes come from its armed read (see `pool`)
-        let mut first = conn.armed_read(&mut buf, first_deadline).await;
+        let mut first = conn.armed_read(&mut buf, first_deadline, watch).await;
         if first.is_none() {
+            fire(watch);
             buf.reserve(HEAD_BUF);
         }
         loop {
@@ -408,6 +430,12 @@ pub(super) async fn read_head(
             }
             now = Instant::now();
         }
+    }
+}
+
+fn fire(watch: Option<(&Slow, Instant)>) {
+    if let Some((s, _)) = watch {
+        s.fire();
     }
 }
 

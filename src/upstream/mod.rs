@@ -6,7 +6,8 @@
 //! `resolve`: host names looked up on helper threads, never on a shard; `bedrock` and
 //! `vertex`: the cloud kinds' request signing and credentials (resolved and refreshed on helper
 //! threads, `cloud`, with the blocking client `fetch`) and Bedrock's event-stream framing;
-//! `unix`: connecting to a co-located engine's Unix socket (`base_url = "unix:/path:/v1"`).
+//! `unix`: connecting to a co-located engine's Unix socket (`base_url = "unix:/path:/v1"`);
+//! `slow`: the signal that an answer's head is late (the caller's cue to watch its client).
 //!
 //! Owns: connections to providers and their reuse. Must not: build request bodies, translate,
 //! or touch the client connection (the pipeline relays what `Exchange` yields).
@@ -21,6 +22,7 @@ pub mod headers;
 pub mod pipe;
 pub mod pool;
 pub mod resolve;
+pub mod slow;
 pub mod tls;
 pub mod unix;
 pub mod upload;

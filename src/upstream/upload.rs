@@ -123,7 +123,7 @@ impl Client {
                 Err(e) => Err(write_failed(&e).retryable()),
                 Ok(()) => {
                     let now = Instant::now();
-                    read_head(&mut conn, (now + fbt).min(deadline), now).await
+                    read_head(&mut conn, (now + fbt).min(deadline), now, None).await
                 }
             };
             match res {
@@ -209,7 +209,7 @@ impl<'c> Upload<'c> {
         }
         let now = Instant::now();
         let first = (now + self.first_byte_timeout).min(self.deadline);
-        let parts = read_head(&mut self.conn, first, now).await?;
+        let parts = read_head(&mut self.conn, first, now, None).await?;
         let mut ex = self
             .client
             .exchange_from(self.conn, Some(self.key), parts, self.deadline);

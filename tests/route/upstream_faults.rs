@@ -421,6 +421,68 @@ fn a_client_that_leaves_while_the_upstream_is_silent_cancels_the_upstream_reques
     });
 }
 
+/// The same on a pooled connection: the second request goes out on the connection the first
+/// answer came back on (its armed read is what starts the client watch, see `upstream::slow`).
+#[test]
+fn a_client_that_leaves_while_a_pooled_upstream_is_silent_cancels_the_upstream_request() {
+    each_driver(|d| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Instant)>();
+        let up = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            std::thread::spawn(move || {
+                for (conns, s) in l.incoming().enumerate() {
+                    let Ok(mut s) = s else { return };
+                    let tx = tx.clone();
+                    std::thread::spawn(move || {
+                        // Answer the first request, read the second, never answer it, report
+                        // when the gateway hangs up (and on which connection).
+                        if read_request(&mut s).is_none() {
+                            return;
+                        }
+                        s.write_all(&json_response(r#"{"n":1}"#)).unwrap();
+                        if read_request(&mut s).is_some() {
+                            let mut b = [0u8; 64];
+                            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+                            let _ = tx.send((conns + 1, Instant::now()));
+                        }
+                    });
+                }
+            });
+            addr
+        };
+        let gw = start_gateway(up, d, "");
+        // one client connection: one shard, one pool
+        let mut c = connect(gw.addr);
+        c.write_all(&post("/v1/chat/completions", CHAT)).unwrap();
+        let r = read_response(&mut c, &mut Vec::new()).expect("response");
+        assert_eq!(r.json()["n"], 1, "{d}: {}", r.text());
+        c.write_all(&post("/v1/chat/completions", CHAT)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let left = Instant::now();
+        drop(c);
+        let (conn, seen) = rx
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| panic!("{d}: the upstream connection stayed open"));
+        assert_eq!(
+            conn, 1,
+            "{d}: the second request reused the first connection"
+        );
+        assert!(
+            seen.duration_since(left) < Duration::from_secs(1),
+            "{d}: noticed after {:?}",
+            seen.duration_since(left)
+        );
+        wait_metric(
+            gw.addr,
+            "ringgate_requests_in_flight",
+            1,
+            "only the scrape itself is in flight",
+        );
+        gw.stop();
+    });
+}
+
 #[test]
 fn pipelined_requests_survive_the_client_watch() {
     each_driver(|d| {
