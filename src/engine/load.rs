@@ -73,6 +73,8 @@ pub struct LoadPicker {
 
 struct Cand {
     d: usize,
+    /// Its signal is older than `stale_ms`: `q` is the worst fresh one's.
+    stale: bool,
     q: f64,
     kv: f64,
     matched: usize,
@@ -213,14 +215,15 @@ impl LoadPicker {
             if full {
                 continue;
             }
-            // stale: the worst queue of the others and KV 1, filled in below
-            let (q, kv) = if stale { (f64::NAN, 1.0) } else { (q, util) };
+            // stale: KV 1, and the worst queue of the fresh ones (filled in below)
+            let (q, kv) = if stale { (0.0, 1.0) } else { (q, util) };
             let matched = match (blocks.is_empty(), self.deps.get(*d)) {
                 (false, Some(dep)) => dep.index.matched(blocks, now_ms),
                 _ => 0,
             };
             live.push(Cand {
                 d: *d,
+                stale,
                 q,
                 kv,
                 matched,
@@ -236,10 +239,10 @@ impl LoadPicker {
         // known-busy engine while one poll is slow)
         let worst_fresh = live
             .iter()
-            .filter(|c| !c.q.is_nan())
+            .filter(|c| !c.stale)
             .map(|c| c.q)
             .fold(0.0, f64::max);
-        for c in live.iter_mut().filter(|c| c.q.is_nan()) {
+        for c in live.iter_mut().filter(|c| c.stale) {
             c.q = worst_fresh;
         }
         let min_q = live.iter().map(|c| c.q).fold(f64::INFINITY, f64::min);

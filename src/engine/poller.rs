@@ -154,8 +154,26 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                 }
                 failing = true;
             }
-            Err(e) if timed_out(&e) && !c.slow(now_ms()) => {
-                if !slow_logged {
+            Err(e) => {
+                // a timeout is slow, not dead, while the last signal is fresh
+                let down = if timed_out(&e) {
+                    c.slow(now_ms())
+                } else {
+                    c.fail();
+                    true
+                };
+                if down {
+                    if !failing {
+                        crate::observe::log::info(format_args!(
+                            "engine {}: load signal failed ({}): {e}; out of lb=load until it \
+                             answers",
+                            target.provider, target.url
+                        ));
+                        // resolve again next time (the engine may have moved)
+                        addr = None;
+                    }
+                    failing = true;
+                } else if !slow_logged {
                     crate::observe::log::info(format_args!(
                         "engine {}: load signal slow ({}): {e}; kept on its last signal until \
                          it is stale_ms old",
@@ -163,20 +181,6 @@ fn run(target: Target, ep: Endpoint, cell: Weak<EngineCell>) {
                     ));
                     slow_logged = true;
                 }
-            }
-            Err(e) => {
-                if !timed_out(&e) {
-                    c.fail();
-                }
-                if !failing {
-                    crate::observe::log::info(format_args!(
-                        "engine {}: load signal failed ({}): {e}; out of lb=load until it answers",
-                        target.provider, target.url
-                    ));
-                    // resolve again next time (the engine may have moved)
-                    addr = None;
-                }
-                failing = true;
             }
         }
         let blind = c.blind_routes.load(std::sync::atomic::Ordering::Relaxed);

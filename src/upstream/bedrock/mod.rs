@@ -64,11 +64,6 @@ impl Signer {
         }
     }
 
-    /// The signing key for `creds` on `date` (`YYYYMMDD`; see [`day_key`]).
-    fn day_key(&self, creds: &Arc<sigv4::Credentials>, date: &str) -> ring::hmac::Key {
-        day_key(&self.key, creds, date, &self.region)
-    }
-
     /// Append the SigV4 lines for `POST target` to `host` with `body`.
     pub async fn authorize(
         &self,
@@ -79,7 +74,12 @@ impl Signer {
     ) -> Result<(), Error> {
         let creds = self.cell.get().await?;
         let date = sigv4::amz_date(cloud::now());
-        let key = self.day_key(&creds, date.get(..8).unwrap_or(&date));
+        let key = day_key(
+            &self.key,
+            &creds,
+            date.get(..8).unwrap_or(&date),
+            &self.region,
+        );
         out.extend(sigv4::sign_with(
             &key,
             &creds,
