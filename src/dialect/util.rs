@@ -199,9 +199,12 @@ pub(crate) fn completion(
     })
 }
 
-/// The first choice of a hub completion (or chunk).
-pub(crate) fn first_choice(chat: &Value) -> Option<&Value> {
-    arr(chat, "choices").first()
+/// A hub completion's first choice and its message (`null` where absent), once the body is
+/// known to be an object: what every `chat_to_response` starts from.
+pub(crate) fn first_message(chat: &Value) -> Result<(&Value, &Value), TranslateError> {
+    as_object(chat)?;
+    let choice = arr(chat, "choices").first().unwrap_or(&Value::Null);
+    Ok((choice, choice.get("message").unwrap_or(&Value::Null)))
 }
 
 #[cfg(test)]

@@ -597,9 +597,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
 
 /// Hub Chat completion → Gemini response body.
 pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, TranslateError> {
-    util::as_object(chat)?;
-    let choice = util::first_choice(chat).unwrap_or(&Value::Null);
-    let msg = choice.get("message").unwrap_or(&Value::Null);
+    let (choice, msg) = util::first_message(chat)?;
     let mut parts = Vec::new();
     if let Some(r) = reasoning_text(msg) {
         parts.push(json!({"text": r, "thought": true}));

@@ -699,9 +699,7 @@ pub fn response_to_chat(body: &[u8]) -> Result<Value, TranslateError> {
 
 /// Hub Chat completion → Messages response body.
 pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, TranslateError> {
-    util::as_object(chat)?;
-    let choice = util::first_choice(chat).unwrap_or(&Value::Null);
-    let msg = choice.get("message").unwrap_or(&Value::Null);
+    let (choice, msg) = util::first_message(chat)?;
     let mut content = thinking::message_blocks(msg, true);
     content.extend(chat_parts_to_blocks(msg.get("content")));
     if let Some(r) = s(msg, "refusal").filter(|r| !r.is_empty()) {

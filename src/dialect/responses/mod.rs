@@ -586,10 +586,8 @@ pub(crate) fn resp_id(id: &str) -> String {
 
 /// Hub Chat completion → Responses response body.
 pub fn chat_to_response(chat: &Value, client_model: &str) -> Result<Value, TranslateError> {
-    util::as_object(chat)?;
+    let (choice, msg) = util::first_message(chat)?;
     let id = resp_id(s(chat, "id").unwrap_or("ringgate"));
-    let choice = util::first_choice(chat).unwrap_or(&Value::Null);
-    let msg = choice.get("message").unwrap_or(&Value::Null);
     let mut output = Vec::new();
     if let Some(r) = thinking::reasoning_text(msg) {
         output.push(json!({
