@@ -118,12 +118,14 @@ fn main() {
     let sign = |cr: &sigv4::Credentials, b: &[u8]| {
         black_box(sigv4::sign(
             black_box(cr),
-            "us-east-1",
-            bedrock::SERVICE,
-            HOST,
-            TARGET,
-            black_box(b),
-            &date,
+            &sigv4::Request {
+                region: "us-east-1",
+                service: bedrock::SERVICE,
+                host: HOST,
+                target: TARGET,
+                body: black_box(b),
+                amz_date: &date,
+            },
         ));
     };
     if on("sign-1k") {

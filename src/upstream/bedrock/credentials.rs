@@ -222,12 +222,14 @@ fn sts_call(src: &Source, form: &str, signer: Option<&Credentials>) -> Result<Cr
         let date = sigv4::amz_date(now());
         headers.extend(sigv4::sign(
             c,
-            &src.region,
-            "sts",
-            u.authority,
-            &target,
-            form.as_bytes(),
-            &date,
+            &sigv4::Request {
+                region: &src.region,
+                service: "sts",
+                host: u.authority,
+                target: &target,
+                body: form.as_bytes(),
+                amz_date: &date,
+            },
         ));
     }
     let r = fetch::fetch("POST", &src.sts_url, &headers, form.as_bytes())?;

@@ -74,22 +74,16 @@ impl Signer {
     ) -> Result<(), Error> {
         let creds = self.cell.get().await?;
         let date = sigv4::amz_date(cloud::now());
-        let key = day_key(
-            &self.key,
-            &creds,
-            date.get(..8).unwrap_or(&date),
-            &self.region,
-        );
-        out.extend(sigv4::sign_with(
-            &key,
-            &creds,
-            &self.region,
-            SERVICE,
+        let r = sigv4::Request {
+            region: &self.region,
+            service: SERVICE,
             host,
             target,
             body,
-            &date,
-        ));
+            amz_date: &date,
+        };
+        let key = day_key(&self.key, &creds, r.day(), &self.region);
+        out.extend(sigv4::sign_with(&key, &creds, &r));
         Ok(())
     }
 }

@@ -9,7 +9,7 @@
 //! `x-amz-date`, and `x-amz-security-token` with temporary credentials; the payload hash is the
 //! SHA-256 of the body.
 //!
-//! Owns: `sign`, `signing_key`, `Credentials`. Must not: log (a secret or a signature is never printed), read
+//! Owns: `sign`, `signing_key`, `Request`, `Credentials`. Must not: log (a secret or a signature is never printed), read
 //! clocks (the caller passes the time), or do IO.
 
 use ring::{digest, hmac};
@@ -87,20 +87,29 @@ fn canonical_query(query: &str, out: &mut String) {
     }
 }
 
+/// What one signature covers: `POST target` to `host` with `body`, at `amz_date`
+/// (`YYYYMMDDTHHMMSSZ`), for `service` in `region`.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub region: &'a str,
+    pub service: &'a str,
+    pub host: &'a str,
+    pub target: &'a str,
+    pub body: &'a [u8],
+    pub amz_date: &'a str,
+}
+
+impl Request<'_> {
+    /// The day (`YYYYMMDD`) of `amz_date`: what the signing key is derived for.
+    pub fn day(&self) -> &str {
+        self.amz_date.get(..8).unwrap_or(self.amz_date)
+    }
+}
+
 /// The SigV4 header lines (`x-amz-date`, `x-amz-security-token`, `authorization`, each ending
-/// in CRLF) for `POST target` to `host` with `body`, at `amz_date` (`YYYYMMDDTHHMMSSZ`).
-pub fn sign(
-    creds: &Credentials,
-    region: &str,
-    service: &str,
-    host: &str,
-    target: &str,
-    body: &[u8],
-    amz_date: &str,
-) -> Vec<u8> {
-    let date = amz_date.get(..8).unwrap_or(amz_date);
-    let key = signing_key(creds, date, region, service);
-    sign_with(&key, creds, region, service, host, target, body, amz_date)
+/// in CRLF) for `r`.
+pub fn sign(creds: &Credentials, r: &Request) -> Vec<u8> {
+    sign_with(&signing_key(creds, r.day(), r.region, r.service), creds, r)
 }
 
 /// The signing key of one day (`YYYYMMDD`), region and service: the four-HMAC chain from the
@@ -116,21 +125,19 @@ pub fn signing_key(creds: &Credentials, date: &str, region: &str, service: &str)
     hmac::Key::new(hmac::HMAC_SHA256, k.as_ref())
 }
 
-/// As [`sign`], with `key` = [`signing_key`] of `creds` for `amz_date`'s day, `region` and
-/// `service` (the caller keeps that true).
-#[allow(clippy::too_many_arguments)]
-pub fn sign_with(
-    key: &hmac::Key,
-    creds: &Credentials,
-    region: &str,
-    service: &str,
-    host: &str,
-    target: &str,
-    body: &[u8],
-    amz_date: &str,
-) -> Vec<u8> {
+/// As [`sign`], with `key` = [`signing_key`] of `creds` for `r`'s day, region and service
+/// (the caller keeps that true).
+pub fn sign_with(key: &hmac::Key, creds: &Credentials, r: &Request) -> Vec<u8> {
+    let Request {
+        region,
+        service,
+        host,
+        target,
+        body,
+        amz_date,
+    } = *r;
+    let date = r.day();
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let date = amz_date.get(..8).unwrap_or(amz_date);
     let mut cr = String::with_capacity(256 + path.len());
     cr.push_str("POST\n");
     canonical_uri(path, &mut cr);
@@ -212,12 +219,14 @@ mod tests {
     fn aws_suite_post_vanilla() {
         let h = sign(
             &creds(None),
-            "us-east-1",
-            "service",
-            "example.amazonaws.com",
-            "/",
-            b"",
-            "20150830T123600Z",
+            &Request {
+                region: "us-east-1",
+                service: "service",
+                host: "example.amazonaws.com",
+                target: "/",
+                body: b"",
+                amz_date: "20150830T123600Z",
+            },
         );
         let h = String::from_utf8(h).unwrap();
         assert!(
@@ -236,12 +245,14 @@ mod tests {
         assert_eq!(u, "/model/a.b-v2%253A0/converse");
         let h = String::from_utf8(sign(
             &creds(Some("tok")),
-            "r",
-            "bedrock",
-            "h",
-            "/x",
-            b"{}",
-            "20260101T000000Z",
+            &Request {
+                region: "r",
+                service: "bedrock",
+                host: "h",
+                target: "/x",
+                body: b"{}",
+                amz_date: "20260101T000000Z",
+            },
         ))
         .unwrap();
         assert!(h.contains("x-amz-security-token: tok\r\n"));
