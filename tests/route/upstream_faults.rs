@@ -374,6 +374,23 @@ fn translated_streams_cut_mid_event_end_with_the_client_dialect_error_event() {
 
 // ------------------------------------------------------------------ client gone, drain
 
+/// The client left at `left` and the upstream saw the gateway hang up at `seen`: within a
+/// second, and nothing of the request stays in flight at the gateway.
+fn cancelled_promptly(gw: ringgate::server::Running, d: Variant, left: Instant, seen: Instant) {
+    assert!(
+        seen.duration_since(left) < Duration::from_secs(1),
+        "{d}: noticed after {:?}",
+        seen.duration_since(left)
+    );
+    wait_metric(
+        gw.addr,
+        "ringgate_requests_in_flight",
+        1,
+        "only the scrape itself is in flight",
+    );
+    gw.stop();
+}
+
 #[test]
 fn a_client_that_leaves_while_the_upstream_is_silent_cancels_the_upstream_request() {
     each_driver(|d| {
@@ -406,18 +423,7 @@ fn a_client_that_leaves_while_the_upstream_is_silent_cancels_the_upstream_reques
         let seen = rx
             .recv_timeout(Duration::from_secs(2))
             .unwrap_or_else(|_| panic!("{d}: the upstream connection stayed open"));
-        assert!(
-            seen.duration_since(left) < Duration::from_secs(1),
-            "{d}: noticed after {:?}",
-            seen.duration_since(left)
-        );
-        wait_metric(
-            gw.addr,
-            "ringgate_requests_in_flight",
-            1,
-            "only the scrape itself is in flight",
-        );
-        gw.stop();
+        cancelled_promptly(gw, d, left, seen);
     });
 }
 
@@ -468,18 +474,7 @@ fn a_client_that_leaves_while_a_pooled_upstream_is_silent_cancels_the_upstream_r
             conn, 1,
             "{d}: the second request reused the first connection"
         );
-        assert!(
-            seen.duration_since(left) < Duration::from_secs(1),
-            "{d}: noticed after {:?}",
-            seen.duration_since(left)
-        );
-        wait_metric(
-            gw.addr,
-            "ringgate_requests_in_flight",
-            1,
-            "only the scrape itself is in flight",
-        );
-        gw.stop();
+        cancelled_promptly(gw, d, left, seen);
     });
 }
 
