@@ -5,10 +5,7 @@
 //! pipelined next request after them) and reading the rest from the socket. Must not: parse
 //! the body.
 
-use std::future::Future;
 use std::time::Instant;
-
-use monoio::io::AsyncReadRent;
 
 use super::chunked::ChunkedDecoder;
 use super::conn::ClientConn;
@@ -28,88 +25,75 @@ pub struct Bound<'p> {
 }
 
 impl ClientConn {
-    /// Read the body of this connection's current request (`head`, at the start of `buf`)
-    /// within `bound`, as [`read_body`] does: the head's bytes stay before what follows.
-    pub fn read_body<'a>(
-        &'a mut self,
+    /// Read the body of this connection's current request (`head`, at the start of the
+    /// buffer) within `bound`, by Content-Length or chunked framing. On success the buffer
+    /// holds the head, then what follows the body (a pipelined next request, if any): the head
+    /// stays readable until the request ends, when the caller drops its bytes
+    /// (`ClientConn::consume`; see `http::Request`).
+    pub async fn read_body(
+        &mut self,
         head: &RequestHead,
-        bound: Bound<'a>,
-    ) -> impl Future<Output = Result<Vec<u8>, Error>> + 'a {
+        bound: Bound<'_>,
+    ) -> Result<Vec<u8>, Error> {
         let (s, buf) = (&mut self.stream, &mut self.buf);
         let Bound {
-            max,
+            max: max_body,
             deadline,
             permit,
         } = bound;
-        read_body(s, buf, head.len, head.body, max, deadline, permit)
-    }
-}
-
-/// Read the body of the request whose head takes `head_len` bytes at the start of `buf`. On
-/// success `buf` holds the head, then what follows the body (a pipelined next request, if
-/// any): the head stays readable until the request ends, when the caller drops its bytes
-/// (`ClientConn::consume`; see `http::Request`).
-pub async fn read_body<S: AsyncReadRent>(
-    s: &mut S,
-    buf: &mut Vec<u8>,
-    head_len: usize,
-    framing: BodyFraming,
-    max_body: u64,
-    deadline: Instant,
-    permit: Option<&Permit>,
-) -> Result<Vec<u8>, Error> {
-    let head_len = head_len.min(buf.len());
-    match framing {
-        BodyFraming::None => Ok(Vec::new()),
-        BodyFraming::Length(n) => {
-            if n > max_body {
-                return Err(too_large(max_body));
-            }
-            let n = n as usize;
-            let avail = buf.len().saturating_sub(head_len);
-            if avail >= n {
-                let body = buf[head_len..head_len + n].to_vec();
-                buf.drain(head_len..head_len + n);
-                return Ok(body);
-            }
-            let mut body = Vec::with_capacity(n);
-            body.extend_from_slice(&buf[head_len..]);
-            buf.truncate(head_len);
-            while body.len() < n {
-                let got = read_upto(s, &mut body, n, deadline)
-                    .await
-                    .map_err(client_read)?;
-                if got == 0 {
-                    return Err(Error::new(
-                        Kind::BadRequest,
-                        "client closed before sending the whole body",
-                    ));
+        let head_len = head.len.min(buf.len());
+        match head.body {
+            BodyFraming::None => Ok(Vec::new()),
+            BodyFraming::Length(n) => {
+                if n > max_body {
+                    return Err(too_large(max_body));
                 }
-            }
-            Ok(body)
-        }
-        BodyFraming::Chunked => {
-            // A chunked body's size is unknown at admission: its growth is charged to the permit
-            // as it arrives (capacity, not length: that is what the allocator holds).
-            let mut dec = ChunkedDecoder::new(max_body);
-            let mut body = Vec::new();
-            let mut charged = 0u64;
-            let used = dec.decode(&buf[head_len..], &mut body)?;
-            buf.drain(head_len..head_len + used);
-            charge(permit, &body, &mut charged)?;
-            while !dec.is_done() {
-                let got = read_more(s, buf, deadline).await.map_err(client_read)?;
-                if got == 0 {
-                    return Err(Error::new(
-                        Kind::BadRequest,
-                        "client closed before the end of the chunked body",
-                    ));
+                let n = n as usize;
+                let avail = buf.len().saturating_sub(head_len);
+                if avail >= n {
+                    let body = buf[head_len..head_len + n].to_vec();
+                    buf.drain(head_len..head_len + n);
+                    return Ok(body);
                 }
+                let mut body = Vec::with_capacity(n);
+                body.extend_from_slice(&buf[head_len..]);
+                buf.truncate(head_len);
+                while body.len() < n {
+                    let got = read_upto(s, &mut body, n, deadline)
+                        .await
+                        .map_err(client_read)?;
+                    if got == 0 {
+                        return Err(Error::new(
+                            Kind::BadRequest,
+                            "client closed before sending the whole body",
+                        ));
+                    }
+                }
+                Ok(body)
+            }
+            BodyFraming::Chunked => {
+                // A chunked body's size is unknown at admission: its growth is charged to the permit
+                // as it arrives (capacity, not length: that is what the allocator holds).
+                let mut dec = ChunkedDecoder::new(max_body);
+                let mut body = Vec::new();
+                let mut charged = 0u64;
                 let used = dec.decode(&buf[head_len..], &mut body)?;
                 buf.drain(head_len..head_len + used);
                 charge(permit, &body, &mut charged)?;
+                while !dec.is_done() {
+                    let got = read_more(s, buf, deadline).await.map_err(client_read)?;
+                    if got == 0 {
+                        return Err(Error::new(
+                            Kind::BadRequest,
+                            "client closed before the end of the chunked body",
+                        ));
+                    }
+                    let used = dec.decode(&buf[head_len..], &mut body)?;
+                    buf.drain(head_len..head_len + used);
+                    charge(permit, &body, &mut charged)?;
+                }
+                Ok(body)
             }
-            Ok(body)
         }
     }
 }

@@ -29,7 +29,7 @@ use super::session::Missing;
 use crate::admit::Admission;
 use crate::error::{Error, Kind};
 use crate::governance::Grant;
-use crate::http::body::read_body;
+use crate::http::body::Bound;
 use crate::http::conn::ClientConn;
 use crate::http::conn::Limits;
 use crate::http::{BodyFraming, Method, RequestHead};
@@ -204,17 +204,12 @@ pub async fn serve(
         return Ok(None);
     }
     // the head's bytes stay in the buffer until the request ends (`http::Request`)
-    let deadline = Instant::now() + env.limits.body_timeout;
-    let body = read_body(
-        &mut conn.stream,
-        &mut conn.buf,
-        head.len,
-        head.body,
-        max_body,
-        deadline,
-        Some(&permit),
-    )
-    .await?;
+    let bound = Bound {
+        max: max_body,
+        deadline: Instant::now() + env.limits.body_timeout,
+        permit: Some(&permit),
+    };
+    let body = conn.read_body(head, bound).await?;
     *keep = head.keep_alive;
     trace.bytes_in = (head.len + body.len()) as u64;
     let parsed = match jsonrpc::parse(&body) {

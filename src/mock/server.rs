@@ -30,7 +30,7 @@ use super::error;
 use super::fault::{self, Dice, Plan};
 use super::inject::{self, After};
 use super::{anthropic, embeddings, Dialect, MockRequest, Profile};
-use crate::http::body::read_body;
+use crate::http::body::Bound;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::head::Method;
 use crate::http::io::deadline;
@@ -200,17 +200,12 @@ async fn serve_conn(mut conn: ClientConn, profile: Profile, local: &Local) {
         } else {
             head.path(&conn.buf).to_vec()
         };
-        let body = match read_body(
-            &mut conn.stream,
-            &mut conn.buf,
-            head.len,
-            head.body,
-            MAX_BODY,
-            deadline(LIMITS.body_timeout.as_millis() as u64),
-            None,
-        )
-        .await
-        {
+        let bound = Bound {
+            max: MAX_BODY,
+            deadline: deadline(LIMITS.body_timeout.as_millis() as u64),
+            permit: None,
+        };
+        let body = match conn.read_body(&head, bound).await {
             Ok(b) => {
                 // the head's bytes stay in the buffer through the body read
                 conn.consume(head.len);

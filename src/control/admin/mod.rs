@@ -58,7 +58,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorShape, Kind};
 use crate::governance::keyring::Digest;
 use crate::governance::registry::Registry;
-use crate::http::body::read_body;
+use crate::http::body::Bound;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::edge::EdgePolicy;
 use crate::http::{BodyFraming, Method};
@@ -296,17 +296,12 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
         let body = if head.body == BodyFraming::None {
             Ok(Vec::new())
         } else {
-            let deadline = Instant::now() + LIMITS.body_timeout;
-            read_body(
-                &mut conn.stream,
-                &mut conn.buf,
-                head.len,
-                head.body,
-                MAX_BODY,
-                deadline,
-                None,
-            )
-            .await
+            let bound = Bound {
+                max: MAX_BODY,
+                deadline: Instant::now() + LIMITS.body_timeout,
+                permit: None,
+            };
+            conn.read_body(&head, bound).await
         };
         // the head's bytes stay in the buffer through the body read
         conn.consume(head.len);
