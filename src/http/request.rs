@@ -1,6 +1,6 @@
 //! One request as the stages read it (`Request`): its head and, once read, its body. The head's
 //! bytes stay at the start of the connection's read buffer until the request ends (the body is
-//! read after them, `body::read_body`; the connection drops them when the request
+//! read after them, `ClientConn::read_body`; the connection drops them when the request
 //! is answered), so any stage reads a header when it needs it: `head.header(&conn.buf, ..)`.
 //!
 //! Owns: `Request`. Must not: interpret headers or the body (the stages do).
