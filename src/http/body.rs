@@ -35,64 +35,67 @@ impl ClientConn {
         head: &RequestHead,
         bound: Bound<'_>,
     ) -> Result<Vec<u8>, Error> {
-        let (s, buf) = (&mut self.stream, &mut self.buf);
-        let Bound {
-            max: max_body,
-            deadline,
-            permit,
-        } = bound;
-        let head_len = head.len.min(buf.len());
+        let head_len = head.len.min(self.buf.len());
         match head.body {
             BodyFraming::None => Ok(Vec::new()),
-            BodyFraming::Length(n) => {
-                if n > max_body {
-                    return Err(too_large(max_body));
-                }
-                let n = n as usize;
-                let avail = buf.len().saturating_sub(head_len);
-                if avail >= n {
-                    let body = buf[head_len..head_len + n].to_vec();
-                    buf.drain(head_len..head_len + n);
-                    return Ok(body);
-                }
-                let mut body = Vec::with_capacity(n);
-                body.extend_from_slice(&buf[head_len..]);
-                buf.truncate(head_len);
-                while body.len() < n {
-                    let got = read_upto(s, &mut body, n, deadline)
-                        .await
-                        .map_err(client_read)?;
-                    if got == 0 {
-                        return Err(Error::new(
-                            Kind::BadRequest,
-                            "client closed before sending the whole body",
-                        ));
-                    }
-                }
-                Ok(body)
+            BodyFraming::Length(n) if n > bound.max => Err(too_large(bound.max)),
+            BodyFraming::Length(n) => self.by_length(head_len, n as usize, bound.deadline).await,
+            BodyFraming::Chunked => self.chunked(head_len, bound).await,
+        }
+    }
+
+    /// A Content-Length body of `n` bytes (within the limit): taken from the buffer when it is
+    /// all there, else read into its own allocation of `n`.
+    async fn by_length(
+        &mut self,
+        head_len: usize,
+        n: usize,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, Error> {
+        let buf = &mut self.buf;
+        if buf.len().saturating_sub(head_len) >= n {
+            let body = buf[head_len..head_len + n].to_vec();
+            buf.drain(head_len..head_len + n);
+            return Ok(body);
+        }
+        let mut body = Vec::with_capacity(n);
+        body.extend_from_slice(&buf[head_len..]);
+        buf.truncate(head_len);
+        while body.len() < n {
+            let got = read_upto(&mut self.stream, &mut body, n, deadline)
+                .await
+                .map_err(client_read)?;
+            if got == 0 {
+                return Err(Error::new(
+                    Kind::BadRequest,
+                    "client closed before sending the whole body",
+                ));
             }
-            BodyFraming::Chunked => {
-                // A chunked body's size is unknown at admission: its growth is charged to the permit
-                // as it arrives (capacity, not length: that is what the allocator holds).
-                let mut dec = ChunkedDecoder::new(max_body);
-                let mut body = Vec::new();
-                let mut charged = 0u64;
-                let used = dec.decode(&buf[head_len..], &mut body)?;
-                buf.drain(head_len..head_len + used);
-                charge(permit, &body, &mut charged)?;
-                while !dec.is_done() {
-                    let got = read_more(s, buf, deadline).await.map_err(client_read)?;
-                    if got == 0 {
-                        return Err(Error::new(
-                            Kind::BadRequest,
-                            "client closed before the end of the chunked body",
-                        ));
-                    }
-                    let used = dec.decode(&buf[head_len..], &mut body)?;
-                    buf.drain(head_len..head_len + used);
-                    charge(permit, &body, &mut charged)?;
-                }
-                Ok(body)
+        }
+        Ok(body)
+    }
+
+    /// A chunked body: its size is unknown at admission, so its growth is charged to the
+    /// permit as it arrives (capacity, not length: that is what the allocator holds).
+    async fn chunked(&mut self, head_len: usize, bound: Bound<'_>) -> Result<Vec<u8>, Error> {
+        let mut dec = ChunkedDecoder::new(bound.max);
+        let mut body = Vec::new();
+        let mut charged = 0u64;
+        loop {
+            let used = dec.decode(&self.buf[head_len..], &mut body)?;
+            self.buf.drain(head_len..head_len + used);
+            charge(bound.permit, &body, &mut charged)?;
+            if dec.is_done() {
+                return Ok(body);
+            }
+            let got = read_more(&mut self.stream, &mut self.buf, bound.deadline)
+                .await
+                .map_err(client_read)?;
+            if got == 0 {
+                return Err(Error::new(
+                    Kind::BadRequest,
+                    "client closed before the end of the chunked body",
+                ));
             }
         }
     }

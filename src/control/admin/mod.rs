@@ -61,7 +61,7 @@ use crate::governance::registry::Registry;
 use crate::http::body::Bound;
 use crate::http::conn::{ClientConn, Limits};
 use crate::http::edge::EdgePolicy;
-use crate::http::{BodyFraming, Method};
+use crate::http::Method;
 use crate::observe::metrics::MetricsHub;
 use crate::runtime::shutdown::Shutdown;
 
@@ -293,16 +293,12 @@ async fn serve(mut conn: ClientConn, ctx: &Ctx, guard: &Guard) {
                 None => {}
             }
         }
-        let body = if head.body == BodyFraming::None {
-            Ok(Vec::new())
-        } else {
-            let bound = Bound {
-                max: MAX_BODY,
-                deadline: Instant::now() + LIMITS.body_timeout,
-                permit: None,
-            };
-            conn.read_body(&head, bound).await
+        let bound = Bound {
+            max: MAX_BODY,
+            deadline: Instant::now() + LIMITS.body_timeout,
+            permit: None,
         };
+        let body = conn.read_body(&head, bound).await;
         // the head's bytes stay in the buffer through the body read
         conn.consume(head.len);
         let reply = match body {
