@@ -5,6 +5,9 @@
 //! body uses. Must not: decide admission (the caller admits the declared body first), count a
 //! gone client (the caller knows what that means to it), or parse upstream interim answers (those
 //! are `upstream::exchange`'s).
+//!
+//! Not written through `answer::Sink`: a `1xx` is not the request's answer (RFC 9110 §15.2 — the
+//! answer, with its status, body and `Outcome`, still follows and goes through the sink).
 
 use std::time::Duration;
 

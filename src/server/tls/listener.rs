@@ -214,6 +214,8 @@ async fn refuse_plain_http(stream: TcpStream, shard: &Shard) {
         Kind::BadRequest,
         "this port speaks TLS: send the request with https://",
     );
-    conn.respond_error(&e, ErrorShape::OpenAi, false, shard.limits.write_timeout)
+    shard
+        .sink(false)
+        .error(&mut conn, &e, ErrorShape::OpenAi)
         .await;
 }
