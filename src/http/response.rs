@@ -90,9 +90,16 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
         return;
     }
     out.reserve(data.len() + 20);
+    push_hex(out, data.len());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append `n` in lower-case hex without leading zeros (a chunk-size line's digits).
+pub fn push_hex(out: &mut Vec<u8>, mut n: usize) {
     let mut digits = [0u8; 16];
     let mut at = digits.len();
-    let mut n = data.len();
     loop {
         at -= 1;
         digits[at] = b"0123456789abcdef"[n & 15];
@@ -102,9 +109,6 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
         }
     }
     out.extend_from_slice(&digits[at..]);
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
 }
 
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
