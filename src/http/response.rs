@@ -163,4 +163,19 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn hex_sizes() {
+        for (n, want) in [
+            (0usize, "0"),
+            (10, "a"),
+            (4096, "1000"),
+            (0x3_ffff, "3ffff"),
+            (usize::MAX, "ffffffffffffffff"),
+        ] {
+            let mut v = Vec::new();
+            push_hex(&mut v, n);
+            assert_eq!(v, want.as_bytes());
+        }
+    }
 }

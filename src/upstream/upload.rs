@@ -20,6 +20,7 @@ use super::conn::Conn;
 use super::exchange::{read_head, Client, Exchange};
 use crate::config::endpoint::Endpoint;
 use crate::error::{Cause, Error, Kind};
+use crate::http::response::push_hex;
 use crate::http::target::{check_head, header_value};
 
 /// How an outgoing body is framed on the upstream request line.
@@ -221,39 +222,6 @@ impl<'c> Upload<'c> {
     }
 }
 
-fn push_hex(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 16];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b"0123456789abcdef"[n & 15];
-        n >>= 4;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 fn write_failed(e: &std::io::Error) -> Error {
     Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).caused(Cause::Reset)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hex_sizes() {
-        for (n, want) in [
-            (0usize, "0"),
-            (10, "a"),
-            (4096, "1000"),
-            (0x3_ffff, "3ffff"),
-        ] {
-            let mut v = Vec::new();
-            push_hex(&mut v, n);
-            assert_eq!(v, want.as_bytes());
-        }
-    }
 }
