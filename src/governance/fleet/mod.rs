@@ -547,20 +547,8 @@ impl Feed {
             Arg::S(&rec.spec),
             Arg::S(&base),
         ];
-        let reply = self
-            .store
-            .call_at(k1.as_bytes(), &args, Instant::now() + COMMAND)
-            .await;
-        let items = match reply {
-            Ok(Reply::Array(Some(items))) => items,
-            Ok(other) => {
-                self.failed(&format!("script reply {other:?}"));
-                return Put::Down;
-            }
-            Err(_) => {
-                add(&self.stats.errors, 1);
-                return Put::Down;
-            }
+        let Some(items) = self.array("script reply", k1, &args).await else {
+            return Put::Down;
         };
         let (status, value) = match items.as_slice() {
             [Reply::Bulk(Some(s)), Reply::Bulk(Some(v))] => (s.as_slice(), v),
@@ -589,6 +577,30 @@ impl Feed {
         }
     }
 
+    /// One command of the fleet thread, routed by `key`, `COMMAND` to answer (`None`: a store
+    /// error, counted).
+    async fn call(&self, key: &str, args: &[Arg<'_>]) -> Option<Reply> {
+        let got = self
+            .store
+            .call_at(key.as_bytes(), args, Instant::now() + COMMAND)
+            .await;
+        if got.is_err() {
+            add(&self.stats.errors, 1);
+        }
+        got.ok()
+    }
+
+    /// `call` whose answer must be an array (any other answer is counted and logged as `what`).
+    async fn array(&self, what: &str, key: &str, args: &[Arg<'_>]) -> Option<Vec<Reply>> {
+        match self.call(key, args).await? {
+            Reply::Array(Some(items)) => Some(items),
+            other => {
+                self.failed(&format!("{what}: {other:?}"));
+                None
+            }
+        }
+    }
+
     fn failed(&self, why: &str) {
         add(&self.stats.errors, 1);
         crate::observe::log::info(format_args!("fleet: store: {why}"));
@@ -598,29 +610,20 @@ impl Feed {
     async fn version(&self) -> Option<u64> {
         add(&self.stats.polls, 1);
         let ver_key = &self.keys[2];
-        let got = self
-            .store
-            .call_at(
-                ver_key.as_bytes(),
-                &[Arg::S("GET"), Arg::S(ver_key)],
-                Instant::now() + COMMAND,
-            )
-            .await;
-        match got {
-            Ok(Reply::Bulk(None)) => Some(0),
-            Ok(Reply::Bulk(Some(v))) => {
+        match self
+            .call(ver_key, &[Arg::S("GET"), Arg::S(ver_key)])
+            .await?
+        {
+            Reply::Bulk(None) => Some(0),
+            Reply::Bulk(Some(v)) => {
                 let v = std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok());
                 if v.is_none() {
                     self.failed("the key version counter is not a number");
                 }
                 v
             }
-            Ok(other) => {
+            other => {
                 self.failed(&format!("GET version: {other:?}"));
-                None
-            }
-            Err(_) => {
-                add(&self.stats.errors, 1);
                 None
             }
         }
@@ -630,7 +633,6 @@ impl Feed {
     /// store error (reconcile again when it works).
     async fn pull(&self) -> bool {
         let [rec_key, log_key, _] = &self.keys;
-        let deadline = || Instant::now() + COMMAND;
         let Some(ver) = self.version().await else {
             return false;
         };
@@ -644,33 +646,18 @@ impl Feed {
         }
         while ver > self.seen.get() {
             let from = format!("({}", self.seen.get());
-            let names = match self
-                .store
-                .call_at(
-                    log_key.as_bytes(),
-                    &[
-                        Arg::S("ZRANGEBYSCORE"),
-                        Arg::S(log_key),
-                        Arg::S(&from),
-                        Arg::S("+inf"),
-                        Arg::S("WITHSCORES"),
-                        Arg::S("LIMIT"),
-                        Arg::U(0),
-                        Arg::U(PAGE as u64),
-                    ],
-                    deadline(),
-                )
-                .await
-            {
-                Ok(Reply::Array(Some(items))) => items,
-                Ok(other) => {
-                    self.failed(&format!("ZRANGEBYSCORE: {other:?}"));
-                    return false;
-                }
-                Err(_) => {
-                    add(&self.stats.errors, 1);
-                    return false;
-                }
+            let args = [
+                Arg::S("ZRANGEBYSCORE"),
+                Arg::S(log_key),
+                Arg::S(&from),
+                Arg::S("+inf"),
+                Arg::S("WITHSCORES"),
+                Arg::S("LIMIT"),
+                Arg::U(0),
+                Arg::U(PAGE as u64),
+            ];
+            let Some(names) = self.array("ZRANGEBYSCORE", log_key, &args).await else {
+                return false;
             };
             let mut page: Vec<(&[u8], u64)> = Vec::new();
             for pair in names.chunks(2) {
@@ -690,21 +677,17 @@ impl Feed {
             }
             let mut args = vec![Arg::S("HMGET"), Arg::S(rec_key)];
             args.extend(page.iter().map(|(n, _)| Arg::B(n)));
-            let values = match self
-                .store
-                .call_at(rec_key.as_bytes(), &args, deadline())
-                .await
-            {
-                Ok(Reply::Array(Some(v))) if v.len() == page.len() => v,
-                Ok(other) => {
-                    self.failed(&format!("HMGET: {other:?}"));
-                    return false;
-                }
-                Err(_) => {
-                    add(&self.stats.errors, 1);
-                    return false;
-                }
+            let Some(values) = self.array("HMGET", rec_key, &args).await else {
+                return false;
             };
+            if values.len() != page.len() {
+                self.failed(&format!(
+                    "HMGET: {} values for {} names",
+                    values.len(),
+                    page.len()
+                ));
+                return false;
+            }
             let mut recs = Vec::with_capacity(page.len());
             for ((name, _), v) in page.iter().zip(&values) {
                 let Reply::Bulk(Some(v)) = v else { continue };
