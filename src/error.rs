@@ -354,39 +354,32 @@ impl ErrorShape {
         message: &str,
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(96 + message.len());
-        let opt = |out: &mut Vec<u8>, v: Option<&str>| match v {
-            Some(v) => push_json_str(out, v),
-            None => out.extend_from_slice(b"null"),
+        // `lit` then `v` as a JSON string (`null` when `None`)
+        let mut put = |lit: &[u8], v: Option<&str>| {
+            out.extend_from_slice(lit);
+            match v {
+                Some(v) => push_json_str(&mut out, v),
+                None => out.extend_from_slice(b"null"),
+            }
         };
         match self {
             ErrorShape::OpenAi => {
-                out.extend_from_slice(b"{\"error\":{\"message\":");
-                push_json_str(&mut out, message);
-                out.extend_from_slice(b",\"type\":");
-                push_json_str(&mut out, type_name);
-                out.extend_from_slice(b",\"param\":");
-                opt(&mut out, param);
-                out.extend_from_slice(b",\"code\":");
-                opt(&mut out, code);
-                out.extend_from_slice(b"}}");
+                put(b"{\"error\":{\"message\":", Some(message));
+                put(b",\"type\":", Some(type_name));
+                put(b",\"param\":", param);
+                put(b",\"code\":", code);
             }
             ErrorShape::Anthropic => {
-                out.extend_from_slice(b"{\"type\":\"error\",\"error\":{\"type\":");
-                push_json_str(&mut out, type_name);
-                out.extend_from_slice(b",\"message\":");
-                push_json_str(&mut out, message);
-                out.extend_from_slice(b"}}");
+                put(b"{\"type\":\"error\",\"error\":{\"type\":", Some(type_name));
+                put(b",\"message\":", Some(message));
             }
             ErrorShape::Gemini => {
-                out.extend_from_slice(b"{\"error\":{\"code\":");
-                out.extend_from_slice(status.to_string().as_bytes());
-                out.extend_from_slice(b",\"message\":");
-                push_json_str(&mut out, message);
-                out.extend_from_slice(b",\"status\":");
-                push_json_str(&mut out, type_name);
-                out.extend_from_slice(b"}}");
+                let code = format!("{{\"error\":{{\"code\":{status},\"message\":");
+                put(code.as_bytes(), Some(message));
+                put(b",\"status\":", Some(type_name));
             }
         }
+        out.extend_from_slice(b"}}");
         out
     }
 }
@@ -434,6 +427,33 @@ pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rendered_bodies_byte_for_byte() {
+        let r = |shape: ErrorShape, code, param| {
+            String::from_utf8(shape.render(429, "rate_limit_error", code, param, "a \"b\""))
+        };
+        assert_eq!(
+            r(ErrorShape::OpenAi, Some("c"), None).as_deref(),
+            Ok(
+                r#"{"error":{"message":"a \"b\"","type":"rate_limit_error","param":null,"code":"c"}}"#
+            )
+        );
+        assert_eq!(
+            r(ErrorShape::OpenAi, None, Some("p")).as_deref(),
+            Ok(
+                r#"{"error":{"message":"a \"b\"","type":"rate_limit_error","param":"p","code":null}}"#
+            )
+        );
+        assert_eq!(
+            r(ErrorShape::Anthropic, Some("c"), Some("p")).as_deref(),
+            Ok(r#"{"type":"error","error":{"type":"rate_limit_error","message":"a \"b\""}}"#)
+        );
+        assert_eq!(
+            r(ErrorShape::Gemini, Some("c"), Some("p")).as_deref(),
+            Ok(r#"{"error":{"code":429,"message":"a \"b\"","status":"rate_limit_error"}}"#)
+        );
+    }
 
     #[test]
     fn openai_shape_is_valid_json_with_fields() {
