@@ -34,34 +34,36 @@ pub fn canonical(body: &[u8]) -> Option<Vec<u8>> {
 pub fn write_sorted(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort_unstable();
-            out.push(b'{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            let mut fields: Vec<(&String, &Value)> = m.iter().collect();
+            fields.sort_unstable_by_key(|(k, _)| *k);
+            write_seq(out, b'{', b'}', fields, |out, (k, x)| {
                 push_json_str(out, k);
                 out.push(b':');
-                if let Some(x) = m.get(k) {
-                    write_sorted(x, out);
-                }
-            }
-            out.push(b'}');
-        }
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
                 write_sorted(x, out);
-            }
-            out.push(b']');
+            });
         }
+        Value::Array(a) => write_seq(out, b'[', b']', a, |out, x| write_sorted(x, out)),
         Value::String(s) => push_json_str(out, s),
         other => out.extend_from_slice(other.to_string().as_bytes()),
     }
+}
+
+/// `open`, the items written by `each` with commas between, `close`.
+fn write_seq<T>(
+    out: &mut Vec<u8>,
+    open: u8,
+    close: u8,
+    items: impl IntoIterator<Item = T>,
+    mut each: impl FnMut(&mut Vec<u8>, T),
+) {
+    out.push(open);
+    for (i, x) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        each(out, x);
+    }
+    out.push(close);
 }
 
 /// SHA-256 over the parts, each length-prefixed, cut to 128 bits.
@@ -172,6 +174,20 @@ mod tests {
         assert_eq!(
             canonical(br#"{"a":"\u0041\n"}"#).unwrap(),
             canonical(br#"{"a":"A\n"}"#).unwrap()
+        );
+    }
+
+    #[test]
+    fn write_sorted_nests_and_empties() {
+        let v: Value = serde_json::from_str(
+            r#"{"b":[1,{"d":null,"c":[]},"x"],"a":{},"e":[[],{"z":1.5,"y":true}]}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        write_sorted(&v, &mut out);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"a":{},"b":[1,{"c":[],"d":null},"x"],"e":[[],{"y":true,"z":1.5}]}"#
         );
     }
 
