@@ -175,22 +175,34 @@ pub struct SlotTask {
 /// throughput buckets every `GET /metrics` resets.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LlamaStats {
-    /// Prompt tokens prefilled (cached ones excluded) and the time it took (µs).
-    pub prompt_tokens: u64,
-    pub prompt_us: u64,
+    /// Prompt tokens prefilled (cached ones excluded) and the time it took.
+    pub prompt: Spent,
     pub prompt_cached: u64,
-    /// Tokens generated, decode steps (the first token comes with the prompt), their time.
+    /// Tokens generated; decode steps (the first token comes with the prompt) and their time.
     pub predicted: u64,
-    pub predict_steps: u64,
-    pub predict_us: u64,
+    pub predict: Spent,
     /// Decode calls and the busy slots summed over them.
     pub decodes: u64,
     pub busy_in_decodes: u64,
     /// Largest prompt + generation seen.
     pub tokens_max: u64,
     /// Since the last `GET /metrics`: prompt tokens / µs, decode steps / µs.
-    pub bucket_prompt: (u64, u64),
-    pub bucket_predict: (u64, u64),
+    pub bucket_prompt: Spent,
+    pub bucket_predict: Spent,
+}
+
+/// Tokens (or decode steps) and the time they took (µs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spent {
+    pub n: u64,
+    pub us: u64,
+}
+
+impl Spent {
+    fn add(&mut self, n: u64, us: u64) {
+        self.n += n;
+        self.us += us;
+    }
 }
 
 struct Ticket {
@@ -276,8 +288,8 @@ impl Engine {
     pub fn scrape(&self) -> Load {
         let l = self.load();
         let mut st = self.state.borrow_mut();
-        st.llama.bucket_prompt = (0, 0);
-        st.llama.bucket_predict = (0, 0);
+        st.llama.bucket_prompt = Spent::default();
+        st.llama.bucket_predict = Spent::default();
         l
     }
 
@@ -434,11 +446,9 @@ impl Engine {
             let mut st = self.state.borrow_mut();
             let (n, us) = (input - hit_tokens, prefill.as_micros() as u64);
             let l = &mut st.llama;
-            l.prompt_tokens += n;
-            l.prompt_us += us;
+            l.prompt.add(n, us);
+            l.bucket_prompt.add(n, us);
             l.prompt_cached += hit_tokens;
-            l.bucket_prompt.0 += n;
-            l.bucket_prompt.1 += us;
         }
         // llama.cpp answers in its own shape (`engine_answer`); the others as the mock's Chat
         let llama = (self.spec.kind == EngineKind::Llamacpp).then(|| engine_answer::Answer {
@@ -536,11 +546,9 @@ impl Drop for Running {
             }
             let (steps, us) = (n.saturating_sub(1), self.gen_us.get());
             let l = &mut st.llama;
+            l.predict.add(steps, us);
+            l.bucket_predict.add(steps, us);
             l.predicted += n;
-            l.predict_steps += steps;
-            l.predict_us += us;
-            l.bucket_predict.0 += steps;
-            l.bucket_predict.1 += us;
         }
         self.engine.release(self.slot, self.kv.get());
     }
@@ -649,9 +657,9 @@ mod tests {
                 );
                 assert!(e.load().cache_hits >= 900);
                 let l = e.load().llama;
-                assert_eq!(l.prompt_tokens, input + warm.1.n_prompt_tokens_processed);
+                assert_eq!(l.prompt.n, input + warm.1.n_prompt_tokens_processed);
                 assert_eq!(l.prompt_cached, warm.1.n_prompt_tokens_cache);
-                assert_eq!((l.predicted, l.predict_steps), (8, 6), "{l:?}");
+                assert_eq!((l.predicted, l.predict.n), (8, 6), "{l:?}");
                 // three at once on two slots: one waits
                 let e2 = e.clone();
                 let (b2, r2) = (b.clone(), req.clone());

@@ -153,18 +153,18 @@ pub fn metrics(spec: &EngineSpec, l: &Load) -> String {
 /// prompt) per second of their time.
 fn llama_metrics(o: &mut String, l: &Load) {
     let s = &l.llama;
-    let rate = |(n, us): (u64, u64)| {
-        if us == 0 {
+    let rate = |b: super::engine::Spent| {
+        if b.us == 0 {
             0.0
         } else {
-            n as f64 / us as f64 * 1e6
+            b.n as f64 / b.us as f64 * 1e6
         }
     };
     let counters: [(&str, &str, f64); 10] = [
         (
             "prompt_tokens_total",
             "Number of prompt tokens processed, excluding cached tokens",
-            s.prompt_tokens as f64,
+            s.prompt.n as f64,
         ),
         (
             "prompt_tokens_cached_total",
@@ -174,7 +174,7 @@ fn llama_metrics(o: &mut String, l: &Load) {
         (
             "prompt_seconds_total",
             "Total time spent processing prompts",
-            s.prompt_us as f64 / 1e6,
+            s.prompt.us as f64 / 1e6,
         ),
         (
             "tokens_predicted_total",
@@ -184,7 +184,7 @@ fn llama_metrics(o: &mut String, l: &Load) {
         (
             "tokens_predicted_seconds_total",
             "Total time spent generating tokens",
-            s.predict_us as f64 / 1e6,
+            s.predict.us as f64 / 1e6,
         ),
         (
             "n_decode_total",
