@@ -235,35 +235,18 @@ mod tests {
     #[test]
     fn reshape() {
         let up = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too big"}}"#;
-        let o = parse(&upstream_error_to_client(
-            Dialect::Messages,
-            Dialect::Chat,
-            400,
-            up,
-        ));
+        let to = |from, client, status, body: &[u8]| {
+            parse(&upstream_error_to_client(from, client, status, body))
+        };
+        let o = to(Dialect::Messages, Dialect::Chat, 400, up);
         assert_eq!(o["error"]["message"], "max_tokens: too big");
         let g = br#"[{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}]"#;
-        let a = parse(&upstream_error_to_client(
-            Dialect::Gemini,
-            Dialect::Messages,
-            429,
-            g,
-        ));
+        let a = to(Dialect::Gemini, Dialect::Messages, 429, g);
         assert_eq!(a["error"]["message"], "quota");
         assert_eq!(a["error"]["type"], "rate_limit_error");
-        let raw = parse(&upstream_error_to_client(
-            Dialect::Chat,
-            Dialect::Gemini,
-            502,
-            b"bad gateway",
-        ));
+        let raw = to(Dialect::Chat, Dialect::Gemini, 502, b"bad gateway");
         assert_eq!(raw["error"]["message"], "bad gateway");
-        let empty = parse(&upstream_error_to_client(
-            Dialect::Chat,
-            Dialect::Chat,
-            503,
-            b"",
-        ));
+        let empty = to(Dialect::Chat, Dialect::Chat, 503, b"");
         assert_eq!(empty["error"]["message"], "upstream returned HTTP 503");
         let same = br#"{"error":{"message":"x","type":"t","code":null}}"#;
         assert_eq!(
