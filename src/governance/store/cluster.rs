@@ -149,14 +149,10 @@ impl Node {
 /// One command on `pipe` and its reply until `deadline`.
 pub async fn ask(pipe: &Pipeline, args: &[Arg<'_>], deadline: Instant) -> Result<Reply, Fault> {
     let slot = pipe.call(|out| resp::command(out, args))?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    match monoio::time::timeout(left, slot.wait()).await {
-        Ok(r) => r,
-        Err(_) => {
-            pipe.fail(Fault::Timeout);
-            Err(Fault::Timeout)
-        }
-    }
+    slot.until(deadline).await.unwrap_or_else(|| {
+        pipe.fail(Fault::Timeout);
+        Err(Fault::Timeout)
+    })
 }
 
 /// `AUTH` and `SCRIPT LOAD` on a fresh node connection (a Cluster has database 0 only).

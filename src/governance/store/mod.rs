@@ -231,10 +231,9 @@ impl Store {
                 pipe.send(|out| resp::command(out, &[Arg::S("ASKING")]));
             }
             let slot = pipe.call(|out| encode(out, by))?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            let reply = match monoio::time::timeout(left, slot.wait()).await {
-                Ok(r) => r?,
-                Err(_) => {
+            let reply = match slot.until(deadline).await {
+                Some(r) => r?,
+                None => {
                     self.count(Fault::Timeout);
                     *self.reason.borrow_mut() =
                         format!("no reply within {} ms", self.s.timeout.as_millis());
@@ -537,15 +536,11 @@ impl Store {
     /// Send one plain command and wait for its reply until `deadline`.
     async fn command(&self, args: &[Arg<'_>], deadline: Instant) -> Result<Reply, Fault> {
         let slot = self.pipe.call(|out| resp::command(out, args))?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        match monoio::time::timeout(left, slot.wait()).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.count(Fault::Timeout);
-                *self.reason.borrow_mut() = "no reply in time".into();
-                Err(Fault::Timeout)
-            }
-        }
+        slot.until(deadline).await.unwrap_or_else(|| {
+            self.count(Fault::Timeout);
+            *self.reason.borrow_mut() = "no reply in time".into();
+            Err(Fault::Timeout)
+        })
     }
 
     /// `AUTH`, `SELECT`, `SCRIPT LOAD`, the first lease.

@@ -4,7 +4,8 @@
 //! A caller appends its encoded command to the output buffer and gets a `Slot` (or nothing,
 //! for a command whose reply only matters if it is an error); the writer task sends whatever
 //! has accumulated in one write, the reader task parses replies (`resp`) and fills the slots
-//! front to back. Nothing blocks: a caller awaits its slot (with a deadline, see `Store`).
+//! front to back. Nothing blocks: a caller awaits its slot until its deadline (`Slot::until`;
+//! what a late reply means for the connection is the caller's, see `Store`).
 //!
 //! When the connection fails (IO error, EOF, protocol error, or `fail` — e.g. a reply that
 //! missed its deadline, after which the order can no longer be trusted to be cheap) every
@@ -19,6 +20,7 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::Instant;
 
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Split, Splitable};
@@ -66,6 +68,13 @@ impl Slot {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
+    }
+
+    /// The reply if it arrives by `deadline` (`None`: it did not; the caller decides what a
+    /// late reply costs the connection).
+    pub async fn until(&self, deadline: Instant) -> Option<Result<Reply, Fault>> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        monoio::time::timeout(left, self.wait()).await.ok()
     }
 
     /// The reply, once it arrived.
