@@ -1,12 +1,14 @@
 //! Moving bytes between owned `Vec<u8>` buffers and monoio streams (which take buffers by
 //! value), with deadlines.
 //!
-//! Owns: `read_more` (and `read_more_spare`), `write_all`, deadline helpers. Must not: interpret the bytes.
+//! Owns: `read_more` (and `read_more_spare`), `write_all`, the stall-bounded writes towards
+//! upstreams (`write_all_by`, `flush_by`: see [`Stall`]), deadline helpers. Must not: interpret
+//! the bytes.
 
 use std::io;
 use std::time::{Duration, Instant};
 
-use monoio::buf::IoBufMut;
+use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 
 /// Smallest spare capacity offered to a read.
@@ -93,6 +95,70 @@ pub async fn write_all_timeout<S: AsyncWriteRent>(
         Ok((Ok(()), back)) => Ok(back),
         Ok((Err(e), _)) => Err(e),
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+    }
+}
+
+/// How long one write may wait for its peer to take bytes (`stall`), and the instant no write
+/// may wait past (`cap`): a write that takes some bytes restarts the wait. Towards upstreams:
+/// the attempt's first-byte timeout capped by the request's total deadline, so an upstream that
+/// accepts and never reads cannot hold the request (and its permit).
+#[derive(Debug, Clone, Copy)]
+pub struct Stall {
+    pub stall: Duration,
+    pub cap: Instant,
+}
+
+impl Stall {
+    /// The deadline of a write starting at `now`.
+    fn from(&self, now: Instant) -> Instant {
+        (now + self.stall).min(self.cap)
+    }
+}
+
+fn write_timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "write timed out")
+}
+
+/// Write all of `data`, no write waiting longer than `limit` allows (the first one's wait
+/// counted from `now`, the caller's clock read; each later one from a fresh one). The buffer
+/// comes back as it was (a resend writes the same bytes), except after a timeout: the cancelled
+/// write took it and an empty one comes back, the error kind `TimedOut`.
+pub async fn write_all_by<S: AsyncWriteRent>(
+    s: &mut S,
+    mut data: Vec<u8>,
+    limit: Stall,
+    mut now: Instant,
+) -> (io::Result<()>, Vec<u8>) {
+    let len = data.len();
+    let mut written = 0;
+    while written < len {
+        let write = s.write(data.slice(written..));
+        let (res, back) = match monoio::time::timeout_at(limit.from(now).into(), write).await {
+            Ok(done) => done,
+            Err(_) => return (Err(write_timed_out()), Vec::new()),
+        };
+        data = back.into_inner();
+        match res {
+            Ok(0) => {
+                let e = io::Error::new(io::ErrorKind::WriteZero, "failed to write whole buffer");
+                return (Err(e), data);
+            }
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (Err(e), data),
+        }
+        if written < len {
+            now = Instant::now();
+        }
+    }
+    (Ok(()), data)
+}
+
+/// Flush `s` (a TLS stream's pending records), waiting no longer than `limit` allows from now.
+pub async fn flush_by<S: AsyncWriteRent>(s: &mut S, limit: Stall) -> io::Result<()> {
+    match monoio::time::timeout_at(limit.from(Instant::now()).into(), s.flush()).await {
+        Ok(r) => r,
+        Err(_) => Err(write_timed_out()),
     }
 }
 

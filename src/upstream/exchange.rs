@@ -8,7 +8,6 @@
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 use monoio_rustls::TlsConnector;
 
 use super::conn::Conn;
@@ -21,7 +20,7 @@ use crate::config::UpstreamConfig;
 use crate::error::{Cause, Error, Kind};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{parse_content_length, trim};
-use crate::http::io::read_more_at;
+use crate::http::io::{flush_by, read_more_at, write_all_by, Stall};
 
 /// Largest upstream response head accepted.
 const MAX_RESPONSE_HEAD: usize = 128 * 1024;
@@ -192,13 +191,16 @@ impl Client {
                     (Box::pin(self.connect(ep)).await?, false)
                 }
             };
+            // the write's wait counts from here: `now` for a pooled connection (just taken),
+            // the clock after a connect
+            let start = if reused { now } else { Instant::now() };
             let res = self
                 .exchange_on(
                     &mut conn,
                     &mut head,
                     req.body,
                     coalesce,
-                    (deadline, fbt),
+                    (deadline, fbt, start),
                     watch,
                 )
                 .await;
@@ -287,36 +289,38 @@ impl Client {
     }
 
     /// Write the request and read the response head. Errors before any response byte are
-    /// marked retryable (the caller retries only if the connection was a reused one).
+    /// marked retryable (the caller retries only if the connection was a reused one), except a
+    /// write the upstream did not take within the first-byte timeout (`start`: when the write
+    /// began): see [`write_failed`].
     async fn exchange_on(
         &self,
         conn: &mut Conn,
         head: &mut Vec<u8>,
         body: &[u8],
         coalesced: bool,
-        (deadline, first_byte_timeout): (Instant, Duration),
+        (deadline, first_byte_timeout, start): (Instant, Duration, Instant),
         watch: Option<(&Slow, Instant)>,
     ) -> Result<(ResponseHead, Vec<u8>, usize, BodyState), Error> {
         if !coalesced {
             // a body written in pieces may wait on the upstream's window: slow from the start
             fire(watch);
         }
+        let limit = Stall {
+            stall: first_byte_timeout,
+            cap: deadline,
+        };
         // The request bytes stay intact in `head` (monoio hands the buffer back unchanged), so
         // a retry on a fresh connection resends exactly the same request.
         let wrote = {
-            let (r, back) = AsyncWriteRentExt::write_all(conn, std::mem::take(head)).await;
+            let (r, back) = write_all_by(conn, std::mem::take(head), limit, start).await;
             *head = back;
             match r {
-                Ok(_) if !coalesced => write_pieces(conn, body).await,
-                other => other.map(|_| ()),
+                Ok(()) if !coalesced => write_pieces(conn, body, limit).await,
+                other => other,
             }
         };
-        if let Err(e) = wrote.and(conn.flush().await) {
-            return Err(
-                Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}"))
-                    .retryable()
-                    .caused(Cause::Reset),
-            );
+        if let Err(e) = wrote.and(flush_by(conn, limit).await) {
+            return Err(write_failed(&e));
         }
         let now = Instant::now();
         let first_deadline = (now + first_byte_timeout).min(deadline);
@@ -439,17 +443,40 @@ fn fire(watch: Option<(&Slow, Instant)>) {
     }
 }
 
-/// Write `body` through one reused buffer of at most `COALESCE_BODY` bytes.
-async fn write_pieces(conn: &mut Conn, body: &[u8]) -> std::io::Result<()> {
+/// Write `body` through one reused buffer of at most `COALESCE_BODY` bytes, each write within
+/// `limit`.
+async fn write_pieces(conn: &mut Conn, body: &[u8], limit: Stall) -> std::io::Result<()> {
     let mut piece = Vec::with_capacity(COALESCE_BODY.min(body.len()));
     for part in body.chunks(COALESCE_BODY) {
         piece.clear();
         piece.extend_from_slice(part);
-        let (r, back) = AsyncWriteRentExt::write_all(conn, piece).await;
+        let (r, back) = write_all_by(conn, piece, limit, Instant::now()).await;
         r?;
         piece = back;
     }
     Ok(())
+}
+
+/// The error of a failed request write. A write the upstream did not take within the
+/// first-byte timeout is `UpstreamTimeout` (504) caused by `FirstByteTimeout` — no answer in
+/// time, as a late head: the routing layer retries it on the next candidate only where
+/// `retry_on` has `first-byte-timeout` (the upstream may hold part of the request, as it holds
+/// all of it when its head is late). It is not retryable here on a fresh connection to the same
+/// upstream: a stale pooled connection fails at once (reset), not by stalling, and a second try
+/// would wait a second first-byte timeout. Any other failure is a reset before any response
+/// byte: retryable.
+pub(super) fn write_failed(e: &std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        Error::new(
+            Kind::UpstreamTimeout,
+            "upstream did not take the request in time",
+        )
+        .caused(Cause::FirstByteTimeout)
+    } else {
+        Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}"))
+            .retryable()
+            .caused(Cause::Reset)
+    }
 }
 
 impl Exchange<'_> {

@@ -14,12 +14,11 @@
 
 use std::time::{Duration, Instant};
 
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
-
 use super::conn::Conn;
-use super::exchange::{read_head, Client, Exchange};
+use super::exchange::{read_head, write_failed, Client, Exchange};
 use crate::config::endpoint::Endpoint;
-use crate::error::{Cause, Error, Kind};
+use crate::error::{Error, Kind};
+use crate::http::io::{flush_by, write_all_by, Stall};
 use crate::http::response::push_hex;
 use crate::http::target::{check_head, header_value};
 
@@ -95,8 +94,9 @@ pub struct Upload<'c> {
     conn: Conn,
     key: crate::config::endpoint::PoolKey,
     chunked: bool,
-    deadline: Instant,
-    first_byte_timeout: Duration,
+    /// Each write's limit: the first-byte timeout, capped by the total deadline (also the
+    /// response head's, from `finish`).
+    limit: Stall,
     /// Body bytes written so far.
     pub sent: u64,
 }
@@ -118,10 +118,16 @@ impl Client {
                 Some(c) => (c, true),
                 None => (Box::pin(self.connect(req.endpoint)).await?, false),
             };
-            let (r, back) = AsyncWriteRentExt::write_all(&mut conn, bytes).await;
+            let limit = Stall {
+                stall: fbt,
+                cap: deadline,
+            };
+            let start = if reused { now } else { Instant::now() };
+            // (empty after a timed-out write, whose error is not retried: `write_failed`)
+            let (r, back) = write_all_by(&mut conn, bytes, limit, start).await;
             bytes = back;
-            let res = match r.and(conn.flush().await) {
-                Err(e) => Err(write_failed(&e).retryable()),
+            let res = match r.and(flush_by(&mut conn, limit).await) {
+                Err(e) => Err(write_failed(&e)),
                 Ok(()) => {
                     let now = Instant::now();
                     read_head(&mut conn, (now + fbt).min(deadline), now, None).await
@@ -146,16 +152,19 @@ impl Client {
         let head = req.head()?;
         let (total, fbt) = self.timeouts();
         let conn = Box::pin(self.connect(req.endpoint)).await?;
+        let now = Instant::now();
         let mut up = Upload {
             client: self,
             conn,
             key: req.endpoint.pool_key.clone(),
             chunked: req.body == BodyLen::Chunked,
-            deadline: Instant::now() + total,
-            first_byte_timeout: req.first_byte_timeout.unwrap_or(fbt),
+            limit: Stall {
+                stall: req.first_byte_timeout.unwrap_or(fbt),
+                cap: now + total,
+            },
             sent: 0,
         };
-        let (r, _) = AsyncWriteRentExt::write_all(&mut up.conn, head).await;
+        let (r, _) = write_all_by(&mut up.conn, head, up.limit, now).await;
         r.map_err(|e| write_failed(&e))?;
         if !first.is_empty() {
             let (r, _) = up.write(first.to_vec()).await;
@@ -177,18 +186,19 @@ impl<'c> Upload<'c> {
             let mut size = Vec::with_capacity(20);
             push_hex(&mut size, piece.len());
             size.extend_from_slice(b"\r\n");
-            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, size).await;
+            let (r, _) = write_all_by(&mut self.conn, size, self.limit, Instant::now()).await;
             if let Err(e) = r {
                 return (Err(write_failed(&e)), piece);
             }
         }
-        let (r, back) = AsyncWriteRentExt::write_all(&mut self.conn, piece).await;
+        let (r, back) = write_all_by(&mut self.conn, piece, self.limit, Instant::now()).await;
         piece = back;
         if let Err(e) = r {
             return (Err(write_failed(&e)), piece);
         }
         if self.chunked {
-            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, b"\r\n".to_vec()).await;
+            let crlf = b"\r\n".to_vec();
+            let (r, _) = write_all_by(&mut self.conn, crlf, self.limit, Instant::now()).await;
             if let Err(e) = r {
                 return (Err(write_failed(&e)), piece);
             }
@@ -202,26 +212,25 @@ impl<'c> Upload<'c> {
     /// usually answered before closing, and that answer is worth relaying.
     pub async fn finish(mut self, body_done: bool) -> Result<Exchange<'c>, Error> {
         if body_done && self.chunked {
-            let (r, _) = AsyncWriteRentExt::write_all(&mut self.conn, b"0\r\n\r\n".to_vec()).await;
+            let last = b"0\r\n\r\n".to_vec();
+            let (r, _) = write_all_by(&mut self.conn, last, self.limit, Instant::now()).await;
             r.map_err(|e| write_failed(&e))?;
         }
         if body_done {
-            self.conn.flush().await.map_err(|e| write_failed(&e))?;
+            flush_by(&mut self.conn, self.limit)
+                .await
+                .map_err(|e| write_failed(&e))?;
         }
         let now = Instant::now();
-        let first = (now + self.first_byte_timeout).min(self.deadline);
-        let parts = read_head(&mut self.conn, first, now, None).await?;
+        let Stall { stall, cap } = self.limit;
+        let parts = read_head(&mut self.conn, (now + stall).min(cap), now, None).await?;
         let mut ex = self
             .client
-            .exchange_from(self.conn, Some(self.key), parts, self.deadline);
+            .exchange_from(self.conn, Some(self.key), parts, cap);
         if !body_done {
             // the request was cut short: the connection cannot carry another one
             ex.forbid_reuse();
         }
         Ok(ex)
     }
-}
-
-fn write_failed(e: &std::io::Error) -> Error {
-    Error::new(Kind::UpstreamConnect, format!("write to upstream: {e}")).caused(Cause::Reset)
 }

@@ -73,7 +73,6 @@ fn big_prompt(model: &str, messages: bool) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "fails until upstream request writes are bounded (TASKS uring item 1): not yet verified"]
 fn a_request_write_the_upstream_never_reads_ends_in_a_504_within_the_first_byte_timeout() {
     for d in variants() {
         // one attempt, 800 ms for the upstream to take the request and answer
@@ -116,7 +115,6 @@ max_attempts = 1
 }
 
 #[test]
-#[ignore = "fails until upstream request writes are bounded (TASKS uring item 1): not yet verified"]
 fn a_streamed_upload_the_upstream_never_reads_ends_in_a_504() {
     for d in variants() {
         // uploads name no model: the [upstream] first-byte timeout (3 s in the test config)
