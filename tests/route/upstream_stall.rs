@@ -147,3 +147,81 @@ fn a_streamed_upload_the_upstream_never_reads_ends_in_a_504() {
         gw.stop();
     }
 }
+
+/// A raw TCP upstream on port 0 that reads the first 8 MiB slowly but steadily (256 KiB, then a
+/// 100 ms pause: over 3 s), the rest at once (what the kernel buffers hold when the gateway's
+/// write ends must not take a first-byte timeout to drain), and answers a chat completion once
+/// the whole request is in.
+fn slowly_reading_upstream() -> SocketAddr {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 64 << 10];
+                let mut burst = 0;
+                let want = loop {
+                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break true;
+                        }
+                    }
+                    let Ok(n) = c.read(&mut buf) else { break false };
+                    if n == 0 {
+                        break false;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    burst += n;
+                    if burst >= 256 << 10 && got.len() < 8 << 20 {
+                        burst = 0;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                };
+                if want {
+                    let body = r#"{"id":"x","object":"chat.completion","created":0,"model":"slow","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = c.write_all(answer.as_bytes());
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The bound is on a write that stalls, not on the whole request: an upstream that takes a
+/// 12 MiB body for seconds (longer than the first-byte timeout, with pauses far below it) gets
+/// it all and its answer reaches the client.
+#[test]
+fn a_request_write_the_upstream_takes_slowly_is_not_cut() {
+    for d in variants() {
+        let extra = r#"
+[[model]]
+name = "slow"
+provider = "local"
+first_byte_timeout_ms = 1500
+max_attempts = 1
+"#;
+        let gw = start_gateway(slowly_reading_upstream(), d, extra);
+        let body = big_prompt("slow", false);
+        let (r, took) = stalled(gw.addr, json_post("/v1/chat/completions", &body), body);
+        assert_eq!(r.status, 200, "{d}: {}", r.text());
+        assert_eq!(r.json()["choices"][0]["message"]["content"], "ok", "{d}");
+        assert!(
+            took > Duration::from_millis(1500),
+            "{d}: the write took longer than the first-byte timeout ({took:?}): the test shows nothing"
+        );
+        gw.stop();
+    }
+}
