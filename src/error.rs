@@ -56,7 +56,8 @@ pub enum Kind {
     LimitStoreDown,
     /// Could not connect to the upstream (502).
     UpstreamConnect,
-    /// Upstream timed out (504).
+    /// Upstream timed out (504): connect, the request not taken or no response head within the
+    /// first-byte timeout, a body stalled past the gap timeout, the total deadline.
     UpstreamTimeout,
     /// Upstream spoke broken HTTP or closed early (502).
     UpstreamProtocol,
@@ -105,7 +106,8 @@ pub enum Cause {
     ConnectTimeout,
     /// The connection broke, closed or spoke garbage before a valid response head.
     Reset,
-    /// No response head within the first-byte timeout.
+    /// No response head within the first-byte timeout, or a request write the upstream did not
+    /// take within it (it accepted the connection and stopped reading).
     FirstByteTimeout,
 }
 

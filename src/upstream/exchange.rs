@@ -1,6 +1,7 @@
 //! One request/response exchange with an upstream over a pooled connection.
 //!
-//! Owns: writing the request, reading and framing the response (head, then body pieces),
+//! Owns: writing the request (each write bounded by the attempt's first-byte timeout, capped by
+//! the total deadline: an upstream that stops reading cannot hold the request), reading and framing the response (head, then body pieces),
 //! the retry-once rule (a *reused* connection that fails before any response byte is retried
 //! on a fresh one), and returning the connection to the pool only when the body ended cleanly.
 //! Must not: touch the client connection or interpret response bodies.

@@ -9,7 +9,8 @@
 //! from the gateway), and a connect is nothing next to an upload.
 //!
 //! Owns: the request head of these calls (method, target, host, content type, framing) and the
-//! streamed write. Must not: touch the client connection (the caller pumps its bytes in) or read
+//! streamed write (each write bounded by the first-byte timeout capped by the total deadline, as
+//! `exchange`'s). Must not: touch the client connection (the caller pumps its bytes in) or read
 //! bodies.
 
 use std::time::{Duration, Instant};
