@@ -337,20 +337,15 @@ async fn serve(
     req: &mut Req,
 ) -> Result<Outcome, Fail> {
     let head = request.head;
-    // Until the body is read, an error answer closes the connection.
-    req.keep = head.keep_alive && head.body == BodyFraming::None;
-    let target = classify(head.method, head.path(&conn.buf));
-    begin(conn, head, shard, &target, req);
-    if let Some(out) = edge(conn, head, shard, req.keep)? {
-        return Ok(shard.sink(req.keep).written(conn, out, 204).await);
-    }
-    let target = served_here(target?, shard, req)?;
+    let target = match begin(conn, head, shard, req)? {
+        Begun::Preflight(out) => return Ok(shard.sink(req.keep).written(conn, out, 204).await),
+        Begun::Target(t) => t,
+    };
     // govern on the head: who the caller is, a valid key (401), its in-flight and request-rate
     // shares (429); an address that keeps sending unknown keys waits first (nothing when keys
     // are off). The awaits stay in this function: each helper future moved in costs a copy.
-    let caller = shard.governance.identify(head, &conn.buf);
-    req.trace.key = caller.key();
-    if shard.key_guesses.is_some() && caller != Caller::Open && target.gate() != Gate::Open {
+    let caller = identify(conn, head, shard, req);
+    if slows(shard, caller, target) {
         slowdown(conn, shard).await?;
     }
     let mut grant = key_grant(conn, head, shard, caller, target)?;
@@ -362,50 +357,28 @@ async fn serve(
         Target::Api(dialect, op) => Api::of(dialect, op, head, &conn.buf)?,
         Target::Mcp => return mcp(conn, head, shard, routing, grant.as_ref(), req).await,
         Target::Surface(call) => {
-            // a surface call (files, audio, …)
-            let env = shard.env(None);
-            let grant = grant.as_mut();
-            let ctx = surface::Ctx {
-                env: &env,
-                routing,
-                grant,
-            };
-            let out = surface::serve(conn, head, ctx, call, &mut req.trace, &mut req.keep);
-            return Ok(Box::pin(out).await?);
+            let ctx = (shard, routing, grant.as_mut());
+            return surface_call(conn, head, ctx, call, req).await;
         }
         _ => return Ok(local::local(conn, shard, routing, target, head).await?),
     };
-    req.shape = crate::answer::outcome::shape(api.dialect);
-    // the client headers the header policy may forward (`upstream::headers`)
-    let headers = ClientHeaders::capture(head, &conn.buf, conn.request_id)?;
     // admit, decided on the head before any body byte is read or allocated: the permit holds
     // `declared body + response reserve` of the shard's budget until the request ends
-    let (declared, max) = (declared(head, shard), shard.admission.max_body());
+    let (headers, declared) = api_head(conn, head, shard, &api, req)?;
     let admitted = shard.admission.admit(declared).await;
-    let permit = admitted.map_err(|r| rejection(r, declared, max))?;
+    let permit = admitted.map_err(|r| rejection(r, declared, shard.admission.max_body()))?;
     if !expect::send_continue(conn, head, shard.limits.write_timeout).await {
         return Ok(gone(&shard.metrics, 499));
     }
     // read the body (bounded) after the head, which stays
     let body_start = Instant::now();
-    let deadline = body_start + shard.limits.body_timeout;
-    let bound = Bound {
-        max,
-        deadline,
-        permit: Some(&permit),
-    };
-    request.body = conn.read_body(head, bound).await?;
-    req.keep = head.keep_alive;
-    req.trace.client_body = body_start.elapsed();
-    req.trace.bytes_in = (head.len + request.body.len()) as u64;
+    request.body = conn
+        .read_body(head, bound(shard, body_start, &permit))
+        .await?;
+    req.body_read(head, request.body.len(), body_start);
 
-    // route by model; a Responses request's state namespace (store on only)
-    let (mut fields, route) = routed(shard, routing, &api, request, req)?;
-    if api.dialect == Dialect::Responses && api.op == Op::Generate && shard.responses.on() {
-        let (store, gov) = (&shard.responses, &shard.governance);
-        let tenant = crate::responses_state::tenant_of(store, gov, caller, head, &conn.buf);
-        fields.tenant = Some(tenant);
-    }
+    // route by model (404); a Responses request's state namespace (store on only)
+    let (mut fields, route) = routed(shard, routing, &api, request, &conn.buf, caller, req)?;
     // govern: the key's model allow-list (403) and token rate (429)
     if let Some(g) = grant.as_mut() {
         let len = request.body.len();
@@ -415,13 +388,8 @@ async fn serve(
     }
     // guardrails of the model and the key: the request's text checked (400) or masked before
     // anything goes upstream; the answer's, in `relay` / `bridge` (none configured: one branch)
-    if routing.routes.guards.active() {
-        let key = grant.as_ref().and_then(|g| g.key_name());
-        req.guard = routing.routes.guards.select(&route.name, key.as_deref());
-        if let Some(sess) = req.guard.as_deref() {
-            guard(sess, &api, &mut request.body, &mut fields)?;
-        }
-    }
+    let guarded = (routing, grant.as_ref(), route);
+    guardrails(guarded, &api, &mut request.body, &mut fields, req)?;
     // a traced request's answer is read for its span (usage, id, finish reasons, content)
     let (tel, gov) = (&shard.telemetry, &shard.governance);
     telemetry::read_answer(req.otel.as_deref(), tel, &mut grant, gov);
@@ -442,18 +410,10 @@ async fn serve(
     };
     let body = &request.body[..];
     // cache: a stored answer replayed here, or a miss whose answer is recorded
-    let mut miss = None;
-    if let Some(c) = shard.cache.as_deref() {
-        let ask = crate::cache::serve::ask_of(c, head, conn, &shard.governance, caller);
-        // Boxed: a replay's state is large, and inline it would make every request's future
-        // (moved into its box once per request, byte for byte) that much larger with the
-        // cache off too.
-        let found = Box::pin(cache::lookup(conn, &shard.cache_env(), &call, body, &ask)).await;
-        miss = match looked_up(req, found) {
-            Ok(m) => m,
-            Err(hit) => return Ok(hit),
-        };
-    }
+    let miss = match looked_up(req, lookup(conn, head, shard, &call, body, caller).await) {
+        Ok(m) => m,
+        Err(hit) => return Ok(hit),
+    };
 
     // forward: plan each attempt (translate the request if needed), balance, retry, fall
     // back, until an upstream answer's head arrived
@@ -466,15 +426,34 @@ async fn serve(
 
     // answer: relay the answer, or translate it back, in the client's dialect
     let outcome = answer::write(conn, &env, &mut call, &mut opened).await;
-    answered(&mut call, &opened, open_end, req);
-    drop(opened);
-    if let Some(m) = miss {
-        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
-        cache::store(conn, &shard.cache_env(), m, status);
-    }
-    drop(call);
-    drop(permit);
+    answered(&mut call, opened, open_end, req);
+    stored(conn, shard, miss, &outcome);
     Ok(outcome?)
+}
+
+/// What the head asks for, once its edge checks passed: a CORS preflight's answer (written by
+/// the sink), or a target this listener serves.
+enum Begun {
+    Preflight(Vec<u8>),
+    Target(Target),
+}
+
+/// The head's first checks: classified, traced (when `[telemetry]` samples it), the dialect
+/// its errors speak chosen, the edge checks run (`edge`), and a target this listener serves
+/// (`served_here`). Until the body is read, an error answer closes the connection.
+fn begin(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    req: &mut Req,
+) -> Result<Begun, Error> {
+    req.keep = head.keep_alive && head.body == BodyFraming::None;
+    let target = classify(head.method, head.path(&conn.buf));
+    trace_and_shape(conn, head, shard, &target, req);
+    if let Some(out) = edge(conn, head, shard, req.keep)? {
+        return Ok(Begun::Preflight(out));
+    }
+    Ok(Begun::Target(served_here(target?, shard, req)?))
 }
 
 /// A classified target this listener serves: the endpoint it counts under noted, `/metrics`
@@ -490,16 +469,24 @@ fn served_here(target: Target, shard: &Shard, req: &mut Req) -> Result<Target, E
     Ok(target)
 }
 
-/// The request's routing fields and its model's route (unknown model: 404), noted in its
-/// trace (and its span, when traced).
+/// The request's routing fields (a Responses request's state namespace among them, when the
+/// store is on) and its model's route (unknown model: 404), noted in its trace (and its span,
+/// when traced).
 fn routed<'r>(
     shard: &Shard,
     routing: &'r Routing,
     api: &Api,
     request: &Request,
+    buf: &[u8],
+    caller: Caller,
     req: &mut Req,
 ) -> Result<(RoutingFields, &'r Route), Error> {
-    let fields = api.fields(&request.body)?;
+    let mut fields = api.fields(&request.body)?;
+    if api.dialect == Dialect::Responses && api.op == Op::Generate && shard.responses.on() {
+        let (store, gov) = (&shard.responses, &shard.governance);
+        let tenant = crate::responses_state::tenant_of(store, gov, caller, request.head, buf);
+        fields.tenant = Some(tenant);
+    }
     let route = routing
         .routes
         .resolve(&fields.model)
@@ -548,7 +535,8 @@ fn opened_at(conn: &mut ClientConn, call: &mut Call, req: &mut Req) -> Instant {
 
 /// The answer went out (or failed): the upstream's time and first piece, and the usage a keyed
 /// request's answer reported (unkeyed requests are not scanned), to the trace and the span.
-fn answered(call: &mut Call, opened: &Opened, open_end: Instant, req: &mut Req) {
+/// The upstream exchange ends here (`opened` dropped).
+fn answered(call: &mut Call, opened: Opened, open_end: Instant, req: &mut Req) {
     req.trace.upstream += opened.ex.waited;
     req.trace.first_piece = opened.ex.first_piece_at(open_end);
     let grant = call.grant.as_mut();
@@ -560,7 +548,7 @@ fn answered(call: &mut Call, opened: &Opened, open_end: Instant, req: &mut Req) 
 
 /// Trace context and sampling (nothing when `[telemetry]` is off), and the dialect errors
 /// speak before the request is classified (the one its path suggests).
-fn begin(
+fn trace_and_shape(
     conn: &ClientConn,
     head: &RequestHead,
     shard: &Shard,
@@ -693,6 +681,124 @@ fn guard(
         (fields.metered, fields.tenant) = (metered, tenant);
     }
     Ok(())
+}
+
+/// Who the caller is (by its key, on the head), noted in the trace.
+fn identify(conn: &ClientConn, head: &RequestHead, shard: &Shard, req: &mut Req) -> Caller {
+    let caller = shard.governance.identify(head, &conn.buf);
+    req.trace.key = caller.key();
+    caller
+}
+
+/// Whether this caller's address waits first (`slowdown`): keys on, a key to act on, a gated
+/// target.
+fn slows(shard: &Shard, caller: Caller, target: Target) -> bool {
+    shard.key_guesses.is_some() && caller != Caller::Open && target.gate() != Gate::Open
+}
+
+/// A model call's head, once classified: the dialect its errors speak, the client headers the
+/// header policy may forward (`upstream::headers`), and the body size it declares (`declared`).
+fn api_head(
+    conn: &ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    api: &Api,
+    req: &mut Req,
+) -> Result<(ClientHeaders, u64), Error> {
+    req.shape = crate::answer::outcome::shape(api.dialect);
+    let headers = ClientHeaders::capture(head, &conn.buf, conn.request_id)?;
+    Ok((headers, declared(head, shard)))
+}
+
+/// The body's bounds, from `start`: the admitted size, the body timeout, the permit charged.
+fn bound<'p>(shard: &Shard, start: Instant, permit: &'p crate::admit::Permit) -> Bound<'p> {
+    Bound {
+        max: shard.admission.max_body(),
+        deadline: start + shard.limits.body_timeout,
+        permit: Some(permit),
+    }
+}
+
+impl Req {
+    /// The body was read (from `start`, `len` bytes): an error answer now keeps the connection;
+    /// its time and the request's bytes in go to the trace.
+    fn body_read(&mut self, head: &RequestHead, len: usize, start: Instant) {
+        self.keep = head.keep_alive;
+        self.trace.client_body = start.elapsed();
+        self.trace.bytes_in = (head.len + len) as u64;
+    }
+}
+
+/// The guardrails of the model and the key (`guarded`: the routing, the grant, the route),
+/// selected into `req.guard` and run on the request (`guard`); none configured: one branch.
+fn guardrails(
+    guarded: (&Routing, Option<&Grant>, &Route),
+    api: &Api,
+    body: &mut Vec<u8>,
+    fields: &mut RoutingFields,
+    req: &mut Req,
+) -> Result<(), Error> {
+    let (routing, grant, route) = guarded;
+    if !routing.routes.guards.active() {
+        return Ok(());
+    }
+    let key = grant.and_then(|g| g.key_name());
+    req.guard = routing.routes.guards.select(&route.name, key.as_deref());
+    match req.guard.as_deref() {
+        Some(sess) => guard(sess, api, body, fields),
+        None => Ok(()),
+    }
+}
+
+/// The cache's answer (`Pass` when there is no cache). Boxed: a replay's state is large, and
+/// inline it would make every request's future (moved into its box once per request, byte for
+/// byte) that much larger with the cache off too.
+async fn lookup(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    shard: &Shard,
+    call: &Call<'_>,
+    body: &[u8],
+    caller: Caller,
+) -> cache::Lookup {
+    let Some(c) = shard.cache.as_deref() else {
+        return cache::Lookup::Pass;
+    };
+    let ask = cache::ask_of(c, head, conn, &shard.governance, caller);
+    Box::pin(cache::lookup(conn, &shard.cache_env(), call, body, &ask)).await
+}
+
+/// A cache miss's answer recorded, by its status (`outcome`'s, or its error's).
+fn stored(
+    conn: &mut ClientConn,
+    shard: &Shard,
+    miss: Option<cache::Miss>,
+    outcome: &Result<Outcome, Error>,
+) {
+    if let Some(m) = miss {
+        let status = outcome.as_ref().map_or_else(Error::status, |o| o.status);
+        cache::store(conn, &shard.cache_env(), m, status);
+    }
+}
+
+/// A surface call (files, audio, …), after the same edge checks and key admission as model
+/// requests (boxed: a surface call's state stays out of every request's future).
+async fn surface_call(
+    conn: &mut ClientConn,
+    head: &RequestHead,
+    ctx: (&Shard, &Routing, Option<&mut Grant<'_>>),
+    call: crate::surface::Call,
+    req: &mut Req,
+) -> Result<Outcome, Fail> {
+    let (shard, routing, grant) = ctx;
+    let env = shard.env(None);
+    let ctx = surface::Ctx {
+        env: &env,
+        routing,
+        grant,
+    };
+    let out = surface::serve(conn, head, ctx, call, &mut req.trace, &mut req.keep);
+    Ok(Box::pin(out).await?)
 }
 
 /// An MCP request (`/mcp`), after the same edge checks and key admission as model requests.
