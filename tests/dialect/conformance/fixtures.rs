@@ -2,9 +2,10 @@
 //! response and one upstream stream per dialect, written from the providers'
 //! documented wire formats (text, a tool call, an image, a system prompt).
 
-use ringgate::dialect::{encode_event, Dialect};
+use ringgate::dialect::Dialect;
 use serde_json::{json, Value};
 
+use super::agent::sse;
 use super::{ARGS, IMG};
 
 pub fn client_request(d: Dialect) -> Value {
@@ -74,18 +75,6 @@ pub fn upstream_response(d: Dialect, tool: bool) -> Value {
             {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 7, "totalTokenCount": 18}, "modelVersion": "u"}),
     }
-}
-
-fn sse(events: &[(Option<&str>, Value)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (e, v) in events {
-        let data = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        encode_event(*e, &data, &mut out);
-    }
-    out
 }
 
 fn chat_chunk(delta: Value, finish: Value) -> Value {
